@@ -1,0 +1,28 @@
+-- acquire_read.lua: take a read lease, or say how long the holds may last.
+-- KEYS[1]  the lock hash
+-- ARGV[1..3] common (see prelude.lua)
+-- ARGV[4]  token of this acquisition (128 random bits, hex)
+-- ARGV[5]  read lease (ms)
+-- ARGV[6]  '1' when queued writers keep new readers out (writer preference), else '0'
+-- Returns {1, 0} granted (also when this token already holds: a resent command),
+--         {0, ms} refused; ms = time until the current holds end unless renewed.
+local token, lease, writer_preferred = ARGV[4], tonumber(ARGV[5]), ARGV[6] == '1'
+local s = load()
+
+local held = s.readers[token] ~= nil
+local blocked = s.writer or s.foreign_writer_until or (writer_preferred and #s.intents > 0)
+if blocked and not held then
+  set_expiry(s)
+  wake(s)
+  return { 0, retry_hint(s) }
+end
+
+if not held then
+  s.nreaders = s.nreaders + 1
+end
+s.readers[token] = s.now + lease
+redis.call('HSET', KEY, 'r:' .. token, int(s.now + lease))
+stamp_read(s)
+set_expiry(s)
+wake(s)
+return { 1, 0 }

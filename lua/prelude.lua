@@ -1,0 +1,196 @@
+-- prelude.lua: shared by every hash-layout script; the crate prepends it to each
+-- operation file before loading, so all scripts read and tidy the lock the same way.
+--
+-- The lock is ONE hash (DESIGN.md section 2):
+--   write      ms  server time of our writer's acquire/renewal, or an original client's stamp
+--   read       ms  server time of the latest reader acquire/renewal
+--   rstamp     ms  the `read` value we wrote last (a different `read` came from an original client)
+--   orig:read  ms  deadline of an original reader whose `read` stamp we overwrote
+--   w:owner    token of the writer;  w:until  its lease deadline (ms)
+--   r:<token>  lease deadline (ms) of one reader
+--   wait:<token>  "<seq>:<deadline>" a queued writer (arrival order = seq)
+--   wseq       last queue sequence number;  fence  last fencing token issued
+--
+-- Common ARGV of every script:
+--   ARGV[1] publish command ('SPUBLISH' on a cluster, 'PUBLISH' on a standalone server)
+--   ARGV[2] lease (ms) an original-design reader holds after its `read` stamp
+--   ARGV[3] lease (ms) an original-design writer holds after its `write` stamp
+-- Operation arguments start at ARGV[4].
+
+local KEY = KEYS[1]
+local CHANNEL = KEY .. ':released'
+local PUBLISH = ARGV[1]
+local ORIGINAL_READ = tonumber(ARGV[2])
+local ORIGINAL_WRITE = tonumber(ARGV[3])
+
+-- Integers as exact decimal strings (Lua prints large doubles as 1.7e+15).
+local function int(n)
+  return string.format('%d', n)
+end
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Reads the hash, deletes every expired entry and returns the live state.
+-- An error (WRONGTYPE) is raised before anything is written.
+local function load()
+  local now = now_ms()
+  local flat = redis.call('HGETALL', KEY)
+  local h = {}
+  for i = 1, #flat, 2 do
+    h[flat[i]] = flat[i + 1]
+  end
+  local s = { now = now, readers = {}, nreaders = 0, intents = {}, freed = false,
+              freed_writer = false, fence = tonumber(h['fence'] or '0'), h = h }
+  local stale = {}
+
+  for field, value in pairs(h) do
+    local tok = string.match(field, '^r:(.+)$')
+    if tok then
+      local deadline = tonumber(value)
+      if deadline > now then
+        s.readers[tok] = deadline
+        s.nreaders = s.nreaders + 1
+      else
+        stale[#stale + 1] = field
+        s.freed = true
+      end
+    end
+    tok = string.match(field, '^wait:(.+)$')
+    if tok then
+      local seq, deadline = string.match(value, '^(%d+):(%d+)$')
+      if deadline and tonumber(deadline) > now then
+        s.intents[#s.intents + 1] = { token = tok, seq = tonumber(seq), deadline = tonumber(deadline) }
+      else
+        stale[#stale + 1] = field
+      end
+    end
+  end
+  table.sort(s.intents, function(a, b) return a.seq < b.seq end)
+
+  if h['w:owner'] then
+    local deadline = tonumber(h['w:until'] or '0')
+    if deadline > now then
+      s.writer, s.writer_until = h['w:owner'], deadline
+    else
+      stale[#stale + 1] = 'w:owner'
+      stale[#stale + 1] = 'w:until'
+      stale[#stale + 1] = 'write'
+      s.freed, s.freed_writer = true, true
+    end
+  elseif h['write'] then
+    -- A `write` stamp without an owner was set by an original-design client.
+    local deadline = tonumber(h['write']) + ORIGINAL_WRITE
+    if deadline > now then
+      s.foreign_writer_until = deadline
+    else
+      stale[#stale + 1] = 'write'
+      s.freed = true
+    end
+  end
+
+  -- Original readers: a `read` stamp we did not write, or one we overwrote.
+  local foreign = tonumber(h['orig:read'] or '0')
+  if h['read'] and h['read'] ~= h['rstamp'] then
+    foreign = math.max(foreign, tonumber(h['read']) + ORIGINAL_READ)
+  end
+  if foreign > now then
+    s.foreign_reader_until = foreign
+  else
+    if h['orig:read'] then
+      stale[#stale + 1] = 'orig:read'
+    end
+    if h['read'] and s.nreaders == 0 then
+      stale[#stale + 1] = 'read'
+      stale[#stale + 1] = 'rstamp'
+    end
+  end
+
+  if #stale > 0 then
+    redis.call('HDEL', KEY, unpack(stale))
+  end
+  return s
+end
+
+-- True when neither our holders nor an original client's hold the lock.
+local function is_free(s)
+  return not s.writer and not s.foreign_writer_until and s.nreaders == 0
+    and not s.foreign_reader_until
+end
+
+-- The latest deadline among the holds: when the lock frees itself if nobody renews.
+local function holds_until(s)
+  local t = math.max(s.writer_until or 0, s.foreign_writer_until or 0, s.foreign_reader_until or 0)
+  for _, deadline in pairs(s.readers) do
+    t = math.max(t, deadline)
+  end
+  return t
+end
+
+-- Milliseconds a refused caller may sleep before the holds could have expired.
+local function retry_hint(s)
+  return math.max(holds_until(s) - s.now, 1)
+end
+
+-- The hash lives at least as long as its longest deadline; an idle lock keeps its
+-- fencing counter for a second more, then disappears.
+local function set_expiry(s)
+  local t = holds_until(s)
+  for _, intent in ipairs(s.intents) do
+    t = math.max(t, intent.deadline)
+  end
+  redis.call('PEXPIRE', KEY, int(math.max(t - s.now, 0) + 1000))
+end
+
+-- Stamps `read` for an original client's eyes, keeping an original reader's deadline.
+local function stamp_read(s)
+  local h = s.h
+  if s.foreign_reader_until then
+    redis.call('HSET', KEY, 'orig:read', int(s.foreign_reader_until))
+  end
+  redis.call('HSET', KEY, 'read', int(s.now), 'rstamp', int(s.now))
+end
+
+-- Removes one reader; `read` goes with the last one unless an original reader holds.
+local function drop_reader(s, token)
+  redis.call('HDEL', KEY, 'r:' .. token)
+  s.readers[token] = nil
+  s.nreaders = s.nreaders - 1
+  if s.nreaders == 0 and not s.foreign_reader_until then
+    redis.call('HDEL', KEY, 'read', 'rstamp')
+  end
+  s.freed = true
+end
+
+local function drop_writer(s)
+  redis.call('HDEL', KEY, 'w:owner', 'w:until', 'write')
+  s.writer, s.writer_until = nil, nil
+  s.freed, s.freed_writer = true, true
+end
+
+local function drop_intent(s, token)
+  for i, intent in ipairs(s.intents) do
+    if intent.token == token then
+      table.remove(s.intents, i)
+      redis.call('HDEL', KEY, 'wait:' .. token)
+      return true
+    end
+  end
+  return false
+end
+
+-- Wakes who can proceed after holds ended: the first queued writer, or everyone
+-- ('*') when no writer queues; readers only ('r') when a writer left but readers hold.
+local function wake(s)
+  if not s.freed then
+    return
+  end
+  if is_free(s) then
+    local first = s.intents[1]
+    redis.call(PUBLISH, CHANNEL, first and first.token or '*')
+  elseif s.freed_writer and not s.writer and not s.foreign_writer_until then
+    redis.call(PUBLISH, CHANNEL, 'r')
+  end
+end

@@ -1,0 +1,24 @@
+-- release.lua: end whatever this token has (a read hold, the write hold, a place in
+-- the writers' queue); wakes who can go next.
+-- KEYS[1]  the lock hash
+-- ARGV[1..3] common (see prelude.lua)
+-- ARGV[4]  token
+-- Returns 1 when a hold was removed, 0 when this token held nothing (already
+-- released, expired, or a resent command): either way the token no longer holds.
+local token = ARGV[4]
+local s = load()
+
+local removed = 0
+if s.writer == token then
+  drop_writer(s)
+  removed = 1
+elseif s.readers[token] then
+  drop_reader(s, token)
+  removed = 1
+end
+if drop_intent(s, token) then
+  s.freed = true
+end
+set_expiry(s)
+wake(s)
+return removed

@@ -1,0 +1,24 @@
+-- renew.lua: extend this token's live hold and refresh the `read`/`write` stamp
+-- that original-design clients look at.
+-- KEYS[1]  the lock hash
+-- ARGV[1..3] common (see prelude.lua)
+-- ARGV[4]  token of the hold (read or write)
+-- ARGV[5]  lease (ms) from now
+-- Returns 1 renewed, 0 the hold is gone (expired or released): the lease is lost.
+local token, lease = ARGV[4], tonumber(ARGV[5])
+local s = load()
+
+local renewed = 0
+if s.writer == token then
+  s.writer_until = s.now + lease
+  redis.call('HSET', KEY, 'w:until', int(s.writer_until), 'write', int(s.now))
+  renewed = 1
+elseif s.readers[token] then
+  s.readers[token] = s.now + lease
+  redis.call('HSET', KEY, 'r:' .. token, int(s.now + lease))
+  stamp_read(s)
+  renewed = 1
+end
+set_expiry(s)
+wake(s)
+return renewed

@@ -1,0 +1,121 @@
+//! [`LockClient`]: the connections every lock of a process shares.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::connection::Connection;
+use crate::wakeups::Wakeups;
+use crate::{Error, LockOptions, RwLock};
+
+/// A handle to a Redis Cluster or a single Redis server, from which locks are made.
+///
+/// Cheap to clone: clones share one multiplexed connection per node for lock
+/// scripts and one more for wake-up subscriptions. Every request has explicit limits:
+/// at most 2 s for a reply, 4 s in all with up to 3 retries, 1 s to connect.
+#[derive(Clone)]
+pub struct LockClient {
+    pub(crate) inner: Arc<ClientInner>,
+}
+
+pub(crate) struct ClientInner {
+    pub(crate) conn: Connection,
+    pub(crate) wakeups: Wakeups,
+}
+
+impl LockClient {
+    /// Connects to a Redis Cluster through any of its nodes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOptions`] when no URL is given or the nodes are not in cluster
+    /// mode; [`Error::Redis`] when a URL is malformed or no node answers in time.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future only abandons the connection attempt.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redis_rwlock::Error> {
+    /// let client = redis_rwlock::LockClient::cluster(["redis://127.0.0.1:7000"]).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn cluster<I, S>(nodes: I) -> Result<Self, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let nodes: Vec<String> = nodes.into_iter().map(|n| n.as_ref().to_owned()).collect();
+        let conn = Connection::cluster(&nodes, None).await?;
+        let wakeups = Wakeups::connect(Some(&nodes), "").await?;
+        Ok(Self::from_parts(conn, wakeups))
+    }
+
+    /// Connects to one Redis server (7.0 or newer) that is not part of a cluster.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOptions`] when the server is a cluster node; [`Error::Redis`]
+    /// when the URL is malformed or the server does not answer in time.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future only abandons the connection attempt.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redis_rwlock::Error> {
+    /// let client = redis_rwlock::LockClient::standalone("redis://127.0.0.1:6379").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn standalone(url: impl AsRef<str>) -> Result<Self, Error> {
+        let url = url.as_ref();
+        let conn = Connection::standalone(url, None).await?;
+        let wakeups = Wakeups::connect(None, url).await?;
+        Ok(Self::from_parts(conn, wakeups))
+    }
+
+    fn from_parts(conn: Connection, wakeups: Wakeups) -> Self {
+        LockClient {
+            inner: Arc::new(ClientInner { conn, wakeups }),
+        }
+    }
+
+    /// The lock called `name`, with default options. No I/O.
+    ///
+    /// The lock lives in the hash `rwlock:{name}`: the name is the key's hash tag, so
+    /// keys of your own that carry the same tag (`cache:{name}`) share its slot. Any
+    /// non-empty name without `{` or `}` works (spaces and Unicode included); an empty
+    /// name or one with a brace makes every operation fail with
+    /// [`Error::InvalidOptions`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(client: redis_rwlock::LockClient) -> Result<(), redis_rwlock::Error> {
+    /// let lock = client.rwlock("inventory");
+    /// let guard = lock.read().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn rwlock(&self, name: impl Into<String>) -> RwLock {
+        self.rwlock_with(name, LockOptions::default())
+    }
+
+    /// The lock called `name`, with `options`. No I/O; see [`rwlock`](Self::rwlock).
+    pub fn rwlock_with(&self, name: impl Into<String>, options: LockOptions) -> RwLock {
+        RwLock::new(self.clone(), name.into(), options)
+    }
+}
+
+impl fmt::Debug for LockClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.inner.conn {
+            Connection::Cluster(_) => "cluster",
+            Connection::Standalone(_) => "standalone",
+        };
+        f.debug_struct("LockClient").field("kind", &kind).finish()
+    }
+}

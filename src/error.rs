@@ -1,0 +1,66 @@
+//! The crate's one error type.
+
+use redis::RedisError;
+
+/// Everything a lock operation can fail with.
+///
+/// Messages are lowercase and never repeat their source; the underlying
+/// [`RedisError`] is reachable through [`std::error::Error::source`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// `try_read`/`try_write` found that the call would have to wait: the lock is
+    /// held in a conflicting mode, or (writer preference) a writer is queued ahead.
+    #[error("operation would block")]
+    WouldBlock,
+
+    /// The lock could not be taken within [`LockOptions::wait_timeout`](crate::LockOptions::wait_timeout).
+    #[error("timed out waiting for the lock")]
+    Timeout,
+
+    /// The guard already knew its lease was gone before the call: a renewal found it
+    /// missing, or its local deadline passed without a successful renewal.
+    #[error("the lock's lease was lost")]
+    LeaseLost,
+
+    /// A lock name or an option is unusable; nothing was sent to Redis.
+    #[error("invalid options: {0}")]
+    InvalidOptions(String),
+
+    /// The lock's key holds another Redis type; it was not modified.
+    #[error("key {key:?} holds a value of another type than the lock uses")]
+    WrongType {
+        /// The offending key.
+        key: String,
+    },
+
+    /// The two keys of a legacy lock hash to different cluster slots, so no script
+    /// can touch both; nothing was written.
+    #[error("keys {read_key:?} and {write_key:?} are in different cluster slots")]
+    CrossSlot {
+        /// The read key of the legacy lock.
+        read_key: String,
+        /// The write key of the legacy lock.
+        write_key: String,
+    },
+
+    /// Redis answered with an error, or could not be reached in time.
+    #[error("redis request failed")]
+    Redis(#[from] RedisError),
+}
+
+impl Error {
+    /// Classifies a Redis error raised by a script on `key`.
+    pub(crate) fn from_script(err: RedisError, key: &str) -> Self {
+        if err.code() == Some("WRONGTYPE") {
+            Error::WrongType {
+                key: key.to_owned(),
+            }
+        } else {
+            Error::Redis(err)
+        }
+    }
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,216 @@
+//! The lease behind every guard: renewal, the lost signal, release and the drop
+//! fallback, written once for both guard kinds.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep, sleep_until, timeout};
+
+use crate::scripts::LockMode;
+use crate::token::Token;
+use crate::{Error, RwLock};
+
+/// How long a failed renewal waits before trying again (while the lease lasts).
+const RENEW_RETRY: Duration = Duration::from_millis(100);
+
+/// A hold on the lock: its token, and a background task that renews it.
+pub(crate) struct Lease {
+    /// `None` once released (explicitly or by Drop).
+    held: Option<Held>,
+}
+
+struct Held {
+    lock: RwLock,
+    token: Token,
+    mode: LockMode,
+    status: Arc<Status>,
+    renewal: JoinHandle<()>,
+    runtime: Handle,
+}
+
+/// What the guard and its renewal task share.
+struct Status {
+    /// Turns true, once, when the lease is known lost.
+    lost: watch::Sender<bool>,
+    /// The local monotonic deadline: when the last acquire/renewal was sent, plus the
+    /// lease. Redis's deadline is never earlier.
+    deadline: Mutex<Instant>,
+}
+
+impl Status {
+    fn deadline(&self) -> Instant {
+        *self.deadline.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn extend(&self, deadline: Instant) {
+        *self.deadline.lock().unwrap_or_else(PoisonError::into_inner) = deadline;
+    }
+
+    fn mark_lost(&self) {
+        self.lost.send_replace(true);
+    }
+
+    fn is_held(&self) -> bool {
+        !*self.lost.borrow() && Instant::now() < self.deadline()
+    }
+}
+
+impl Lease {
+    /// Starts tracking a hold granted to `token`; `sent` is when the request that
+    /// granted it was sent.
+    pub(crate) fn start(lock: RwLock, token: Token, mode: LockMode, sent: Instant) -> Self {
+        let (lost, _) = watch::channel(false);
+        let status = Arc::new(Status {
+            lost,
+            deadline: Mutex::new(sent + lock.lease(mode)),
+        });
+        let runtime = Handle::current();
+        let renewal = runtime.spawn(renew(lock.clone(), token.clone(), mode, status.clone()));
+        Lease {
+            held: Some(Held {
+                lock,
+                token,
+                mode,
+                status,
+                renewal,
+                runtime,
+            }),
+        }
+    }
+
+    pub(crate) fn is_held(&self) -> bool {
+        self.held.as_ref().is_some_and(|held| held.status.is_held())
+    }
+
+    /// Resolves once the lease is known lost.
+    pub(crate) async fn lost(&self) {
+        if let Some(held) = &self.held {
+            let mut lost = held.status.lost.subscribe();
+            let _ = lost.wait_for(|lost| *lost).await;
+        }
+    }
+
+    pub(crate) fn token(&self) -> Option<&Token> {
+        self.held.as_ref().map(|held| &held.token)
+    }
+
+    /// Ends the hold. `Err(LeaseLost)` when the lease was already known lost (the
+    /// release is still sent, to tidy up).
+    pub(crate) async fn release(mut self) -> Result<(), Error> {
+        let Some(held) = self.held.take() else {
+            return Ok(());
+        };
+        held.renewal.abort();
+        let was_held = held.status.is_held();
+        let released = held.lock.release_token(&held.token).await;
+        tracing::debug!(lock = held.lock.name(), mode = ?held.mode, "released");
+        if !was_held {
+            return Err(Error::LeaseLost);
+        }
+        released.map(|_| ())
+    }
+
+    /// Turns a write hold into a read hold, atomically.
+    pub(crate) async fn downgrade(mut self) -> Result<Lease, Error> {
+        let Some(held) = self.held.take() else {
+            return Err(Error::LeaseLost);
+        };
+        held.renewal.abort();
+        if !held.status.is_held() {
+            held.release_in_background();
+            return Err(Error::LeaseLost);
+        }
+        let sent = Instant::now();
+        match held.lock.downgrade_token(&held.token).await {
+            Ok(true) => Ok(Lease::start(held.lock, held.token, LockMode::Read, sent)),
+            Ok(false) => {
+                held.release_in_background();
+                Err(Error::LeaseLost)
+            }
+            Err(err) => {
+                // The downgrade may or may not have run: release either hold.
+                held.release_in_background();
+                Err(err)
+            }
+        }
+    }
+}
+
+impl Held {
+    /// The drop fallback: release on the runtime captured at acquire time, never
+    /// blocking; on failure the hold ends when its lease does.
+    fn release_in_background(self) {
+        let Held {
+            lock,
+            token,
+            mode,
+            renewal,
+            runtime,
+            ..
+        } = self;
+        renewal.abort();
+        runtime.spawn(async move {
+            match lock.release_token(&token).await {
+                Ok(_) => tracing::debug!(lock = lock.name(), ?mode, "released on drop"),
+                Err(err) => tracing::warn!(
+                    lock = lock.name(), ?mode, %err,
+                    "release on drop failed; the hold ends when its lease does"
+                ),
+            }
+        });
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(held) = self.held.take() {
+            held.release_in_background();
+        }
+    }
+}
+
+/// The renewal task: renews every third of the lease (more often when original
+/// clients must see fresh stamps) until the hold is lost or the guard goes.
+/// Without auto-renewal it only marks the lease lost when it runs out.
+async fn renew(lock: RwLock, token: Token, mode: LockMode, status: Arc<Status>) {
+    let lease = lock.lease(mode);
+    if !lock.options().auto_renew {
+        sleep_until(status.deadline()).await;
+        status.mark_lost();
+        return;
+    }
+    let period = lock.renew_period(mode);
+    loop {
+        sleep(period).await;
+        loop {
+            let sent = Instant::now();
+            let deadline = status.deadline();
+            if sent >= deadline {
+                tracing::warn!(lock = lock.name(), ?mode, "lease lost: Redis unreachable until the lease ended");
+                status.mark_lost();
+                return;
+            }
+            match timeout(deadline - sent, lock.renew_token(&token, lease)).await {
+                Ok(Ok(true)) => {
+                    status.extend(sent + lease);
+                    tracing::trace!(lock = lock.name(), ?mode, "renewed");
+                    break;
+                }
+                Ok(Ok(false)) => {
+                    tracing::warn!(lock = lock.name(), ?mode, "lease lost: the hold was gone at renewal");
+                    status.mark_lost();
+                    return;
+                }
+                Ok(Err(err)) => {
+                    tracing::debug!(lock = lock.name(), ?mode, %err, "renewal failed; retrying");
+                    sleep(RENEW_RETRY.min(deadline.saturating_duration_since(Instant::now())))
+                        .await;
+                }
+                Err(_) => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,26 @@
+#![doc = include_str!("../README.md")]
+
+mod client;
+mod connection;
+mod error;
+mod lease;
+mod lock;
+mod options;
+mod read_guard;
+mod scripts;
+#[allow(dead_code)] // the legacy two-key mode checks slots; until then only tests do
+mod slot;
+mod state;
+mod token;
+mod waiting;
+mod wakeups;
+mod write_guard;
+
+pub use client::LockClient;
+pub use error::{Error, Result};
+pub use lock::RwLock;
+pub use options::{Fairness, LockOptions};
+pub use read_guard::RwLockReadGuard;
+pub use redis;
+pub use state::{Holder, LockMode, LockState};
+pub use write_guard::RwLockWriteGuard;

@@ -1,0 +1,338 @@
+//! [`RwLock`]: a named read-write lock; cheap handle, all state in Redis.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sync_wrapper::SyncFuture;
+
+use crate::client::LockClient;
+use crate::lease::Lease;
+use crate::options::check_name;
+use crate::scripts::{Acquired, HashLock, LockMode};
+use crate::state::LockState;
+use crate::token::Token;
+use crate::waiting::{INTENT_TTL, acquire};
+use crate::wakeups::Listener;
+use crate::{Error, Fairness, LockOptions, RwLockReadGuard, RwLockWriteGuard};
+
+/// A read-write lock shared by every process that names it.
+///
+/// Many readers hold it together, or one writer alone. Each hold is a lease kept in
+/// Redis (10 s by default) that the guard renews in the background while it lives;
+/// a process that dies without releasing loses its holds when their leases end.
+///
+/// # Priority policy
+///
+/// By default ([`Fairness::WriterPreferred`]) a waiting writer queues in the lock:
+/// new readers wait behind it, and writers are served in arrival order, so a
+/// refresher is never starved by a stream of readers. A writer's place in the queue
+/// expires a few seconds after its waiter stops re-checking (a crashed waiter does not
+/// block the lock for long; a cancelled one withdraws at once).
+/// [`Fairness::ReaderPreferred`] lets readers in whenever no writer holds.
+///
+/// # Drop contract
+///
+/// [`RwLockReadGuard::release`]/[`RwLockWriteGuard::release`] end a hold and report
+/// errors. Dropping a guard instead releases it in the background on the runtime it
+/// was acquired on; if that fails, the hold ends when its lease does. A guard leaked
+/// with [`std::mem::forget`] keeps renewing while the runtime runs (with
+/// `auto_renew(false)` it simply expires).
+///
+/// The handle is cheap to clone and does no I/O until used.
+#[derive(Clone)]
+pub struct RwLock {
+    inner: Arc<LockInner>,
+}
+
+struct LockInner {
+    client: LockClient,
+    name: String,
+    options: LockOptions,
+    /// The lock's keys, or why the name or options are unusable.
+    target: Result<HashLock, String>,
+}
+
+impl RwLock {
+    pub(crate) fn new(client: LockClient, name: String, options: LockOptions) -> Self {
+        let target = check_name("lock name", &name)
+            .and_then(|()| options.validate())
+            .map(|()| HashLock::new(&options.key_prefix, &name, options.original_leases()))
+            .map_err(|err| match err {
+                Error::InvalidOptions(message) => message,
+                other => other.to_string(),
+            });
+        RwLock {
+            inner: Arc::new(LockInner {
+                client,
+                name,
+                options,
+                target,
+            }),
+        }
+    }
+
+    /// Takes a read hold, waiting while a writer holds or (writer preference) is
+    /// queued, at most [`LockOptions::wait_timeout`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] when the wait limit passes; [`Error::InvalidOptions`] for a
+    /// bad name or option (before any I/O); [`Error::WrongType`] when the key holds
+    /// another type; [`Error::Redis`] when Redis fails or cannot be reached in time.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future withdraws the attempt in the background; if Redis had
+    /// already granted a hold whose reply was not read, that release removes it, and
+    /// failing that the hold ends with its lease.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// let guard = lock.read().await?;
+    /// // ... read the shared resource ...
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn read(
+        &self,
+    ) -> impl Future<Output = Result<RwLockReadGuard, Error>> + Send + Sync + 'static {
+        self.acquire_read(true)
+    }
+
+    /// Takes the write hold, waiting for every holder to leave, at most
+    /// [`LockOptions::wait_timeout`]. While it waits, it is queued: new readers and
+    /// later writers wait behind it (with [`Fairness::WriterPreferred`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`read`](Self::read).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`read`](Self::read); the place in the queue is withdrawn too.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// let guard = lock.write().await?;
+    /// let token = guard.fencing_token(); // pass it to the resource you protect
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn write(
+        &self,
+    ) -> impl Future<Output = Result<RwLockWriteGuard, Error>> + Send + Sync + 'static {
+        self.acquire_write(true)
+    }
+
+    /// Takes a read hold if that needs no waiting: one round trip.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WouldBlock`] when a writer holds or (writer preference) is queued;
+    /// otherwise as [`read`](Self::read).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`read`](Self::read).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// match lock.try_read().await {
+    ///     Ok(guard) => guard.release().await?,
+    ///     Err(redis_rwlock::Error::WouldBlock) => println!("busy"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn try_read(
+        &self,
+    ) -> impl Future<Output = Result<RwLockReadGuard, Error>> + Send + Sync + 'static {
+        self.acquire_read(false)
+    }
+
+    /// Takes the write hold if that needs no waiting: one round trip.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WouldBlock`] when anyone holds, or another writer is first in line;
+    /// otherwise as [`read`](Self::read).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`read`](Self::read).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// if let Ok(guard) = lock.try_write().await {
+    ///     guard.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn try_write(
+        &self,
+    ) -> impl Future<Output = Result<RwLockWriteGuard, Error>> + Send + Sync + 'static {
+        self.acquire_write(false)
+    }
+
+    /// Who holds the lock now, and until when, by the server's clock.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOptions`], [`Error::WrongType`], [`Error::Redis`] as for
+    /// [`read`](Self::read).
+    ///
+    /// # Cancel safety
+    ///
+    /// Reads only; safe to drop.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// let state = lock.state().await?;
+    /// if let Some(writer) = &state.writer {
+    ///     println!("written until {}", writer.until);
+    /// }
+    /// println!("{} readers", state.readers.len());
+    /// # Ok(()) }
+    /// ```
+    pub async fn state(&self) -> Result<LockState, Error> {
+        let (now, fields) = self.target()?.fields(self.conn()).await?;
+        Ok(LockState::from_fields(now, &fields, self.inner.options.original_leases()))
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The options the lock was made with.
+    pub fn options(&self) -> &LockOptions {
+        &self.inner.options
+    }
+
+    fn acquire_read(
+        &self,
+        wait: bool,
+    ) -> impl Future<Output = Result<RwLockReadGuard, Error>> + Send + Sync + 'static {
+        let lock = self.clone();
+        SyncFuture::new(async move {
+            let granted = acquire(&lock, LockMode::Read, wait).await?;
+            Ok(RwLockReadGuard::new(Lease::start(
+                lock,
+                granted.token,
+                LockMode::Read,
+                granted.sent,
+            )))
+        })
+    }
+
+    fn acquire_write(
+        &self,
+        wait: bool,
+    ) -> impl Future<Output = Result<RwLockWriteGuard, Error>> + Send + Sync + 'static {
+        let lock = self.clone();
+        SyncFuture::new(async move {
+            let granted = acquire(&lock, LockMode::Write, wait).await?;
+            Ok(RwLockWriteGuard::new(
+                Lease::start(lock, granted.token, LockMode::Write, granted.sent),
+                granted.fence,
+            ))
+        })
+    }
+
+    // The machinery below is what waiting and leases use.
+
+    /// Fails with [`Error::InvalidOptions`] for a bad name or option.
+    pub(crate) fn check(&self) -> Result<(), Error> {
+        self.target().map(|_| ())
+    }
+
+    fn target(&self) -> Result<&HashLock, Error> {
+        self.inner
+            .target
+            .as_ref()
+            .map_err(|message| Error::InvalidOptions(message.clone()))
+    }
+
+    fn conn(&self) -> &crate::connection::Connection {
+        &self.inner.client.inner.conn
+    }
+
+    pub(crate) fn lease(&self, mode: LockMode) -> Duration {
+        match mode {
+            LockMode::Read => self.inner.options.read_lease,
+            LockMode::Write => self.inner.options.write_lease,
+        }
+    }
+
+    /// How often a hold in `mode` renews: every third of its lease, and more often
+    /// than original clients' timeouts so they never judge it stale.
+    pub(crate) fn renew_period(&self, mode: LockMode) -> Duration {
+        let mut period = self.lease(mode) / 3;
+        if let Some((read, write)) = self.inner.options.original_timeouts {
+            period = period.min(read.min(write) / 2);
+        }
+        period.max(Duration::from_millis(1))
+    }
+
+    pub(crate) async fn acquire_token(
+        &self,
+        token: &Token,
+        mode: LockMode,
+        queue: bool,
+    ) -> Result<Acquired, Error> {
+        let target = self.target()?;
+        match mode {
+            LockMode::Read => {
+                let writer_preferred = self.inner.options.fairness == Fairness::WriterPreferred;
+                target
+                    .acquire_read(self.conn(), token, self.lease(mode), writer_preferred)
+                    .await
+            }
+            LockMode::Write => {
+                let intent = if queue { INTENT_TTL } else { Duration::ZERO };
+                target
+                    .acquire_write(self.conn(), token, self.lease(mode), intent)
+                    .await
+            }
+        }
+    }
+
+    pub(crate) async fn release_token(&self, token: &Token) -> Result<bool, Error> {
+        self.target()?.release(self.conn(), token).await
+    }
+
+    pub(crate) async fn renew_token(&self, token: &Token, lease: Duration) -> Result<bool, Error> {
+        self.target()?.renew(self.conn(), token, lease).await
+    }
+
+    pub(crate) async fn downgrade_token(&self, token: &Token) -> Result<bool, Error> {
+        let lease = self.lease(LockMode::Read);
+        self.target()?.downgrade(self.conn(), token, lease).await
+    }
+
+    pub(crate) async fn listen(&self) -> Result<Listener, Error> {
+        let channel = &self.target()?.channel;
+        self.inner.client.inner.wakeups.listen(channel).await
+    }
+}
+
+impl fmt::Debug for RwLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RwLock")
+            .field("name", &self.inner.name)
+            .field("options", &self.inner.options)
+            .finish()
+    }
+}

@@ -1,0 +1,326 @@
+//! Per-lock settings: leases, waiting, fairness, keys, replication.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Error;
+
+/// The longest lease or original-client timeout accepted: one day.
+const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
+/// The longest `wait_timeout` accepted: thirty days (leave it unset to wait forever).
+const MAX_WAIT: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+/// The most replicas `min_replicas` may ask for.
+const MAX_REPLICAS: u32 = 64;
+
+/// Who goes first when readers and writers both wait.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fairness {
+    /// A waiting writer keeps new readers out, and writers are served in arrival
+    /// order: a refresher is never starved by a stream of readers. The default.
+    #[default]
+    WriterPreferred,
+    /// Readers enter whenever no writer holds, as in the original design; a writer
+    /// may wait as long as readers keep overlapping.
+    ReaderPreferred,
+}
+
+/// Settings of one lock, given to [`LockClient::rwlock_with`](crate::LockClient::rwlock_with).
+///
+/// Built from [`Default`] with consuming builder methods, or deserialized (every field
+/// optional, durations in milliseconds, unknown fields rejected):
+///
+/// ```
+/// use std::time::Duration;
+/// use redis_rwlock::{Fairness, LockOptions};
+///
+/// let opts = LockOptions::default()
+///     .write_lease(Duration::from_secs(30))
+///     .wait_timeout(Duration::from_secs(5))
+///     .fairness(Fairness::WriterPreferred);
+///
+/// let same: LockOptions =
+///     serde_json::from_str(r#"{"write_lease": 30000, "wait_timeout": 5000}"#).unwrap();
+/// assert_eq!(opts, same);
+/// ```
+///
+/// Options are checked when the lock is first used: a bad value makes every
+/// operation return [`Error::InvalidOptions`] before anything is sent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LockOptions {
+    #[serde(with = "millis")]
+    pub(crate) read_lease: Duration,
+    #[serde(with = "millis")]
+    pub(crate) write_lease: Duration,
+    #[serde(with = "opt_millis")]
+    pub(crate) wait_timeout: Option<Duration>,
+    pub(crate) auto_renew: bool,
+    pub(crate) fairness: Fairness,
+    pub(crate) key_prefix: String,
+    pub(crate) min_replicas: u32,
+    #[serde(with = "millis")]
+    pub(crate) replica_timeout: Duration,
+    #[serde(with = "opt_pair_millis")]
+    pub(crate) original_timeouts: Option<(Duration, Duration)>,
+}
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        LockOptions {
+            read_lease: Duration::from_secs(10),
+            write_lease: Duration::from_secs(10),
+            wait_timeout: None,
+            auto_renew: true,
+            fairness: Fairness::WriterPreferred,
+            key_prefix: "rwlock".to_owned(),
+            min_replicas: 0,
+            replica_timeout: Duration::from_millis(500),
+            original_timeouts: None,
+        }
+    }
+}
+
+impl LockOptions {
+    /// How long a read hold lasts without renewal (default 10 s; 1 ms to 1 day).
+    pub fn read_lease(mut self, lease: Duration) -> Self {
+        self.read_lease = lease;
+        self
+    }
+
+    /// How long a write hold lasts without renewal (default 10 s; 1 ms to 1 day).
+    pub fn write_lease(mut self, lease: Duration) -> Self {
+        self.write_lease = lease;
+        self
+    }
+
+    /// The longest `read()`/`write()` wait before [`Error::Timeout`] (default: no
+    /// limit; at most 30 days).
+    pub fn wait_timeout(mut self, timeout: Duration) -> Self {
+        self.wait_timeout = Some(timeout);
+        self
+    }
+
+    /// Whether guards renew their lease in the background (default `true`, every
+    /// third of the lease). Without it a hold simply ends when its lease does.
+    pub fn auto_renew(mut self, renew: bool) -> Self {
+        self.auto_renew = renew;
+        self
+    }
+
+    /// The priority policy between readers and writers (default
+    /// [`Fairness::WriterPreferred`]).
+    pub fn fairness(mut self, fairness: Fairness) -> Self {
+        self.fairness = fairness;
+        self
+    }
+
+    /// The first part of the lock's key, `"{prefix}:{name}"` (default `"rwlock"`).
+    pub fn key_prefix(mut self, prefix: &str) -> Self {
+        prefix.clone_into(&mut self.key_prefix);
+        self
+    }
+
+    /// After each acquire, wait until this many replicas have the hold (`WAIT`)
+    /// before returning it (default 0: do not wait).
+    pub fn min_replicas(mut self, replicas: u32) -> Self {
+        self.min_replicas = replicas;
+        self
+    }
+
+    /// How long the `WAIT` of [`min_replicas`](Self::min_replicas) may take
+    /// (default 500 ms).
+    pub fn replica_timeout(mut self, timeout: Duration) -> Self {
+        self.replica_timeout = timeout;
+        self
+    }
+
+    /// The read and write timeouts of clients that still run the original design on
+    /// the same keys: their `read`/`write` stamps count as holds for that long
+    /// (default: this lock's own leases).
+    pub fn original_timeouts(mut self, read: Duration, write: Duration) -> Self {
+        self.original_timeouts = Some((read, write));
+        self
+    }
+
+    /// Checks every value; the lock calls this before its first request.
+    pub(crate) fn validate(&self) -> Result<(), Error> {
+        check_span("read_lease", self.read_lease, MAX_LEASE)?;
+        check_span("write_lease", self.write_lease, MAX_LEASE)?;
+        if let Some(wait) = self.wait_timeout {
+            check_span("wait_timeout", wait, MAX_WAIT)?;
+        }
+        if let Some((read, write)) = self.original_timeouts {
+            check_span("original read timeout", read, MAX_LEASE)?;
+            check_span("original write timeout", write, MAX_LEASE)?;
+        }
+        if self.min_replicas > MAX_REPLICAS {
+            return Err(invalid(format!(
+                "min_replicas is {}, more than {MAX_REPLICAS}",
+                self.min_replicas
+            )));
+        }
+        if self.min_replicas > 0 {
+            check_span("replica_timeout", self.replica_timeout, MAX_LEASE)?;
+        }
+        check_name("key_prefix", &self.key_prefix)
+    }
+
+    /// The original clients' (read, write) timeouts in force.
+    pub(crate) fn original_leases(&self) -> (Duration, Duration) {
+        self.original_timeouts
+            .unwrap_or((self.read_lease, self.write_lease))
+    }
+}
+
+fn invalid(message: String) -> Error {
+    Error::InvalidOptions(message)
+}
+
+/// A time span must be at least a millisecond and at most `max`.
+fn check_span(what: &str, span: Duration, max: Duration) -> Result<(), Error> {
+    if span < Duration::from_millis(1) {
+        return Err(invalid(format!(
+            "{what} is {span:?}, less than one millisecond"
+        )));
+    }
+    if span > max {
+        return Err(invalid(format!("{what} is {span:?}, more than {max:?}")));
+    }
+    Ok(())
+}
+
+/// Lock names and key prefixes are non-empty and free of `{`/`}`, so the key's hash
+/// tag is exactly the name (see [`crate::LockClient::rwlock`]).
+pub(crate) fn check_name(what: &str, name: &str) -> Result<(), Error> {
+    if name.is_empty() {
+        return Err(invalid(format!("{what} is empty")));
+    }
+    if name.contains(['{', '}']) {
+        return Err(invalid(format!(
+            "{what} {name:?} contains a brace; the lock adds its own hash tag"
+        )));
+    }
+    Ok(())
+}
+
+/// Durations as whole milliseconds.
+mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_millis)
+    }
+}
+
+mod opt_millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(
+        d: &Option<Duration>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => super::millis::serialize(d, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<u64>::deserialize(d)?.map(Duration::from_millis))
+    }
+}
+
+mod opt_pair_millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(
+        d: &Option<(Duration, Duration)>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        d.map(|(r, w)| {
+            (
+                u64::try_from(r.as_millis()).unwrap_or(u64::MAX),
+                u64::try_from(w.as_millis()).unwrap_or(u64::MAX),
+            )
+        })
+        .serialize(s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<(Duration, Duration)>, D::Error> {
+        Ok(Option::<(u64, u64)>::deserialize(d)?
+            .map(|(r, w)| (Duration::from_millis(r), Duration::from_millis(w))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        assert!(LockOptions::default().validate().is_ok());
+    }
+
+    #[test]
+    fn zero_tiny_and_absurd_spans_are_rejected() {
+        let bad = [
+            LockOptions::default().read_lease(Duration::ZERO),
+            LockOptions::default().write_lease(Duration::from_micros(999)),
+            LockOptions::default().write_lease(Duration::MAX),
+            LockOptions::default().wait_timeout(Duration::ZERO),
+            LockOptions::default().wait_timeout(Duration::from_secs(u64::MAX)),
+            LockOptions::default().original_timeouts(Duration::ZERO, Duration::from_secs(1)),
+            LockOptions::default().min_replicas(1).replica_timeout(Duration::ZERO),
+            LockOptions::default().min_replicas(1000),
+            LockOptions::default().key_prefix(""),
+            LockOptions::default().key_prefix("a{b"),
+        ];
+        for opts in bad {
+            assert!(
+                matches!(opts.validate(), Err(Error::InvalidOptions(_))),
+                "{opts:?} passed"
+            );
+        }
+    }
+
+    #[test]
+    fn serde_round_trips_in_milliseconds() {
+        let opts = LockOptions::default()
+            .read_lease(Duration::from_millis(1500))
+            .wait_timeout(Duration::from_secs(2))
+            .fairness(Fairness::ReaderPreferred)
+            .original_timeouts(Duration::from_secs(1), Duration::from_secs(3));
+        let json = serde_json::to_string(&opts).unwrap();
+        assert!(json.contains(r#""read_lease":1500"#), "{json}");
+        assert!(json.contains(r#""fairness":"reader_preferred""#), "{json}");
+        assert_eq!(serde_json::from_str::<LockOptions>(&json).unwrap(), opts);
+        assert_eq!(
+            serde_json::from_str::<LockOptions>("{}").unwrap(),
+            LockOptions::default()
+        );
+        assert!(serde_json::from_str::<LockOptions>(r#"{"read_leese": 1}"#).is_err());
+    }
+
+    #[test]
+    fn names_need_content_and_no_braces() {
+        assert!(check_name("name", "inventory 2 ✓").is_ok());
+        assert!(check_name("name", "").is_err());
+        assert!(check_name("name", "a}b").is_err());
+    }
+}

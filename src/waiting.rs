@@ -1,0 +1,185 @@
+//! Waiting for the lock: one attempt, then wake-ups plus a bounded re-check timer.
+//!
+//! A refused waiter subscribes to the lock's channel (once per process and lock, see
+//! [`crate::wakeups`]), tries again at once (a release may have slipped in before
+//! the subscription), then sleeps until a message that concerns it arrives or its
+//! re-check timer fires. The timer follows the current holds' deadline (a crashed
+//! holder publishes nothing) but fires at most about twice a second; each re-check
+//! of a waiting writer also refreshes its place in the queue.
+
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::time::{Instant, sleep_until};
+
+use crate::scripts::{Acquired, LockMode};
+use crate::token::Token;
+use crate::wakeups::Listener;
+use crate::{Error, Fairness, RwLock};
+
+/// The shortest re-check period: at most about two scripts per waiter per second.
+const MIN_RECHECK: Duration = Duration::from_millis(500);
+/// The longest re-check period, so a queued writer's intent stays fresh.
+const MAX_RECHECK: Duration = Duration::from_millis(1000);
+/// Random extra delay per re-check, so waiters do not re-check in step.
+const RECHECK_JITTER: Duration = Duration::from_millis(100);
+/// How long a queued writer's intent lives without a re-check: a few periods, so it
+/// outlives the gaps between re-checks and dies soon after its waiter is gone.
+pub(crate) const INTENT_TTL: Duration = Duration::from_millis(3 * 1100);
+
+/// A hold the server granted.
+pub(crate) struct Granted {
+    pub(crate) token: Token,
+    pub(crate) fence: u64,
+    /// When the granting request was sent: the start of the local lease clock.
+    pub(crate) sent: Instant,
+}
+
+/// Takes the lock in `mode`; waits (bounded by `wait_timeout`) when `wait`, else
+/// returns [`Error::WouldBlock`] at the first refusal.
+pub(crate) async fn acquire(lock: &RwLock, mode: LockMode, wait: bool) -> Result<Granted, Error> {
+    lock.check()?;
+    let started = Instant::now();
+    let deadline = lock.options().wait_timeout.map(|limit| started + limit);
+    let mut pending = Pending::new(lock, Token::random());
+    let mut listener: Option<Listener> = None;
+    let mut attempts = 0u32;
+    loop {
+        let sent = Instant::now();
+        attempts += 1;
+        let reply = lock.acquire_token(&pending.token, mode, wait).await?;
+        let holds_for = match reply {
+            Acquired::Granted { fence } => {
+                tracing::debug!(
+                    lock = lock.name(), ?mode, attempts,
+                    waited_ms = started.elapsed().as_millis() as u64,
+                    "acquired"
+                );
+                return Ok(Granted {
+                    token: pending.disarm(),
+                    fence,
+                    sent,
+                });
+            }
+            Acquired::Refused { .. } if !wait => {
+                // A refused try_* queued nothing: there is nothing to clean up.
+                pending.disarm();
+                return Err(Error::WouldBlock);
+            }
+            Acquired::Refused { holds_for } => holds_for,
+        };
+        let Some(listener) = listener.as_mut() else {
+            listener = Some(lock.listen().await?);
+            continue;
+        };
+        let mut recheck = Instant::now() + recheck_after(holds_for);
+        if let Some(deadline) = deadline {
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout);
+            }
+            recheck = recheck.min(deadline);
+        }
+        loop {
+            tokio::select! {
+                payload = listener.recv() => {
+                    if concerns(&payload, mode, &pending.token, lock.options().fairness) {
+                        tracing::trace!(lock = lock.name(), ?mode, "woken by a release");
+                        break;
+                    }
+                }
+                () = sleep_until(recheck) => break,
+            }
+        }
+        if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+            return Err(Error::Timeout);
+        }
+    }
+}
+
+/// The re-check delay after a refusal: when the current holds would end, kept
+/// between [`MIN_RECHECK`] and [`MAX_RECHECK`], plus jitter.
+fn recheck_after(holds_for: Duration) -> Duration {
+    let jitter = rand::rng().random_range(Duration::ZERO..=RECHECK_JITTER);
+    holds_for.clamp(MIN_RECHECK, MAX_RECHECK) + jitter
+}
+
+/// Whether a release message lets this waiter try again: `*` wakes everyone, `r`
+/// the readers, a token the writer it names (readers that do not defer to writers
+/// try on every message).
+fn concerns(payload: &str, mode: LockMode, token: &Token, fairness: Fairness) -> bool {
+    match (payload, mode) {
+        ("*", _) => true,
+        ("r", LockMode::Read) => true,
+        (_, LockMode::Read) => fairness == Fairness::ReaderPreferred,
+        (named, LockMode::Write) => named == token.as_str(),
+    }
+}
+
+/// A token that may hold something on the server until the acquire returns it: if
+/// the caller gives up (timeout, error, the future dropped mid-request), its queue
+/// place and any hold a lost reply granted are released in the background.
+struct Pending<'a> {
+    lock: &'a RwLock,
+    token: Token,
+    armed: bool,
+}
+
+impl<'a> Pending<'a> {
+    fn new(lock: &'a RwLock, token: Token) -> Self {
+        Pending {
+            lock,
+            token,
+            armed: true,
+        }
+    }
+
+    fn disarm(&mut self) -> Token {
+        self.armed = false;
+        self.token.clone()
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let lock = self.lock.clone();
+        let token = self.token.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(err) = lock.release_token(&token).await {
+                    tracing::debug!(lock = lock.name(), %err, "could not withdraw an abandoned acquire");
+                }
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recheck_stays_between_half_a_second_and_a_second() {
+        for holds_for in [0, 1, 300, 700, 5_000, 60_000] {
+            let delay = recheck_after(Duration::from_millis(holds_for));
+            assert!(delay >= MIN_RECHECK && delay <= MAX_RECHECK + RECHECK_JITTER);
+        }
+        assert!(INTENT_TTL >= 3 * MAX_RECHECK);
+    }
+
+    #[test]
+    fn messages_wake_only_who_can_proceed() {
+        let me = Token::random();
+        let other = Token::random();
+        let wp = Fairness::WriterPreferred;
+        assert!(concerns("*", LockMode::Write, &me, wp));
+        assert!(concerns(me.as_str(), LockMode::Write, &me, wp));
+        assert!(!concerns(other.as_str(), LockMode::Write, &me, wp));
+        assert!(!concerns("r", LockMode::Write, &me, wp));
+        assert!(concerns("r", LockMode::Read, &me, wp));
+        assert!(!concerns(other.as_str(), LockMode::Read, &me, wp));
+        assert!(concerns(other.as_str(), LockMode::Read, &me, Fairness::ReaderPreferred));
+    }
+}

@@ -1,0 +1,122 @@
+//! [`RwLockWriteGuard`]: the exclusive hold.
+
+use std::fmt;
+
+use crate::lease::Lease;
+use crate::{Error, RwLockReadGuard};
+
+/// The write hold on an [`RwLock`](crate::RwLock), renewed in the background while it
+/// lives. Release it with [`release`](Self::release); dropping it releases in the
+/// background (see the lock's drop contract).
+#[must_use = "the hold is released as soon as the guard is dropped"]
+#[clippy::has_significant_drop]
+pub struct RwLockWriteGuard {
+    lease: Lease,
+    fence: u64,
+}
+
+impl RwLockWriteGuard {
+    pub(crate) fn new(lease: Lease, fence: u64) -> Self {
+        RwLockWriteGuard { lease, fence }
+    }
+
+    /// This hold's fencing token: larger than every token issued before it for this
+    /// lock, also across the lock key's expiry (as long as the server clock does not
+    /// go back). Have the protected resource refuse writes carrying a smaller token
+    /// than one it has seen, and a paused, expired writer can do no harm.
+    pub fn fencing_token(&self) -> u64 {
+        self.fence
+    }
+
+    /// False once the lease is known lost: a renewal found it gone, or Redis could
+    /// not be reached before the lease's local deadline.
+    pub fn is_held(&self) -> bool {
+        self.lease.is_held()
+    }
+
+    /// Resolves when the lease is lost (never, while renewals succeed).
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop and to call again.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// let guard = lock.write().await?;
+    /// tokio::select! {
+    ///     () = guard.lost() => eprintln!("lease lost, abandoning the refresh"),
+    ///     () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn lost(&self) {
+        self.lease.lost().await
+    }
+
+    /// Turns this write hold into a read hold in one step: no other writer can enter
+    /// in between, and waiting readers are woken.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the write hold was already gone; [`Error::Redis`] when
+    /// Redis failed (the hold, whichever mode it is in, is then released in the
+    /// background).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future releases the hold in the background, in either mode.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// let writer = lock.write().await?;
+    /// // ... rebuild the value ...
+    /// let reader = writer.downgrade().await?;
+    /// // ... keep reading what was just written; other readers join ...
+    /// reader.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn downgrade(self) -> Result<RwLockReadGuard, Error> {
+        self.lease.downgrade().await.map(RwLockReadGuard::new)
+    }
+
+    /// Ends the hold.
+    ///
+    /// Returns `Ok(())` when the lock no longer holds this guard's token afterwards
+    /// (also when it had already expired unnoticed, or a retried request did it).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the guard already knew its lease was gone;
+    /// [`Error::Redis`] when Redis could not be reached (the hold then ends with its
+    /// lease).
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped mid-flight the release may or may not have happened; the hold ends
+    /// with its lease at the latest (no renewal runs any more).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// lock.write().await?.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn release(self) -> Result<(), Error> {
+        self.lease.release().await
+    }
+}
+
+impl fmt::Debug for RwLockWriteGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RwLockWriteGuard")
+            .field("token", &self.lease.token())
+            .field("fence", &self.fence)
+            .field("held", &self.is_held())
+            .finish()
+    }
+}
