@@ -36,7 +36,7 @@ if not is_free(s) or (first and first.token ~= token) then
 end
 
 drop_intent(s, token)
-local fence = math.max(s.fence + 1, s.now * 1000)
+local fence = math.max(s.fence + 1, s.now_us)
 s.writer, s.writer_until = token, s.now + lease
 redis.call('HSET', KEY, 'w:owner', token, 'w:until', int(s.now + lease),
   'write', int(s.now), 'fence', int(fence))

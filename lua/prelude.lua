@@ -9,7 +9,9 @@
 --   w:owner    token of the writer;  w:until  its lease deadline (ms)
 --   r:<token>  lease deadline (ms) of one reader
 --   wait:<token>  "<seq>:<deadline>" a queued writer (arrival order = seq)
---   wseq       last queue sequence number;  fence  last fencing token issued
+--   wseq       last queue sequence number
+--   fence      last fencing token issued: max(fence + 1, server time in microseconds),
+--              so tokens keep rising after the key expired and was recreated
 --
 -- Common ARGV of every script:
 --   ARGV[1] publish command ('SPUBLISH' on a cluster, 'PUBLISH' on a standalone server)
@@ -28,21 +30,23 @@ local function int(n)
   return string.format('%d', n)
 end
 
-local function now_ms()
+-- The server's clock in milliseconds and in microseconds.
+local function server_time()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local micros = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return math.floor(micros / 1000), micros
 end
 
 -- Reads the hash, deletes every expired entry and returns the live state.
 -- An error (WRONGTYPE) is raised before anything is written.
 local function load()
-  local now = now_ms()
+  local now, now_us = server_time()
   local flat = redis.call('HGETALL', KEY)
   local h = {}
   for i = 1, #flat, 2 do
     h[flat[i]] = flat[i + 1]
   end
-  local s = { now = now, readers = {}, nreaders = 0, intents = {}, freed = false,
+  local s = { now = now, now_us = now_us, readers = {}, nreaders = 0, intents = {}, freed = false,
               freed_writer = false, fence = tonumber(h['fence'] or '0'), h = h }
   local stale = {}
 

@@ -39,10 +39,7 @@ pub(crate) enum Connection {
 
 impl Connection {
     /// Connects to a Redis Cluster through any of its nodes.
-    pub(crate) async fn cluster(
-        nodes: &[String],
-        push: Option<Pushes>,
-    ) -> Result<Self, Error> {
+    pub(crate) async fn cluster(nodes: &[String], push: Option<Pushes>) -> Result<Self, Error> {
         if nodes.is_empty() {
             return Err(Error::InvalidOptions("no cluster node URL given".into()));
         }
@@ -67,10 +64,7 @@ impl Connection {
     }
 
     /// Connects to one Redis server (not a cluster node).
-    pub(crate) async fn standalone(
-        url: &str,
-        push: Option<Pushes>,
-    ) -> Result<Self, Error> {
+    pub(crate) async fn standalone(url: &str, push: Option<Pushes>) -> Result<Self, Error> {
         let mut info = url.into_connection_info()?;
         let mut config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(CONNECTION_TIMEOUT))
@@ -83,9 +77,7 @@ impl Connection {
                 .clone()
                 .set_protocol(ProtocolVersion::RESP3);
             info = info.set_redis_settings(settings);
-            config = config
-                .set_push_sender(push)
-                .set_automatic_resubscription();
+            config = config.set_push_sender(push).set_automatic_resubscription();
         }
         let client = Client::open(info)?;
         let mut conn = ConnectionManager::new_with_config(client, config).await?;

@@ -189,7 +189,11 @@ async fn renew(lock: RwLock, token: Token, mode: LockMode, status: Arc<Status>) 
             let sent = Instant::now();
             let deadline = status.deadline();
             if sent >= deadline {
-                tracing::warn!(lock = lock.name(), ?mode, "lease lost: Redis unreachable until the lease ended");
+                tracing::warn!(
+                    lock = lock.name(),
+                    ?mode,
+                    "lease lost: Redis unreachable until the lease ended"
+                );
                 status.mark_lost();
                 return;
             }
@@ -200,7 +204,11 @@ async fn renew(lock: RwLock, token: Token, mode: LockMode, status: Arc<Status>) 
                     break;
                 }
                 Ok(Ok(false)) => {
-                    tracing::warn!(lock = lock.name(), ?mode, "lease lost: the hold was gone at renewal");
+                    tracing::warn!(
+                        lock = lock.name(),
+                        ?mode,
+                        "lease lost: the hold was gone at renewal"
+                    );
                     status.mark_lost();
                     return;
                 }

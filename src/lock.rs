@@ -208,7 +208,11 @@ impl RwLock {
     /// ```
     pub async fn state(&self) -> Result<LockState, Error> {
         let (now, fields) = self.target()?.fields(self.conn()).await?;
-        Ok(LockState::from_fields(now, &fields, self.inner.options.original_leases()))
+        Ok(LockState::from_fields(
+            now,
+            &fields,
+            self.inner.options.original_leases(),
+        ))
     }
 
     /// The lock's name.

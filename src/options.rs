@@ -225,10 +225,7 @@ mod opt_millis {
 
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub(super) fn serialize<S: Serializer>(
-        d: &Option<Duration>,
-        s: S,
-    ) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
         match d {
             Some(d) => super::millis::serialize(d, s),
             None => s.serialize_none(),
@@ -286,7 +283,9 @@ mod tests {
             LockOptions::default().wait_timeout(Duration::ZERO),
             LockOptions::default().wait_timeout(Duration::from_secs(u64::MAX)),
             LockOptions::default().original_timeouts(Duration::ZERO, Duration::from_secs(1)),
-            LockOptions::default().min_replicas(1).replica_timeout(Duration::ZERO),
+            LockOptions::default()
+                .min_replicas(1)
+                .replica_timeout(Duration::ZERO),
             LockOptions::default().min_replicas(1000),
             LockOptions::default().key_prefix(""),
             LockOptions::default().key_prefix("a{b"),

@@ -151,7 +151,10 @@ impl HashLock {
     }
 
     /// The server's time (ms) and every field of the hash.
-    pub(crate) async fn fields(&self, conn: &Connection) -> Result<(i64, Vec<(String, String)>), Error> {
+    pub(crate) async fn fields(
+        &self,
+        conn: &Connection,
+    ) -> Result<(i64, Vec<(String, String)>), Error> {
         STATE
             .key(&self.key)
             .invoke_async(&mut conn.clone())
@@ -195,7 +198,11 @@ mod tests {
 
     #[test]
     fn key_and_channel_share_the_name_as_hash_tag() {
-        let lock = HashLock::new("rwlock", "inventory", (Duration::from_secs(1), Duration::from_secs(3)));
+        let lock = HashLock::new(
+            "rwlock",
+            "inventory",
+            (Duration::from_secs(1), Duration::from_secs(3)),
+        );
         assert_eq!(lock.key, "rwlock:{inventory}");
         assert_eq!(lock.channel, "rwlock:{inventory}:released");
         assert_eq!(lock.original_ms, (1000, 3000));

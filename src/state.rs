@@ -116,7 +116,9 @@ impl LockState {
             writer,
             readers,
             queued_writers: queue.into_iter().map(|(_, holder)| holder).collect(),
-            fencing_token: number("fence").and_then(|f| u64::try_from(f).ok()).unwrap_or(0),
+            fencing_token: number("fence")
+                .and_then(|f| u64::try_from(f).ok())
+                .unwrap_or(0),
         }
     }
 }
@@ -156,7 +158,11 @@ mod tests {
         assert_eq!(state.mode(), Some(LockMode::Read));
         assert_eq!(state.readers.len(), 1);
         assert_eq!(state.readers[0].token.as_deref(), Some("aa"));
-        let queue: Vec<_> = state.queued_writers.iter().map(|h| h.token.clone().unwrap()).collect();
+        let queue: Vec<_> = state
+            .queued_writers
+            .iter()
+            .map(|h| h.token.clone().unwrap())
+            .collect();
         assert_eq!(queue, ["dd", "cc"]);
         assert_eq!(state.fencing_token, 77);
     }
@@ -172,7 +178,8 @@ mod tests {
         assert_eq!(writer.token, None);
         assert_eq!(writer.until.timestamp_millis(), 1_002_000);
 
-        let stale = LockState::from_fields(1_000_000, &fields(&[("read", "998000")]), (SECOND, SECOND));
+        let stale =
+            LockState::from_fields(1_000_000, &fields(&[("read", "998000")]), (SECOND, SECOND));
         assert!(stale.is_free());
     }
 }

@@ -51,7 +51,9 @@ pub(crate) async fn acquire(lock: &RwLock, mode: LockMode, wait: bool) -> Result
         let holds_for = match reply {
             Acquired::Granted { fence } => {
                 tracing::debug!(
-                    lock = lock.name(), ?mode, attempts,
+                    lock = lock.name(),
+                    ?mode,
+                    attempts,
                     waited_ms = started.elapsed().as_millis() as u64,
                     "acquired"
                 );
@@ -180,6 +182,11 @@ mod tests {
         assert!(!concerns("r", LockMode::Write, &me, wp));
         assert!(concerns("r", LockMode::Read, &me, wp));
         assert!(!concerns(other.as_str(), LockMode::Read, &me, wp));
-        assert!(concerns(other.as_str(), LockMode::Read, &me, Fairness::ReaderPreferred));
+        assert!(concerns(
+            other.as_str(),
+            LockMode::Read,
+            &me,
+            Fairness::ReaderPreferred
+        ));
     }
 }

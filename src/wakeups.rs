@@ -110,7 +110,9 @@ impl Hub {
         for channel in channels {
             match conn.subscribe(&channel).await {
                 Ok(()) => tracing::debug!(channel, "wake-up subscription restored"),
-                Err(err) => tracing::warn!(channel, %err, "could not restore a wake-up subscription; waiters fall back to their re-check timers"),
+                Err(err) => {
+                    tracing::warn!(channel, %err, "could not restore a wake-up subscription; waiters fall back to their re-check timers")
+                }
             }
             self.deliver(&channel, Arc::from(RESUBSCRIBED));
         }

@@ -1,0 +1,366 @@
+#!/usr/bin/env bash
+# local-cluster.sh - run a throw-away Redis Cluster (or one plain server) on
+# loopback, straight from the `redis-server` binary. No docker needed.
+#
+#   bash cluster-compose/local-cluster.sh [--standalone] [--node-timeout MS]
+#
+#   --standalone       start one plain (non-cluster) server instead of a cluster
+#   --node-timeout MS  cluster-node-timeout in milliseconds (default 2000)
+#
+# A cluster has 6 nodes: 3 masters, each with 1 replica. Ports are picked at
+# random among free ones (base in 20000-45000, cluster bus = port + 10000), so
+# several launchers can run side by side and nothing else on the machine (for
+# example a cluster on 7000-7005) is disturbed.
+#
+# When everything is up, stdout gets exactly these lines:
+#
+#   NODE redis://127.0.0.1:<port> <pid> <master|replica>     (one per node)
+#   REDIS_CLUSTER_NODES=<url>,<url>,...                      (cluster mode)
+#   REDIS_URL=<url>                                          (--standalone)
+#   READY
+#
+# Then the script stays in the foreground until its stdin reaches EOF (a test
+# harness closes the pipe) or it gets SIGINT/SIGTERM/SIGHUP (Ctrl-C in a
+# terminal). It then kills exactly the redis-server processes it started and
+# removes its temporary directory. The same cleanup runs if start-up fails.
+# Diagnostics go to stderr only; stdout carries nothing but the lines above.
+
+set -euo pipefail
+
+# A reader that went away must not kill us with SIGPIPE before we clean up:
+# with SIGPIPE ignored a failed write is just an error (and set -e exits,
+# which runs the EXIT trap below).
+trap '' PIPE
+
+readonly PROG="local-cluster"
+readonly HOST=127.0.0.1
+readonly NUM_NODES=6            # 3 masters + 3 replicas
+readonly NUM_MASTERS=3
+readonly READY_TIMEOUT=30       # seconds for the cluster to become healthy
+readonly START_TIMEOUT=30       # seconds for the processes to accept connections
+readonly MAX_PORT_ATTEMPTS=5    # retries if another process grabs our ports
+
+log() { echo "$PROG: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+usage() {
+    sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//' >&2
+}
+
+# --------------------------------------------------------------------------
+# Options
+# --------------------------------------------------------------------------
+standalone=0
+node_timeout=2000
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --standalone) standalone=1 ;;
+        --node-timeout)
+            [[ $# -ge 2 ]] || die "--node-timeout needs a value in milliseconds"
+            node_timeout=$2
+            shift
+            ;;
+        --node-timeout=*) node_timeout=${1#*=} ;;
+        -h | --help) usage; exit 0 ;;
+        *) usage; die "unknown option: $1" ;;
+    esac
+    shift
+done
+[[ "$node_timeout" =~ ^[0-9]+$ && "$node_timeout" -gt 0 ]] \
+    || die "--node-timeout must be a positive number of milliseconds, got '$node_timeout'"
+
+# --------------------------------------------------------------------------
+# Prerequisites
+# --------------------------------------------------------------------------
+for bin in redis-server redis-cli; do
+    if ! command -v "$bin" >/dev/null 2>&1; then
+        echo "$bin not found: run \`bash cluster-compose/ensure-redis.sh\` or apt-get install redis-server" >&2
+        exit 1
+    fi
+done
+
+# --------------------------------------------------------------------------
+# Cleanup: kill exactly the pids we started, then remove the temp dir.
+# --------------------------------------------------------------------------
+WORKDIR=""
+PIDS=()          # pids of the redis-server processes we started
+STDIN_PID=""     # pid of the `cat` that waits for EOF on our stdin
+
+stop_nodes() {
+    local pid
+    for pid in "${PIDS[@]}"; do
+        # A test may have paused the node with SIGSTOP: SIGCONT first is
+        # harmless, then SIGKILL (we never need the data).
+        kill -CONT "$pid" 2>/dev/null || true
+        kill -KILL "$pid" 2>/dev/null || true
+    done
+    for pid in "${PIDS[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+    PIDS=()
+}
+
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM HUP
+    set +e
+    if [[ -n "$STDIN_PID" ]]; then
+        kill -KILL "$STDIN_PID" 2>/dev/null
+        wait "$STDIN_PID" 2>/dev/null
+    fi
+    local n=${#PIDS[@]}
+    stop_nodes
+    if [[ -n "$WORKDIR" && -d "$WORKDIR" ]]; then
+        rm -rf -- "$WORKDIR"
+    fi
+    # Only chat about it when a human is watching.
+    if [[ -t 2 ]]; then
+        log "stopped $n redis-server process(es)${WORKDIR:+, removed $WORKDIR}"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+# `exit` inside these traps runs the EXIT trap (cleanup) with that status.
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+
+WORKDIR=$(mktemp -d "${TMPDIR:-/tmp}/redis-local-cluster.XXXXXX")
+
+# --------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------
+
+# redis-cli against one of our nodes, never hanging (coreutils timeout).
+rcli() {
+    local port=$1
+    shift
+    timeout 5 redis-cli -h "$HOST" -p "$port" "$@" 2>/dev/null
+}
+
+# Print every local TCP port that is in use (any state), one per line.
+used_ports() {
+    if command -v ss >/dev/null 2>&1; then
+        ss -Htan 2>/dev/null | awk '{ n = split($4, a, ":"); print a[n] }' | sort -u
+    fi
+}
+
+# True if something already uses the port (ss view, plus a connect probe in
+# case ss is missing or misses a listener).
+port_busy() {
+    local port=$1 used=$2
+    grep -qx "$port" <<<"$used" && return 0
+    (exec 3<>"/dev/tcp/$HOST/$port") 2>/dev/null && return 0
+    return 1
+}
+
+# Choose a random base port so that base..base+count-1 and the matching
+# cluster bus ports (+10000) are all free. Prints the base.
+pick_base_port() {
+    local count=$1 tries base p used ok
+    for ((tries = 0; tries < 200; tries++)); do
+        base=$((20000 + (RANDOM * 32768 + RANDOM) % 25001))
+        used=$(used_ports)
+        ok=1
+        for ((p = base; p < base + count; p++)); do
+            if port_busy "$p" "$used" || port_busy $((p + 10000)) "$used"; then
+                ok=0
+                break
+            fi
+        done
+        if ((ok)); then
+            echo "$base"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# Start one redis-server as a background child (not daemonized).
+# Usage: start_node PORT [extra redis-server args...]
+start_node() {
+    local port=$1
+    shift
+    local dir="$WORKDIR/$port"
+    mkdir -p "$dir"
+    # stdin is /dev/null for background jobs; stdout/stderr go to the node's
+    # log so the node never holds our stdout pipe open.
+    redis-server \
+        --port "$port" \
+        --bind "$HOST" \
+        --protected-mode no \
+        --daemonize no \
+        --save '' \
+        --appendonly no \
+        --dir "$dir" \
+        --logfile "$dir/redis.log" \
+        "$@" \
+        >"$dir/stdout.log" 2>&1 </dev/null &
+    PIDS+=("$!")
+}
+
+# Wait until every node answers and is really OUR process (INFO server's
+# process_id matches), so a port stolen by someone else is noticed.
+# Returns 0 when all are up, 2 if a node lost a port race (retry with new
+# ports), 1 on any other failure or timeout.
+wait_nodes_up() {
+    local deadline=$((SECONDS + START_TIMEOUT)) i port pid all_up
+    while :; do
+        all_up=1
+        for i in "${!PORTS[@]}"; do
+            port=${PORTS[$i]}
+            pid=${PIDS[$i]}
+            if ! kill -0 "$pid" 2>/dev/null; then
+                if grep -qsi 'address already in use' "$WORKDIR/$port/redis.log" "$WORKDIR/$port/stdout.log"; then
+                    log "port $port was taken by someone else meanwhile; retrying with other ports"
+                    return 2
+                fi
+                log "redis-server on port $port (pid $pid) exited during start-up; its log:"
+                tail -n 20 "$WORKDIR/$port/redis.log" "$WORKDIR/$port/stdout.log" >&2 || true
+                return 1
+            fi
+            if ! rcli "$port" INFO server | tr -d '\r' | grep -qx "process_id:$pid"; then
+                all_up=0
+            fi
+        done
+        ((all_up)) && return 0
+        if ((SECONDS >= deadline)); then
+            log "redis-server processes did not accept connections within ${START_TIMEOUT}s"
+            return 1
+        fi
+        sleep 0.1
+    done
+}
+
+# Start NUM processes on fresh ports, retrying on port races.
+# Sets PORTS=(...) and PIDS=(...).
+start_all() {
+    local num=$1
+    shift
+    local attempt base i rc
+    for ((attempt = 1; attempt <= MAX_PORT_ATTEMPTS; attempt++)); do
+        base=$(pick_base_port "$num") || die "could not find $num free ports (and bus ports) in 20000-55005"
+        PORTS=()
+        for ((i = 0; i < num; i++)); do
+            PORTS+=($((base + i)))
+        done
+        for port in "${PORTS[@]}"; do
+            start_node "$port" "$@"
+        done
+        rc=0
+        wait_nodes_up || rc=$?
+        case $rc in
+            0) return 0 ;;
+            2) stop_nodes ;;           # lost a port race: try other ports
+            *) exit 1 ;;
+        esac
+    done
+    die "could not start redis-server on free ports after $MAX_PORT_ATTEMPTS attempts"
+}
+
+# Check once that the cluster is fully formed, as seen from every node:
+#  - CLUSTER INFO: cluster_state:ok and cluster_known_nodes:6
+#  - CLUSTER NODES: 3 masters owning slots, 3 replicas of those masters,
+#    nobody flagged fail/pfail/handshake/noaddr
+#  - INFO replication: each master has connected_slaves:1 and each replica
+#    has master_link_status:up (the replication link itself is up).
+# On success prints "<port> <role>" lines in port order.
+cluster_healthy() {
+    local port info nodes repl roles="" masters replicas
+    for port in "${PORTS[@]}"; do
+        info=$(rcli "$port" CLUSTER INFO | tr -d '\r') || return 1
+        grep -qx 'cluster_state:ok' <<<"$info" || return 1
+        grep -qx "cluster_known_nodes:$NUM_NODES" <<<"$info" || return 1
+
+        nodes=$(rcli "$port" CLUSTER NODES | tr -d '\r') || return 1
+        # Fields: id addr flags master-id ping pong epoch link-state slots...
+        masters=$(awk '$3 ~ /master/ && NF >= 9' <<<"$nodes" | wc -l)
+        replicas=$(awk '$3 ~ /slave/ && $4 != "-"' <<<"$nodes" | wc -l)
+        [[ $masters -eq $NUM_MASTERS && $replicas -eq $((NUM_NODES - NUM_MASTERS)) ]] || return 1
+        ! grep -qE 'fail|handshake|noaddr' <<<"$(awk '{print $3}' <<<"$nodes")" || return 1
+
+        repl=$(rcli "$port" INFO replication | tr -d '\r') || return 1
+        if grep -qx 'role:master' <<<"$repl"; then
+            grep -qx 'connected_slaves:1' <<<"$repl" || return 1
+            roles+="$port master"$'\n'
+        else
+            grep -qx 'master_link_status:up' <<<"$repl" || return 1
+            roles+="$port replica"$'\n'
+        fi
+    done
+    printf '%s' "$roles"
+}
+
+# --------------------------------------------------------------------------
+# Start
+# --------------------------------------------------------------------------
+PORTS=()
+if ((standalone)); then
+    start_all 1
+    url="redis://$HOST:${PORTS[0]}"
+    echo "NODE $url ${PIDS[0]} master"
+    echo "REDIS_URL=$url"
+else
+    # repl-diskless-sync-delay 0: replicas sync at once (the default waits
+    #   5 s for more replicas to gather before a diskless full sync).
+    # cluster-replica-validity-factor 0: a replica may always take over from
+    #   a failed master, however long its link was down (tests pause nodes).
+    start_all "$NUM_NODES" \
+        --cluster-enabled yes \
+        --cluster-config-file nodes.conf \
+        --cluster-node-timeout "$node_timeout" \
+        --cluster-replica-validity-factor 0 \
+        --repl-diskless-sync-delay 0
+
+    # Let redis-cli assign slots and replicas. Its chatter goes to a log
+    # that we show only if it fails.
+    addrs=()
+    for port in "${PORTS[@]}"; do
+        addrs+=("$HOST:$port")
+    done
+    if ! timeout 60 redis-cli --cluster create "${addrs[@]}" \
+        --cluster-replicas 1 --cluster-yes >"$WORKDIR/cluster-create.log" 2>&1; then
+        log "redis-cli --cluster create failed:"
+        tail -n 30 "$WORKDIR/cluster-create.log" >&2 || true
+        exit 1
+    fi
+
+    # Poll until the cluster is healthy from every node's point of view.
+    deadline=$((SECONDS + READY_TIMEOUT))
+    until roles=$(cluster_healthy); do
+        if ((SECONDS >= deadline)); then
+            log "cluster did not become healthy within ${READY_TIMEOUT}s; node views:"
+            for port in "${PORTS[@]}"; do
+                echo "--- 127.0.0.1:$port" >&2
+                rcli "$port" CLUSTER INFO | grep -E 'cluster_state|known_nodes' >&2 || true
+                rcli "$port" CLUSTER NODES >&2 || true
+            done
+            exit 1
+        fi
+        sleep 0.2
+    done
+
+    urls=()
+    for i in "${!PORTS[@]}"; do
+        port=${PORTS[$i]}
+        role=$(awk -v p="$port" '$1 == p { print $2 }' <<<"$roles")
+        echo "NODE redis://$HOST:$port ${PIDS[$i]} $role"
+        urls+=("redis://$HOST:$port")
+    done
+    (IFS=,; echo "REDIS_CLUSTER_NODES=${urls[*]}")
+fi
+echo "READY"
+
+# --------------------------------------------------------------------------
+# Stay up until stdin reaches EOF or a signal arrives.
+# `cat` runs in the background so that `wait` can be interrupted by a trapped
+# signal at once (a foreground command would delay the trap until it ends).
+# Background jobs get /dev/null as stdin unless redirected explicitly, hence
+# the explicit <&0. (`2>/dev/null` on wait hides bash's "Killed" notice when
+# a test SIGKILLs one of the nodes meanwhile.)
+# --------------------------------------------------------------------------
+cat <&0 >/dev/null &
+STDIN_PID=$!
+wait "$STDIN_PID" 2>/dev/null || true
+STDIN_PID=""
+exit 0

@@ -1,0 +1,150 @@
+//! Bad input fails fast with a typed error, before anything is sent to Redis.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use redis_rwlock::{Error, LockClient, LockOptions};
+use tokio::time::{Instant, timeout};
+
+use common::{LocalRedis, pause, resume, shared_cluster};
+
+fn bad_options() -> Vec<(&'static str, LockOptions)> {
+    let d = LockOptions::default;
+    vec![
+        ("zero read lease", d().read_lease(Duration::ZERO)),
+        ("zero write lease", d().write_lease(Duration::ZERO)),
+        (
+            "sub-millisecond lease",
+            d().write_lease(Duration::from_micros(300)),
+        ),
+        (
+            "absurd lease",
+            d().read_lease(Duration::from_secs(400 * 24 * 3600)),
+        ),
+        ("maximal lease", d().write_lease(Duration::MAX)),
+        ("zero wait timeout", d().wait_timeout(Duration::ZERO)),
+        ("absurd wait timeout", d().wait_timeout(Duration::MAX)),
+        (
+            "zero replica timeout",
+            d().min_replicas(1).replica_timeout(Duration::ZERO),
+        ),
+        ("absurd replica count", d().min_replicas(10_000)),
+        (
+            "zero original timeout",
+            d().original_timeouts(Duration::ZERO, Duration::from_secs(3)),
+        ),
+        ("empty prefix", d().key_prefix("")),
+        ("braced prefix", d().key_prefix("{x}")),
+    ]
+}
+
+/// The server is paused (SIGSTOP): any request would hang until the client's
+/// timeout, so a fast typed error proves nothing was sent.
+#[tokio::test]
+async fn invalid_options_and_names_fail_before_any_io() {
+    let server = LocalRedis::standalone();
+    let client = LockClient::standalone(server.url()).await.unwrap();
+    pause(server.nodes[0].pid);
+    let mut cases: Vec<_> = bad_options()
+        .into_iter()
+        .map(|(what, options)| (what, client.rwlock_with("fine", options)))
+        .collect();
+    cases.push(("empty name", client.rwlock("")));
+    cases.push(("braced name", client.rwlock("a{b}")));
+    for (what, lock) in cases {
+        let started = Instant::now();
+        for result in [
+            lock.read().await.map(drop),
+            lock.write().await.map(drop),
+            lock.try_read().await.map(drop),
+            lock.try_write().await.map(drop),
+            lock.state().await.map(drop),
+        ] {
+            assert!(
+                matches!(result, Err(Error::InvalidOptions(_))),
+                "{what}: {result:?}"
+            );
+        }
+        assert!(
+            started.elapsed() < Duration::from_millis(200),
+            "{what} did I/O"
+        );
+    }
+    resume(server.nodes[0].pid);
+}
+
+#[tokio::test]
+async fn the_error_says_what_is_wrong() {
+    let message = bad_options()[0].1.clone();
+    let server = LocalRedis::standalone();
+    let client = LockClient::standalone(server.url()).await.unwrap();
+    let err = client.rwlock_with("x", message).read().await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid options: read_lease is 0ns, less than one millisecond"
+    );
+}
+
+#[tokio::test]
+async fn a_paused_server_gives_a_timely_error_not_a_hang() {
+    let server = LocalRedis::standalone();
+    let client = LockClient::standalone(server.url()).await.unwrap();
+    let lock = client.rwlock("paused");
+    pause(server.nodes[0].pid);
+    let started = Instant::now();
+    let result = timeout(Duration::from_secs(15), lock.try_write()).await;
+    resume(server.nodes[0].pid);
+    let result = result.expect("the call hung past every configured timeout");
+    assert!(matches!(result, Err(Error::Redis(_))), "{result:?}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // After the pause, everything works again.
+    lock.try_write().await.unwrap().release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_server_that_is_down_gives_a_redis_error() {
+    let started = Instant::now();
+    let result = timeout(
+        Duration::from_secs(15),
+        LockClient::standalone("redis://127.0.0.1:1"),
+    )
+    .await
+    .expect("connecting to a closed port hung");
+    assert!(matches!(result, Err(Error::Redis(_))), "{result:?}");
+    let result = timeout(
+        Duration::from_secs(15),
+        LockClient::cluster(["redis://127.0.0.1:1"]),
+    )
+    .await
+    .expect("connecting to a closed port hung");
+    assert!(matches!(result, Err(Error::Redis(_))), "{result:?}");
+    assert!(started.elapsed() < Duration::from_secs(12));
+}
+
+#[tokio::test]
+async fn a_malformed_url_or_no_url_is_refused() {
+    assert!(matches!(
+        LockClient::standalone("not a url").await,
+        Err(Error::Redis(_))
+    ));
+    assert!(matches!(
+        LockClient::cluster(Vec::<String>::new()).await,
+        Err(Error::InvalidOptions(_))
+    ));
+}
+
+#[tokio::test]
+async fn cluster_and_standalone_urls_are_not_mixed_up() {
+    let server = LocalRedis::standalone();
+    let err = LockClient::cluster([server.url()]).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidOptions(_)), "{err:?}");
+    assert!(err.to_string().contains("LockClient::standalone"), "{err}");
+
+    let err = LockClient::standalone(shared_cluster().url())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidOptions(_)), "{err:?}");
+    assert!(err.to_string().contains("LockClient::cluster"), "{err}");
+}

@@ -1,0 +1,107 @@
+//! Helpers for tests of the lock itself: clients on the shared servers, unique
+//! names, state polling and an in-process exclusion checker.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use redis_rwlock::{LockClient, LockState, RwLock};
+use tokio::time::Instant;
+
+use super::{shared_cluster, shared_standalone};
+
+/// A client on this test binary's shared cluster.
+pub async fn cluster_client() -> LockClient {
+    LockClient::cluster(shared_cluster().urls())
+        .await
+        .expect("connect to the test cluster")
+}
+
+/// A client on this test binary's shared standalone server.
+pub async fn standalone_client() -> LockClient {
+    LockClient::standalone(shared_standalone().url())
+        .await
+        .expect("connect to the test server")
+}
+
+/// A plain cluster connection for looking at (or tampering with) keys.
+pub async fn raw_cluster() -> redis::cluster_async::ClusterConnection {
+    redis::cluster::ClusterClient::new(shared_cluster().urls())
+        .expect("cluster client")
+        .get_async_connection()
+        .await
+        .expect("connect to the test cluster")
+}
+
+/// Polls the lock's state until `pred` holds; fails after 10 s.
+pub async fn wait_for(lock: &RwLock, pred: impl Fn(&LockState) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let state = lock.state().await.expect("read the lock state");
+        if pred(&state) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "state never reached; last: {state:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Counts holders in this process and every violation of "a writer holds alone".
+#[derive(Default)]
+pub struct HoldChecker {
+    inner: Mutex<Counts>,
+}
+
+/// What a [`HoldChecker`] saw.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Counts {
+    readers: u32,
+    writers: u32,
+    pub reads: u64,
+    pub writes: u64,
+    pub max_concurrent_readers: u32,
+    pub violations: u64,
+}
+
+impl HoldChecker {
+    fn with(&self, f: impl FnOnce(&mut Counts)) {
+        f(&mut self.inner.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    pub fn enter_read(&self) {
+        self.with(|c| {
+            c.violations += u64::from(c.writers > 0);
+            c.readers += 1;
+            c.reads += 1;
+            c.max_concurrent_readers = c.max_concurrent_readers.max(c.readers);
+        });
+    }
+
+    pub fn leave_read(&self) {
+        self.with(|c| {
+            c.violations += u64::from(c.writers > 0);
+            c.readers -= 1;
+        });
+    }
+
+    pub fn enter_write(&self) {
+        self.with(|c| {
+            c.violations += u64::from(c.writers > 0 || c.readers > 0);
+            c.writers += 1;
+            c.writes += 1;
+        });
+    }
+
+    pub fn leave_write(&self) {
+        self.with(|c| {
+            c.violations += u64::from(c.writers != 1 || c.readers > 0);
+            c.writers -= 1;
+        });
+    }
+
+    pub fn report(&self) -> Counts {
+        *self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}

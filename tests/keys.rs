@@ -1,0 +1,117 @@
+//! Where locks live: one hash per name, spread over the cluster; names and foreign
+//! key types get defined answers.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::collections::HashSet;
+
+use redis::AsyncCommands;
+use redis_rwlock::{Error, LockOptions};
+
+use common::{cluster_client, raw_cluster, shared_cluster, unique_name};
+
+#[tokio::test]
+async fn locks_with_many_names_spread_over_all_masters_and_all_work() {
+    let client = cluster_client().await;
+    let cluster = shared_cluster();
+    let mut masters = HashSet::new();
+    for i in 0..24 {
+        let lock = client.rwlock(unique_name(&format!("spread-{i}")));
+        let key = format!("rwlock:{{{}}}", lock.name());
+        masters.insert(cluster.master_for_key(&key).port);
+        let writer = lock.write().await.unwrap();
+        assert!(matches!(lock.try_read().await, Err(Error::WouldBlock)));
+        writer.release().await.unwrap();
+        let reader = lock.read().await.unwrap();
+        reader.release().await.unwrap();
+    }
+    assert_eq!(masters.len(), 3, "24 names all landed on {masters:?}");
+}
+
+#[tokio::test]
+async fn the_lock_is_one_hash_named_after_the_prefix_and_name() {
+    let client = cluster_client().await;
+    let name = unique_name("layout");
+    let lock = client.rwlock_with(&name, LockOptions::default().key_prefix("locks"));
+    let writer = lock.write().await.unwrap();
+    let mut raw = raw_cluster().await;
+    let key = format!("locks:{{{name}}}");
+    let kind: String = redis::cmd("TYPE")
+        .arg(&key)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(kind, "hash");
+    let owner: String = raw.hget(&key, "w:owner").await.unwrap();
+    assert_eq!(owner.len(), 32);
+    let fence: u64 = raw.hget(&key, "fence").await.unwrap();
+    assert_eq!(fence, writer.fencing_token());
+    let ttl: i64 = raw.pttl(&key).await.unwrap();
+    assert!(
+        ttl > 9_000,
+        "the key expires with its longest lease, not before: {ttl}"
+    );
+    writer.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_key_of_another_type_gives_wrong_type_and_is_left_alone() {
+    let client = cluster_client().await;
+    let mut raw = raw_cluster().await;
+    let name = unique_name("wrongtype");
+    let key = format!("rwlock:{{{name}}}");
+    let _: () = raw.set(&key, "not a lock").await.unwrap();
+    let lock = client.rwlock(&name);
+    for result in [
+        lock.read().await.map(drop),
+        lock.write().await.map(drop),
+        lock.try_read().await.map(drop),
+        lock.try_write().await.map(drop),
+        lock.state().await.map(drop),
+    ] {
+        match result {
+            Err(Error::WrongType { key: reported }) => assert_eq!(reported, key),
+            other => panic!("expected WrongType, got {other:?}"),
+        }
+    }
+    let value: String = raw.get(&key).await.unwrap();
+    assert_eq!(value, "not a lock");
+    let ttl: i64 = raw.pttl(&key).await.unwrap();
+    assert_eq!(ttl, -1, "the foreign key got an expiry");
+}
+
+#[tokio::test]
+async fn names_with_spaces_and_unicode_work() {
+    let client = cluster_client().await;
+    for name in ["with space", "ünïcödé ✓ 锁", "a:b/c", "\u{1F512}"] {
+        let name = format!("{name}-{}", unique_name(""));
+        let lock = client.rwlock(name.as_str());
+        let writer = lock.write().await.unwrap();
+        assert!(matches!(lock.try_read().await, Err(Error::WouldBlock)));
+        let owner: Option<String> = raw_cluster()
+            .await
+            .hget(format!("rwlock:{{{name}}}"), "w:owner")
+            .await
+            .unwrap();
+        assert!(owner.is_some(), "{name:?} is not stored under its own key");
+        writer.release().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn names_with_braces_or_empty_are_invalid() {
+    let client = cluster_client().await;
+    for name in ["", "{tag}", "a}b", "a{b"] {
+        let lock = client.rwlock(name);
+        assert!(
+            matches!(lock.write().await, Err(Error::InvalidOptions(_))),
+            "{name:?} accepted"
+        );
+        assert!(matches!(
+            lock.try_read().await,
+            Err(Error::InvalidOptions(_))
+        ));
+        assert!(matches!(lock.state().await, Err(Error::InvalidOptions(_))));
+    }
+}

@@ -1,0 +1,217 @@
+//! Leases: a vanished holder frees the lock when its lease ends (not before),
+//! renewal keeps a live holder's lock, and only the owner's token counts.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redis_rwlock::{Error, LockClient, LockOptions};
+use tokio::time::{Instant, timeout};
+
+use common::{cluster_client, raw_cluster, shared_cluster, unique_name, wait_for};
+
+#[tokio::test]
+async fn a_forgotten_guard_frees_the_lock_when_its_lease_ends_and_not_before() {
+    let client = cluster_client().await;
+    let lease = Duration::from_secs(2);
+    let lock = client.rwlock_with(
+        unique_name("forgotten"),
+        LockOptions::default().write_lease(lease).auto_renew(false),
+    );
+    let acquired = Instant::now();
+    std::mem::forget(lock.write().await.unwrap());
+
+    tokio::time::sleep(lease / 2).await;
+    assert!(
+        matches!(lock.try_read().await, Err(Error::WouldBlock)),
+        "freed early"
+    );
+
+    let next = timeout(lease * 3, lock.write()).await.unwrap().unwrap();
+    let waited = acquired.elapsed();
+    assert!(
+        waited >= lease - Duration::from_millis(50),
+        "freed after {waited:?}"
+    );
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_crashed_holder_frees_the_lock_when_its_lease_ends() {
+    let lease = Duration::from_secs(3);
+    let name = unique_name("crashed");
+    let urls = shared_cluster().urls();
+    // A "process" with its own runtime takes the lock, keeps renewing, then dies
+    // without releasing (the guard never drops; the runtime with its renewal stops).
+    let crash_name = name.clone();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async {
+            let client = LockClient::cluster(urls).await.unwrap();
+            let lock = client.rwlock_with(crash_name, LockOptions::default().write_lease(lease));
+            let guard = lock.write().await.unwrap();
+            tokio::time::sleep(lease * 2).await; // renewed at least once
+            assert!(guard.is_held());
+            std::mem::forget(guard);
+        });
+    })
+    .join()
+    .unwrap();
+    let crashed = Instant::now();
+
+    let client = cluster_client().await;
+    let lock = client.rwlock(&name);
+    // The last renewal was at most a third of a lease before the crash.
+    tokio::time::sleep(lease / 3).await;
+    assert!(
+        matches!(lock.try_read().await, Err(Error::WouldBlock)),
+        "freed early"
+    );
+    let next = timeout(lease * 3, lock.write()).await.unwrap().unwrap();
+    assert!(crashed.elapsed() <= lease + Duration::from_secs(2));
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_aborted_task_releases_its_hold_at_once() {
+    let client = cluster_client().await;
+    let lock = client.rwlock_with(
+        unique_name("aborted"),
+        LockOptions::default().write_lease(Duration::from_secs(60)),
+    );
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn({
+        let lock = lock.clone();
+        async move {
+            let _guard = lock.write().await.unwrap();
+            held_tx.send(()).unwrap();
+            std::future::pending::<()>().await;
+        }
+    });
+    held_rx.await.unwrap();
+    task.abort();
+    let started = Instant::now();
+    let writer = timeout(Duration::from_secs(5), lock.write())
+        .await
+        .unwrap()
+        .unwrap();
+    writer.release().await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn renewal_keeps_a_lock_held_for_many_leases() {
+    let client = cluster_client().await;
+    let lease = Duration::from_millis(900);
+    let lock = client.rwlock_with(
+        unique_name("renewed"),
+        LockOptions::default().write_lease(lease).read_lease(lease),
+    );
+    let writer = lock.write().await.unwrap();
+    let until = Instant::now() + lease * 4;
+    while Instant::now() < until {
+        assert!(writer.is_held());
+        assert!(matches!(lock.try_read().await, Err(Error::WouldBlock)));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    let reader = writer.downgrade().await.unwrap();
+    let until = Instant::now() + lease * 4;
+    while Instant::now() < until {
+        assert!(reader.is_held());
+        assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    reader.release().await.unwrap();
+    assert!(lock.state().await.unwrap().is_free());
+}
+
+#[tokio::test]
+async fn an_expired_guard_reports_lost_and_cannot_release_the_next_holder() {
+    let client = cluster_client().await;
+    let lease = Duration::from_millis(500);
+    let name = unique_name("expired");
+    let lock = client.rwlock_with(
+        &name,
+        LockOptions::default().write_lease(lease).auto_renew(false),
+    );
+    let stale = lock.write().await.unwrap();
+    timeout(lease * 3, stale.lost())
+        .await
+        .expect("lost() never resolved");
+    assert!(!stale.is_held());
+
+    let next = client.rwlock(&name).write().await.unwrap();
+    assert!(next.fencing_token() > stale.fencing_token());
+    assert!(matches!(stale.release().await, Err(Error::LeaseLost)));
+    // The stale guard's release did not touch the new holder.
+    assert!(matches!(lock.try_read().await, Err(Error::WouldBlock)));
+    assert!(next.is_held());
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_stolen_lease_is_reported_lost_within_one_lease() {
+    let client = cluster_client().await;
+    let lease = Duration::from_millis(1500);
+    let lock = client.rwlock_with(
+        unique_name("stolen"),
+        LockOptions::default().read_lease(lease),
+    );
+    let reader = lock.read().await.unwrap();
+    // An operator deletes the lock (break-glass): the next renewal finds it gone.
+    let key = format!("rwlock:{{{}}}", lock.name());
+    let _: () = raw_cluster().await.del(&key).await.unwrap();
+    timeout(lease, reader.lost())
+        .await
+        .expect("loss not noticed within a lease");
+    assert!(!reader.is_held());
+    assert!(matches!(reader.release().await, Err(Error::LeaseLost)));
+}
+
+#[tokio::test]
+async fn no_token_but_the_owners_releases_or_renews() {
+    let client = cluster_client().await;
+    // No renewal runs, so nothing but the foreign calls could change the hash.
+    let lock = client.rwlock_with(
+        unique_name("owner"),
+        LockOptions::default().auto_renew(false),
+    );
+    let key = format!("rwlock:{{{}}}", lock.name());
+    let mut raw = raw_cluster().await;
+    for mode in ["read", "write"] {
+        let guard = if mode == "read" {
+            Box::new(lock.read().await.unwrap()) as Box<dyn std::any::Any + Send>
+        } else {
+            Box::new(lock.write().await.unwrap())
+        };
+        let before: HashMap<String, String> = raw.hgetall(&key).await.unwrap();
+        for (name, extra) in [("release", None), ("renew", Some("60000"))] {
+            let source = format!(
+                "{}\n{}",
+                include_str!("../lua/prelude.lua"),
+                std::fs::read_to_string(format!("lua/{name}.lua")).unwrap()
+            );
+            let script = redis::Script::new(&source);
+            let mut call = script.key(&key);
+            call.arg("SPUBLISH")
+                .arg(10_000)
+                .arg(10_000)
+                .arg("0123456789abcdef0123456789abcdef");
+            if let Some(extra) = extra {
+                call.arg(extra);
+            }
+            let answer: i64 = call.invoke_async(&mut raw).await.unwrap();
+            assert_eq!(
+                answer, 0,
+                "{name} with a foreign token acted on a {mode} hold"
+            );
+        }
+        let after: HashMap<String, String> = raw.hgetall(&key).await.unwrap();
+        assert_eq!(before, after, "a foreign token changed the {mode} hold");
+        drop(guard);
+        wait_for(&lock, |s| s.is_free()).await;
+    }
+}

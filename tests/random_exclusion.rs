@@ -1,0 +1,70 @@
+//! Randomized exclusion: many tasks on two clients hammer one lock with a random
+//! mix of reads and writes; an in-process invariant checks every hold.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use redis_rwlock::LockClient;
+use tokio::time::Instant;
+
+use common::{HoldChecker, shared_cluster, unique_name};
+
+const TASKS: usize = 16;
+const RUN_FOR: Duration = Duration::from_secs(10);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_readers_and_writers_never_overlap_a_writer() {
+    let urls = shared_cluster().urls();
+    let clients = [
+        LockClient::cluster(urls.clone()).await.unwrap(),
+        LockClient::cluster(urls).await.unwrap(),
+    ];
+    let name = unique_name("random");
+    let checker = Arc::new(HoldChecker::default());
+    let stop = Instant::now() + RUN_FOR;
+    let mut tasks = Vec::new();
+    for i in 0..TASKS {
+        let lock = clients[i % 2].rwlock(name.as_str());
+        let checker = checker.clone();
+        tasks.push(tokio::spawn(async move {
+            while Instant::now() < stop {
+                let (write, hold) = {
+                    let mut rng = rand::rng();
+                    (
+                        rng.random_bool(0.3),
+                        Duration::from_millis(rng.random_range(0..8)),
+                    )
+                };
+                if write {
+                    let guard = lock.write().await.unwrap();
+                    checker.enter_write();
+                    tokio::time::sleep(hold).await;
+                    checker.leave_write();
+                    guard.release().await.unwrap();
+                } else {
+                    let guard = lock.read().await.unwrap();
+                    checker.enter_read();
+                    tokio::time::sleep(hold).await;
+                    checker.leave_read();
+                    guard.release().await.unwrap();
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let report = checker.report();
+    println!("{report:?}");
+    assert_eq!(report.violations, 0, "{report:?}");
+    assert!(report.writes >= 100, "writes barely exercised: {report:?}");
+    assert!(report.reads >= 300, "reads barely exercised: {report:?}");
+    assert!(
+        report.max_concurrent_readers >= 2,
+        "readers never shared: {report:?}"
+    );
+}

@@ -1,0 +1,238 @@
+//! Waiting without polling: writer preference, wake-ups by message, re-checks after
+//! a holder vanished, and fencing tokens.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redis_rwlock::{Error, Fairness, LockOptions};
+use tokio::time::{Instant, timeout};
+
+use common::{cluster_client, raw_cluster, unique_name, wait_for};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_is_not_starved_by_a_stream_of_readers() {
+    let client = cluster_client().await;
+    for trial in 0..5 {
+        let lock = client.rwlock(unique_name(&format!("starve-{trial}")));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut readers = Vec::new();
+        for _ in 0..8 {
+            let (lock, stop) = (lock.clone(), stop.clone());
+            readers.push(tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let guard = lock.read().await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    guard.release().await.unwrap();
+                }
+            }));
+        }
+        // Let the readers overlap continuously before the writer arrives.
+        wait_for(&lock, |s| !s.readers.is_empty()).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let started = Instant::now();
+        let writer = lock.write().await.unwrap();
+        let waited = started.elapsed();
+        writer.release().await.unwrap();
+        stop.store(true, Ordering::Relaxed);
+        for reader in readers {
+            reader.await.unwrap();
+        }
+        assert!(
+            waited < Duration::from_millis(100),
+            "trial {trial}: writer waited {waited:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn reader_preference_lets_readers_pass_a_waiting_writer() {
+    let client = cluster_client().await;
+    let name = unique_name("reader-pref");
+    let lock = client.rwlock_with(
+        &name,
+        LockOptions::default().fairness(Fairness::ReaderPreferred),
+    );
+    let reader = lock.read().await.unwrap();
+    let writer = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.write().await }
+    });
+    wait_for(&lock, |s| s.queued_writers.len() == 1).await;
+    lock.try_read()
+        .await
+        .expect("a reader-preferred reader waited")
+        .release()
+        .await
+        .unwrap();
+    // A writer-preferred reader on the same lock defers.
+    assert!(matches!(
+        client.rwlock(&name).try_read().await,
+        Err(Error::WouldBlock)
+    ));
+    reader.release().await.unwrap();
+    let writer = timeout(Duration::from_secs(5), writer)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    writer.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn writers_are_served_in_arrival_order() {
+    let client = cluster_client().await;
+    let lock = client.rwlock(unique_name("fifo"));
+    let holder = lock.write().await.unwrap();
+    let (order_tx, mut order_rx) = tokio::sync::mpsc::unbounded_channel();
+    for i in 0..4 {
+        let (waiter, order_tx) = (lock.clone(), order_tx.clone());
+        tokio::spawn(async move {
+            let guard = waiter.write().await.unwrap();
+            order_tx.send(i).unwrap();
+            guard.release().await.unwrap();
+        });
+        wait_for(&lock, |s| s.queued_writers.len() == i + 1).await;
+    }
+    holder.release().await.unwrap();
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        order.push(
+            timeout(Duration::from_secs(10), order_rx.recv())
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    assert_eq!(order, [0, 1, 2, 3]);
+}
+
+/// The holder's lease is long, so the waiter's re-check timer runs at its longest
+/// (about a second): acquiring within 50 ms of the release, trial after trial, can
+/// only come from the release message.
+#[tokio::test]
+async fn a_waiter_is_woken_by_the_release_message_not_a_timer() {
+    let client = cluster_client().await;
+    for trial in 0..5 {
+        let lock = client.rwlock(unique_name(&format!("woken-{trial}")));
+        let holder = lock.write().await.unwrap();
+        let waiter = tokio::spawn({
+            let lock = lock.clone();
+            async move {
+                let guard = lock.write().await.unwrap();
+                let at = Instant::now();
+                guard.release().await.unwrap();
+                at
+            }
+        });
+        wait_for(&lock, |s| s.queued_writers.len() == 1).await;
+        // Release at a varying point of the waiter's re-check period.
+        tokio::time::sleep(Duration::from_millis(100 + 170 * trial)).await;
+        let released = Instant::now();
+        holder.release().await.unwrap();
+        let acquired = timeout(Duration::from_secs(5), waiter)
+            .await
+            .unwrap()
+            .unwrap();
+        let gap = acquired.saturating_duration_since(released);
+        assert!(
+            gap < Duration::from_millis(50),
+            "trial {trial}: woken after {gap:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_vanished_holder_is_replaced_soon_after_its_lease_ends() {
+    let client = cluster_client().await;
+    let lease = Duration::from_secs(2);
+    let lock = client.rwlock_with(
+        unique_name("vanished"),
+        LockOptions::default().write_lease(lease).auto_renew(false),
+    );
+    let acquired = Instant::now();
+    std::mem::forget(lock.write().await.unwrap()); // no release, no message
+    let next = timeout(lease * 3, lock.write()).await.unwrap().unwrap();
+    let waited = acquired.elapsed();
+    assert!(
+        waited >= lease - Duration::from_millis(50),
+        "entered early: {waited:?}"
+    );
+    assert!(
+        waited <= lease + Duration::from_millis(1500),
+        "entered late: {waited:?}"
+    );
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn downgrade_admits_waiting_readers_and_still_excludes_writers() {
+    let client = cluster_client().await;
+    let lock = client.rwlock(unique_name("downgrade"));
+    let writer = lock.write().await.unwrap();
+    let fence = writer.fencing_token();
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let lock = lock.clone();
+            tokio::spawn(async move { lock.read().await })
+        })
+        .collect();
+    // Give the readers time to queue behind the writer.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(readers.iter().all(|r| !r.is_finished()));
+
+    let reader = writer.downgrade().await.unwrap();
+    assert!(reader.is_held());
+    let started = Instant::now();
+    let mut others = Vec::new();
+    for r in readers {
+        others.push(
+            timeout(Duration::from_secs(5), r)
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    assert!(
+        started.elapsed() < Duration::from_millis(300),
+        "readers were not woken"
+    );
+    assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
+    let state = lock.state().await.unwrap();
+    assert_eq!(state.readers.len(), 4);
+    assert!(state.writer.is_none());
+    assert_eq!(state.fencing_token, fence);
+    reader.release().await.unwrap();
+    for other in others {
+        other.release().await.unwrap();
+    }
+    lock.try_write().await.unwrap().release().await.unwrap();
+}
+
+#[tokio::test]
+async fn fencing_tokens_strictly_increase_also_across_key_expiry() {
+    let client = cluster_client().await;
+    let lock = client.rwlock(unique_name("fence"));
+    let mut last = 0;
+    for _ in 0..1000 {
+        let writer = lock.try_write().await.unwrap();
+        assert!(writer.fencing_token() > last);
+        last = writer.fencing_token();
+        writer.release().await.unwrap();
+    }
+    // The key disappears (expiry, eviction or an operator): tokens keep rising.
+    let key = format!("rwlock:{{{}}}", lock.name());
+    let mut raw = raw_cluster().await;
+    for _ in 0..20 {
+        let _: () = raw.del(&key).await.unwrap();
+        let writer = lock.try_write().await.unwrap();
+        assert!(writer.fencing_token() > last);
+        last = writer.fencing_token();
+        writer.release().await.unwrap();
+    }
+}
