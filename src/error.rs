@@ -34,14 +34,26 @@ pub enum Error {
         key: String,
     },
 
-    /// The two keys of a legacy lock hash to different cluster slots, so no script
-    /// can touch both; nothing was written.
-    #[error("keys {read_key:?} and {write_key:?} are in different cluster slots")]
+    /// Keys that one script must touch together are not in one cluster slot: the two
+    /// keys of a legacy lock, or a fenced write's key without the lock's hash tag.
+    /// Nothing was written.
+    #[error("keys {key:?} and {other:?} must share a hash tag (one cluster slot)")]
     CrossSlot {
-        /// The read key of the legacy lock.
-        read_key: String,
-        /// The write key of the legacy lock.
-        write_key: String,
+        /// The key that does not fit.
+        key: String,
+        /// The key it must share a slot with.
+        other: String,
+    },
+
+    /// The hold was granted but fewer replicas than
+    /// [`LockOptions::min_replicas`](crate::LockOptions::min_replicas) acknowledged it
+    /// within the replica timeout; it was released again.
+    #[error("only {acknowledged} of {required} replicas acknowledged the hold in time")]
+    NotReplicated {
+        /// Replicas that acknowledged.
+        acknowledged: u32,
+        /// Replicas required.
+        required: u32,
     },
 
     /// Redis answered with an error, or could not be reached in time.

@@ -11,7 +11,7 @@ use tokio::time::{Instant, sleep, sleep_until, timeout};
 
 use crate::scripts::LockMode;
 use crate::token::Token;
-use crate::{Error, RwLock};
+use crate::{Error, FencedWrites, RwLock};
 
 /// How long a failed renewal waits before trying again (while the lease lasts).
 const RENEW_RETRY: Duration = Duration::from_millis(100);
@@ -90,6 +90,20 @@ impl Lease {
         if let Some(held) = &self.held {
             let mut lost = held.status.lost.subscribe();
             let _ = lost.wait_for(|lost| *lost).await;
+        }
+    }
+
+    /// Applies `writes` if this hold is still the lock's writer; a refusal means the
+    /// lease is gone, and marks it lost.
+    pub(crate) async fn fenced_write(&self, writes: &FencedWrites) -> Result<(), Error> {
+        let Some(held) = &self.held else {
+            return Err(Error::LeaseLost);
+        };
+        if held.lock.fenced_write(&held.token, writes).await? {
+            Ok(())
+        } else {
+            held.status.mark_lost();
+            Err(Error::LeaseLost)
         }
     }
 

@@ -3,12 +3,12 @@
 mod client;
 mod connection;
 mod error;
+mod fenced;
 mod lease;
 mod lock;
 mod options;
 mod read_guard;
 mod scripts;
-#[allow(dead_code)] // the legacy two-key mode checks slots; until then only tests do
 mod slot;
 mod state;
 mod token;
@@ -18,6 +18,7 @@ mod write_guard;
 
 pub use client::LockClient;
 pub use error::{Error, Result};
+pub use fenced::FencedWrites;
 pub use lock::RwLock;
 pub use options::{Fairness, LockOptions};
 pub use read_guard::RwLockReadGuard;

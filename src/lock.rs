@@ -10,12 +10,12 @@ use sync_wrapper::SyncFuture;
 use crate::client::LockClient;
 use crate::lease::Lease;
 use crate::options::check_name;
-use crate::scripts::{Acquired, HashLock, LockMode};
+use crate::scripts::{Acquired, HashLock, LockMode, Replicas};
 use crate::state::LockState;
 use crate::token::Token;
 use crate::waiting::{INTENT_TTL, acquire};
 use crate::wakeups::Listener;
-use crate::{Error, Fairness, LockOptions, RwLockReadGuard, RwLockWriteGuard};
+use crate::{Error, Fairness, FencedWrites, LockOptions, RwLockReadGuard, RwLockWriteGuard};
 
 /// A read-write lock shared by every process that names it.
 ///
@@ -215,6 +215,35 @@ impl RwLock {
         ))
     }
 
+    /// An operator's break-glass: ends every hold on the lock, whoever owns it, and
+    /// wakes the waiters. Queued writers keep their places and fencing tokens keep
+    /// rising. The evicted holders find out at their next renewal (their guards
+    /// report the lease lost); until then they may still act, so use this only
+    /// when the holders are known to be gone or stuck. Returns how many holds ended.
+    ///
+    /// # Errors
+    ///
+    /// As [`state`](Self::state).
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped mid-flight the holds may or may not have been removed.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// let ended = lock.force_release().await?;
+    /// println!("ended {ended} holds");
+    /// # Ok(()) }
+    /// ```
+    pub async fn force_release(&self) -> Result<u64, Error> {
+        let target = self.target()?;
+        let ended = target.force_release(self.conn()).await?;
+        tracing::warn!(lock = self.name(), ended, "holds force-released");
+        Ok(ended)
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.inner.name
@@ -290,6 +319,8 @@ impl RwLock {
         period.max(Duration::from_millis(1))
     }
 
+    /// One acquire attempt. With `min_replicas`, a granted hold that too few
+    /// replicas acknowledged in time is released again and reported.
     pub(crate) async fn acquire_token(
         &self,
         token: &Token,
@@ -297,20 +328,36 @@ impl RwLock {
         queue: bool,
     ) -> Result<Acquired, Error> {
         let target = self.target()?;
-        match mode {
+        let options = &self.inner.options;
+        let replicas = (options.min_replicas > 0).then_some(Replicas {
+            count: options.min_replicas,
+            timeout: options.replica_timeout,
+        });
+        let lease = self.lease(mode);
+        let (reply, acknowledged) = match mode {
             LockMode::Read => {
-                let writer_preferred = self.inner.options.fairness == Fairness::WriterPreferred;
+                let writer_preferred = options.fairness == Fairness::WriterPreferred;
                 target
-                    .acquire_read(self.conn(), token, self.lease(mode), writer_preferred)
-                    .await
+                    .acquire_read(self.conn(), token, lease, writer_preferred, replicas)
+                    .await?
             }
             LockMode::Write => {
                 let intent = if queue { INTENT_TTL } else { Duration::ZERO };
                 target
-                    .acquire_write(self.conn(), token, self.lease(mode), intent)
-                    .await
+                    .acquire_write(self.conn(), token, lease, intent, replicas)
+                    .await?
             }
+        };
+        if matches!(reply, Acquired::Granted { .. }) && acknowledged < options.min_replicas {
+            if let Err(err) = self.release_token(token).await {
+                tracing::warn!(lock = self.name(), %err, "could not release an unreplicated hold; it ends with its lease");
+            }
+            return Err(Error::NotReplicated {
+                acknowledged,
+                required: options.min_replicas,
+            });
         }
+        Ok(reply)
     }
 
     pub(crate) async fn release_token(&self, token: &Token) -> Result<bool, Error> {
@@ -324,6 +371,18 @@ impl RwLock {
     pub(crate) async fn downgrade_token(&self, token: &Token) -> Result<bool, Error> {
         let lease = self.lease(LockMode::Read);
         self.target()?.downgrade(self.conn(), token, lease).await
+    }
+
+    pub(crate) async fn fenced_write(
+        &self,
+        token: &Token,
+        writes: &FencedWrites,
+    ) -> Result<bool, Error> {
+        let target = self.target()?;
+        writes.check(&target.key)?;
+        target
+            .fenced_write(self.conn(), token, &writes.writes)
+            .await
     }
 
     pub(crate) async fn listen(&self) -> Result<Listener, Error> {

@@ -4,7 +4,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::Script;
+use redis::{Cmd, FromRedisValue, Script};
 
 use crate::Error;
 use crate::connection::Connection;
@@ -28,6 +28,10 @@ static RELEASE: LazyLock<Script> =
 static RENEW: LazyLock<Script> = LazyLock::new(|| hash_script(include_str!("../lua/renew.lua")));
 static DOWNGRADE: LazyLock<Script> =
     LazyLock::new(|| hash_script(include_str!("../lua/downgrade.lua")));
+static FENCED_WRITE: LazyLock<Script> =
+    LazyLock::new(|| hash_script(include_str!("../lua/fenced_write.lua")));
+static FORCE_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| hash_script(include_str!("../lua/force_release.lua")));
 static STATE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/state.lua")));
 
 /// The answer of an acquire script.
@@ -61,23 +65,65 @@ impl HashLock {
         }
     }
 
-    /// Runs `script` with the common arguments, then `args`.
-    async fn run<T: redis::FromRedisValue>(
+    /// Runs `script` on the lock's key (then `extra_keys`) with the common
+    /// arguments and `args`; with `replicas`, pipelines `WAIT` behind it on the same
+    /// node connection and also returns how many replicas acknowledged.
+    ///
+    /// Sends EVALSHA; on NOSCRIPT (a flushed or failed-over node) loads the script on
+    /// every node and tries once more.
+    async fn eval<T: FromRedisValue>(
         &self,
         conn: &Connection,
         script: &Script,
-        args: &[&dyn ToArg],
-    ) -> Result<T, Error> {
-        let mut call = script.key(&self.key);
-        call.arg(conn.publish_command())
+        extra_keys: &[&str],
+        args: impl FnOnce(&mut Cmd),
+        replicas: Option<Replicas>,
+    ) -> Result<(T, u32), Error> {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash())
+            .arg(1 + extra_keys.len())
+            .arg(&self.key)
+            .arg(extra_keys)
+            .arg(conn.publish_command())
             .arg(self.original_ms.0)
             .arg(self.original_ms.1);
-        for arg in args {
-            arg.push(&mut call);
+        args(&mut cmd);
+        let mut conn = conn.clone();
+        let mut loaded = false;
+        loop {
+            let reply = match replicas {
+                None => cmd
+                    .query_async::<T>(&mut conn)
+                    .await
+                    .map(|reply| (reply, 0)),
+                Some(Replicas { count, timeout }) => {
+                    redis::pipe()
+                        .add_command(cmd.clone())
+                        .cmd("WAIT")
+                        .arg(count)
+                        .arg(millis(timeout))
+                        .query_async::<(T, u32)>(&mut conn)
+                        .await
+                }
+            };
+            match reply {
+                Err(err) if err.code() == Some("NOSCRIPT") && !loaded => {
+                    script.load_async(&mut conn).await?;
+                    loaded = true;
+                }
+                other => return other.map_err(|err| Error::from_script(err, &self.key)),
+            }
         }
-        call.invoke_async(&mut conn.clone())
-            .await
-            .map_err(|err| Error::from_script(err, &self.key))
+    }
+
+    /// Runs `script` without waiting for replicas.
+    async fn run<T: FromRedisValue>(
+        &self,
+        conn: &Connection,
+        script: &Script,
+        args: impl FnOnce(&mut Cmd),
+    ) -> Result<T, Error> {
+        Ok(self.eval(conn, script, &[], args, None).await?.0)
     }
 
     /// Tries to take a read hold for `token`.
@@ -87,15 +133,15 @@ impl HashLock {
         token: &Token,
         lease: Duration,
         writer_preferred: bool,
-    ) -> Result<Acquired, Error> {
-        let reply: (i64, i64) = self
-            .run(
-                conn,
-                &ACQUIRE_READ,
-                &[&token.as_str(), &millis(lease), &(writer_preferred as u8)],
-            )
-            .await?;
-        Ok(decode_acquired(reply))
+        replicas: Option<Replicas>,
+    ) -> Result<(Acquired, u32), Error> {
+        let args = |cmd: &mut Cmd| {
+            cmd.arg(token.as_str())
+                .arg(millis(lease))
+                .arg(u8::from(writer_preferred));
+        };
+        let (reply, acked) = self.eval(conn, &ACQUIRE_READ, &[], args, replicas).await?;
+        Ok((decode_acquired(reply), acked))
     }
 
     /// Tries to take the write hold for `token`; when refused, queues it for
@@ -106,21 +152,25 @@ impl HashLock {
         token: &Token,
         lease: Duration,
         intent: Duration,
-    ) -> Result<Acquired, Error> {
-        let reply: (i64, i64) = self
-            .run(
-                conn,
-                &ACQUIRE_WRITE,
-                &[&token.as_str(), &millis(lease), &millis(intent)],
-            )
-            .await?;
-        Ok(decode_acquired(reply))
+        replicas: Option<Replicas>,
+    ) -> Result<(Acquired, u32), Error> {
+        let args = |cmd: &mut Cmd| {
+            cmd.arg(token.as_str())
+                .arg(millis(lease))
+                .arg(millis(intent));
+        };
+        let (reply, acked) = self.eval(conn, &ACQUIRE_WRITE, &[], args, replicas).await?;
+        Ok((decode_acquired(reply), acked))
     }
 
     /// Ends whatever `token` has (a hold in either mode, a place in the writers'
     /// queue); true when a hold was removed.
     pub(crate) async fn release(&self, conn: &Connection, token: &Token) -> Result<bool, Error> {
-        let removed: i64 = self.run(conn, &RELEASE, &[&token.as_str()]).await?;
+        let removed: i64 = self
+            .run(conn, &RELEASE, |cmd| {
+                cmd.arg(token.as_str());
+            })
+            .await?;
         Ok(removed == 1)
     }
 
@@ -132,7 +182,9 @@ impl HashLock {
         lease: Duration,
     ) -> Result<bool, Error> {
         let renewed: i64 = self
-            .run(conn, &RENEW, &[&token.as_str(), &millis(lease)])
+            .run(conn, &RENEW, |cmd| {
+                cmd.arg(token.as_str()).arg(millis(lease));
+            })
             .await?;
         Ok(renewed == 1)
     }
@@ -145,9 +197,37 @@ impl HashLock {
         lease: Duration,
     ) -> Result<bool, Error> {
         let done: i64 = self
-            .run(conn, &DOWNGRADE, &[&token.as_str(), &millis(lease)])
+            .run(conn, &DOWNGRADE, |cmd| {
+                cmd.arg(token.as_str()).arg(millis(lease));
+            })
             .await?;
         Ok(done == 1)
+    }
+
+    /// Applies `writes` if `token` still holds the write lock; false (nothing
+    /// written) when it does not.
+    pub(crate) async fn fenced_write(
+        &self,
+        conn: &Connection,
+        token: &Token,
+        writes: &[Write],
+    ) -> Result<bool, Error> {
+        let keys: Vec<&str> = writes.iter().map(|w| w.key.as_str()).collect();
+        let args = |cmd: &mut Cmd| {
+            cmd.arg(token.as_str());
+            for write in writes {
+                // The script reads an expiry of 0 as "none".
+                let expiry_ms = write.expiry.map_or(0, millis);
+                cmd.arg(write.op).arg(&write.value).arg(expiry_ms);
+            }
+        };
+        let (fence, _): (u64, u32) = self.eval(conn, &FENCED_WRITE, &keys, args, None).await?;
+        Ok(fence > 0)
+    }
+
+    /// Ends every hold (the operator's break-glass); returns how many there were.
+    pub(crate) async fn force_release(&self, conn: &Connection) -> Result<u64, Error> {
+        self.run(conn, &FORCE_RELEASE, |_| {}).await
     }
 
     /// The server's time (ms) and every field of the hash.
@@ -155,12 +235,26 @@ impl HashLock {
         &self,
         conn: &Connection,
     ) -> Result<(i64, Vec<(String, String)>), Error> {
-        STATE
-            .key(&self.key)
-            .invoke_async(&mut conn.clone())
-            .await
-            .map_err(|err| Error::from_script(err, &self.key))
+        self.run(conn, &STATE, |_| {}).await
     }
+}
+
+/// `WAIT` for this many replicas, at most this long, after a script.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Replicas {
+    pub(crate) count: u32,
+    pub(crate) timeout: Duration,
+}
+
+/// One key write of a fenced batch, as the script takes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Write {
+    pub(crate) key: String,
+    /// `set` or `del`.
+    pub(crate) op: &'static str,
+    pub(crate) value: Vec<u8>,
+    /// Expiry of a `set` (at least a millisecond: checked before sending).
+    pub(crate) expiry: Option<Duration>,
 }
 
 fn decode_acquired((granted, value): (i64, i64)) -> Acquired {
@@ -178,17 +272,6 @@ fn decode_acquired((granted, value): (i64, i64)) -> Acquired {
 /// Whole milliseconds, as the scripts count.
 pub(crate) fn millis(span: Duration) -> u64 {
     u64::try_from(span.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// A script argument of any type the wrappers pass.
-trait ToArg: Sync {
-    fn push(&self, call: &mut redis::ScriptInvocation<'_>);
-}
-
-impl<T: redis::ToRedisArgs + Sync> ToArg for T {
-    fn push(&self, call: &mut redis::ScriptInvocation<'_>) {
-        call.arg(self);
-    }
 }
 
 #[cfg(test)]

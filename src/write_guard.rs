@@ -3,7 +3,7 @@
 use std::fmt;
 
 use crate::lease::Lease;
-use crate::{Error, RwLockReadGuard};
+use crate::{Error, FencedWrites, RwLockReadGuard};
 
 /// The write hold on an [`RwLock`](crate::RwLock), renewed in the background while it
 /// lives. Release it with [`release`](Self::release); dropping it releases in the
@@ -53,6 +53,29 @@ impl RwLockWriteGuard {
     /// ```
     pub async fn lost(&self) {
         self.lease.lost().await
+    }
+
+    /// Writes `writes` (keys sharing the lock's hash tag) only if this guard still
+    /// holds the lock, in one atomic step on the lock's node: a writer whose lease
+    /// ran out (paused, cut off) can never overwrite a newer holder's data.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::CrossSlot`] for a key without the lock's hash tag and
+    /// [`Error::InvalidOptions`] for the lock's own key or a zero expiry (both before
+    /// any I/O); [`Error::LeaseLost`] when the hold is gone (nothing was written, and
+    /// the guard now reports the lease lost); [`Error::WrongType`] or
+    /// [`Error::Redis`] when Redis refuses a write or cannot be reached.
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped mid-flight the batch was applied entirely or not at all.
+    ///
+    /// # Examples
+    ///
+    /// See [`FencedWrites`].
+    pub async fn fenced_write(&self, writes: FencedWrites) -> Result<(), Error> {
+        self.lease.fenced_write(&writes).await
     }
 
     /// Turns this write hold into a read hold in one step: no other writer can enter

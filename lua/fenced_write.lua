@@ -1,0 +1,30 @@
+-- fenced_write.lua: write the caller's keys only if its token still holds the write
+-- lock, all in one step, so a paused writer whose lease ran out cannot overwrite
+-- what a newer holder wrote.
+-- KEYS[1]     the lock hash
+-- KEYS[2..n]  the keys to write (same hash tag as the lock, so the same slot)
+-- ARGV[1..3]  common (see prelude.lua)
+-- ARGV[4]     token of the write hold
+-- then, per key KEYS[i] (i >= 2), three arguments:
+--   'set' or 'del';  the value ('' for del);  expiry in ms ('0': none)
+-- Returns the hold's fencing token when the writes were made, 0 when the hold is gone
+-- (nothing was written).
+local token = ARGV[4]
+local s = load()
+if s.writer ~= token then
+  set_expiry(s)
+  wake(s)
+  return 0
+end
+for i = 2, #KEYS do
+  local at = 5 + (i - 2) * 3
+  local op, value, ttl = ARGV[at], ARGV[at + 1], tonumber(ARGV[at + 2])
+  if op == 'set' and ttl > 0 then
+    redis.call('SET', KEYS[i], value, 'PX', ARGV[at + 2])
+  elseif op == 'set' then
+    redis.call('SET', KEYS[i], value)
+  else
+    redis.call('DEL', KEYS[i])
+  end
+end
+return s.fence

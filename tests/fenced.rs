@@ -1,0 +1,155 @@
+//! Fenced writes, replica acknowledgement and the operator's break-glass.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redis_rwlock::{Error, FencedWrites, LockOptions};
+use tokio::time::{Instant, timeout};
+
+use common::{cluster_client, raw_cluster, unique_name, wait_for};
+
+#[tokio::test]
+async fn a_fenced_write_lands_only_while_the_guard_holds() {
+    let client = cluster_client().await;
+    let name = unique_name("fenced");
+    let cache = format!("cache:{{{name}}}");
+    let lease = Duration::from_millis(600);
+    let lock = client.rwlock_with(
+        &name,
+        LockOptions::default().write_lease(lease).auto_renew(false),
+    );
+    let mut raw = raw_cluster().await;
+
+    let stale = lock.write().await.unwrap();
+    stale
+        .fenced_write(FencedWrites::new().set_with_expiry(&cache, "first", Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let value: String = raw.get(&cache).await.unwrap();
+    assert_eq!(value, "first");
+    let ttl: i64 = raw.pttl(&cache).await.unwrap();
+    assert!(ttl > 50_000 && ttl <= 60_000, "{ttl}");
+
+    // The first writer "pauses" past its lease; a second writer takes over.
+    timeout(lease * 4, stale.lost()).await.unwrap();
+    let fresh = lock.write().await.unwrap();
+    fresh
+        .fenced_write(FencedWrites::new().set(&cache, "second"))
+        .await
+        .unwrap();
+
+    // The stale writer wakes up and tries to overwrite: refused, nothing written.
+    let late = stale
+        .fenced_write(FencedWrites::new().set(&cache, "stale").delete(&cache))
+        .await;
+    assert!(matches!(late, Err(Error::LeaseLost)), "{late:?}");
+    let value: String = raw.get(&cache).await.unwrap();
+    assert_eq!(value, "second");
+    fresh.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_fenced_write_outside_the_lock_slot_is_refused_before_any_io() {
+    let client = cluster_client().await;
+    let name = unique_name("fenced-slot");
+    let lock = client.rwlock(&name);
+    let writer = lock.write().await.unwrap();
+    let mut raw = raw_cluster().await;
+    for key in ["cache:unrelated", "cache:{other}", &format!("cache:{name}")] {
+        let result = writer
+            .fenced_write(
+                FencedWrites::new()
+                    .set(format!("cache:{{{name}}}"), "v")
+                    .set(key, "v"),
+            )
+            .await;
+        assert!(
+            matches!(result, Err(Error::CrossSlot { .. })),
+            "{key}: {result:?}"
+        );
+    }
+    let lock_key = format!("rwlock:{{{name}}}");
+    let own = writer
+        .fenced_write(FencedWrites::new().set(&lock_key, "v"))
+        .await;
+    assert!(matches!(own, Err(Error::InvalidOptions(_))), "{own:?}");
+    // Nothing of the refused batches was written, and the guard still holds.
+    let exists: bool = raw.exists(format!("cache:{{{name}}}")).await.unwrap();
+    assert!(!exists);
+    assert!(writer.is_held());
+    writer.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_acquire_waits_for_a_replica_when_asked() {
+    let client = cluster_client().await;
+    let lock = client.rwlock_with(
+        unique_name("replicated"),
+        LockOptions::default()
+            .min_replicas(1)
+            .replica_timeout(Duration::from_secs(2)),
+    );
+    let writer = lock.write().await.unwrap();
+    writer.release().await.unwrap();
+    let reader = lock.try_read().await.unwrap();
+    reader.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn too_few_replicas_release_the_hold_and_say_so() {
+    let client = cluster_client().await;
+    let timeout_ = Duration::from_millis(300);
+    // Each master of the test cluster has exactly one replica.
+    let lock = client.rwlock_with(
+        unique_name("unreplicated"),
+        LockOptions::default()
+            .min_replicas(2)
+            .replica_timeout(timeout_),
+    );
+    let started = Instant::now();
+    match lock.write().await {
+        Err(Error::NotReplicated {
+            acknowledged,
+            required,
+        }) => {
+            assert_eq!((acknowledged, required), (1, 2));
+        }
+        other => panic!("expected NotReplicated, got {other:?}"),
+    }
+    assert!(started.elapsed() >= timeout_);
+    assert!(
+        lock.state().await.unwrap().is_free(),
+        "the unreplicated hold stayed"
+    );
+}
+
+#[tokio::test]
+async fn force_release_ends_every_hold_and_the_holders_notice() {
+    let client = cluster_client().await;
+    let lease = Duration::from_millis(1500);
+    let lock = client.rwlock_with(
+        unique_name("force"),
+        LockOptions::default().read_lease(lease),
+    );
+    let a = lock.read().await.unwrap();
+    let b = lock.read().await.unwrap();
+    let writer = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.write().await }
+    });
+    wait_for(&lock, |s| s.queued_writers.len() == 1).await;
+    assert_eq!(lock.force_release().await.unwrap(), 2);
+    let writer = timeout(Duration::from_secs(5), writer)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    timeout(lease, a.lost()).await.unwrap();
+    timeout(lease, b.lost()).await.unwrap();
+    assert!(matches!(a.release().await, Err(Error::LeaseLost)));
+    assert!(writer.is_held());
+    writer.release().await.unwrap();
+}
