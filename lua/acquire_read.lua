@@ -1,5 +1,5 @@
 -- acquire_read.lua: take a read lease, or say how long the holds may last.
--- KEYS[1]  the lock hash
+-- KEYS[1]  the lock's state hash
 -- ARGV[1..3] common (see prelude.lua)
 -- ARGV[4]  token of this acquisition (128 random bits, hex)
 -- ARGV[5]  read lease (ms)
@@ -17,12 +17,7 @@ if blocked and not held then
   return { 0, retry_hint(s) }
 end
 
-if not held then
-  s.nreaders = s.nreaders + 1
-end
-s.readers[token] = s.now + lease
-redis.call('HSET', KEY, 'r:' .. token, int(s.now + lease))
-stamp_read(s)
+hold_read(s, token, lease)
 set_expiry(s)
 wake(s)
 return { 1, 0 }

@@ -1,5 +1,5 @@
 -- acquire_write.lua: take the write lease, or queue for it.
--- KEYS[1]  the lock hash
+-- KEYS[1]  the lock's state hash
 -- ARGV[1..3] common (see prelude.lua)
 -- ARGV[4]  token of this acquisition (128 random bits, hex)
 -- ARGV[5]  write lease (ms)
@@ -37,8 +37,7 @@ end
 
 drop_intent(s, token)
 local fence = math.max(s.fence + 1, s.now_us)
-s.writer, s.writer_until = token, s.now + lease
-redis.call('HSET', KEY, 'w:owner', token, 'w:until', int(s.now + lease),
-  'write', int(s.now), 'fence', int(fence))
+redis.call('HSET', KEY, 'fence', int(fence))
+hold_write(s, token, lease)
 set_expiry(s)
 return { 1, fence }

@@ -1,6 +1,6 @@
 -- downgrade.lua: turn this token's write hold into a read hold in one step, so no
 -- other writer can enter in between; wakes the waiting readers.
--- KEYS[1]  the lock hash
+-- KEYS[1]  the lock's state hash
 -- ARGV[1..3] common (see prelude.lua)
 -- ARGV[4]  token of the write hold (it becomes the read hold's token)
 -- ARGV[5]  read lease (ms)
@@ -17,10 +17,7 @@ if s.writer ~= token then
   return 0
 end
 drop_writer(s)
-s.readers[token] = s.now + lease
-s.nreaders = s.nreaders + 1
-redis.call('HSET', KEY, 'r:' .. token, int(s.now + lease))
-stamp_read(s)
+hold_read(s, token, lease)
 set_expiry(s)
 wake(s)
 return 1

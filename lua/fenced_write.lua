@@ -2,10 +2,10 @@
 -- lock, all in one step, so a paused writer whose lease ran out cannot overwrite
 -- what a newer holder wrote.
 -- KEYS[1]     the lock hash
--- KEYS[2..n]  the keys to write (same hash tag as the lock, so the same slot)
+-- KEYS[FIRST_USER_KEY..n]  the keys to write (same hash tag as the lock: same slot)
 -- ARGV[1..3]  common (see prelude.lua)
 -- ARGV[4]     token of the write hold
--- then, per key KEYS[i] (i >= 2), three arguments:
+-- then, per key to write, in order, three arguments:
 --   'set' or 'del';  the value ('' for del);  expiry in ms ('0': none)
 -- Returns the hold's fencing token when the writes were made, 0 when the hold is gone
 -- (nothing was written).
@@ -16,8 +16,8 @@ if s.writer ~= token then
   wake(s)
   return 0
 end
-for i = 2, #KEYS do
-  local at = 5 + (i - 2) * 3
+for i = FIRST_USER_KEY, #KEYS do
+  local at = 5 + (i - FIRST_USER_KEY) * 3
   local op, value, ttl = ARGV[at], ARGV[at + 1], tonumber(ARGV[at + 2])
   if op == 'set' and ttl > 0 then
     redis.call('SET', KEYS[i], value, 'PX', ARGV[at + 2])

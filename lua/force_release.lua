@@ -1,7 +1,7 @@
 -- force_release.lua: an operator's break-glass: end every hold, whoever owns it.
 -- Queued writers keep their places and the fencing counter is kept, so tokens
 -- still rise. Holders learn of it at their next renewal (their lease is lost).
--- KEYS[1]  the lock hash
+-- KEYS[1]  the lock's state hash
 -- ARGV[1..3] common (see prelude.lua)
 -- Returns the number of holds removed (readers, the writer, original-design stamps).
 local s = load()
@@ -15,7 +15,8 @@ end
 if s.foreign_reader_until then
   removed = removed + 1
 end
-redis.call('HDEL', KEY, 'w:owner', 'w:until', 'write', 'read', 'rstamp', 'orig:read')
+redis.call('HDEL', KEY, 'w:owner', 'w:until')
+layout.clear_all(s)
 s.readers, s.nreaders, s.writer, s.writer_until = {}, 0, nil, nil
 s.foreign_writer_until, s.foreign_reader_until = nil, nil
 s.freed = true

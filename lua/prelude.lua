@@ -1,29 +1,34 @@
--- prelude.lua: shared by every hash-layout script; the crate prepends it to each
--- operation file before loading, so all scripts read and tidy the lock the same way.
+-- prelude.lua: shared by every script; the crate prepends it (and, for the legacy
+-- two-key mode, legacy.lua after it) to each operation file before loading, so all
+-- scripts read and tidy the lock the same way.
 --
--- The lock is ONE hash (DESIGN.md section 2):
---   write      ms  server time of our writer's acquire/renewal, or an original client's stamp
---   read       ms  server time of the latest reader acquire/renewal
---   rstamp     ms  the `read` value we wrote last (a different `read` came from an original client)
---   orig:read  ms  deadline of an original reader whose `read` stamp we overwrote
+-- Our state is ONE hash, KEYS[1] (DESIGN.md section 2):
 --   w:owner    token of the writer;  w:until  its lease deadline (ms)
 --   r:<token>  lease deadline (ms) of one reader
 --   wait:<token>  "<seq>:<deadline>" a queued writer (arrival order = seq)
 --   wseq       last queue sequence number
 --   fence      last fencing token issued: max(fence + 1, server time in microseconds),
 --              so tokens keep rising after the key expired and was recreated
+-- What clients of the original design see is kept by `layout` below. In the hash
+-- layout it lives in the same hash:
+--   write      ms  server time of our writer's acquire/renewal, or an original client's stamp
+--   read       ms  server time of the latest reader acquire/renewal
+--   rstamp     ms  the `read` value we wrote last (a different `read` came from an original client)
+--   orig:read  ms  deadline of an original reader whose `read` stamp we overwrote
 --
 -- Common ARGV of every script:
 --   ARGV[1] publish command ('SPUBLISH' on a cluster, 'PUBLISH' on a standalone server)
---   ARGV[2] lease (ms) an original-design reader holds after its `read` stamp
---   ARGV[3] lease (ms) an original-design writer holds after its `write` stamp
--- Operation arguments start at ARGV[4].
+--   ARGV[2] lease (ms) an original-design reader holds after its stamp
+--   ARGV[3] lease (ms) an original-design writer holds after its stamp
+-- Operation arguments start at ARGV[4]; keys of the caller's own (fenced writes)
+-- start at KEYS[FIRST_USER_KEY].
 
 local KEY = KEYS[1]
 local CHANNEL = KEY .. ':released'
 local PUBLISH = ARGV[1]
 local ORIGINAL_READ = tonumber(ARGV[2])
 local ORIGINAL_WRITE = tonumber(ARGV[3])
+local FIRST_USER_KEY = 2
 
 -- Integers as exact decimal strings (Lua prints large doubles as 1.7e+15).
 local function int(n)
@@ -37,7 +42,72 @@ local function server_time()
   return math.floor(micros / 1000), micros
 end
 
--- Reads the hash, deletes every expired entry and returns the live state.
+-- How the lock shows itself to clients of the original design: the `read`/`write`
+-- stamps of the hash. legacy.lua replaces these with the two-key layout.
+local layout = {}
+
+-- Finds the original clients' holds: sets s.foreign_writer_until and
+-- s.foreign_reader_until (deadlines, or nil) and lists stale fields in `stale`.
+function layout.foreign(s, h, stale)
+  if not h['w:owner'] and h['write'] then
+    -- A `write` stamp without an owner was set by an original-design client.
+    local deadline = tonumber(h['write']) + ORIGINAL_WRITE
+    if deadline > s.now then
+      s.foreign_writer_until = deadline
+    else
+      stale[#stale + 1] = 'write'
+      s.freed = true
+    end
+  end
+  -- Original readers: a `read` stamp we did not write, or one we overwrote.
+  local foreign = tonumber(h['orig:read'] or '0')
+  if h['read'] and h['read'] ~= h['rstamp'] then
+    foreign = math.max(foreign, tonumber(h['read']) + ORIGINAL_READ)
+  end
+  if foreign > s.now then
+    s.foreign_reader_until = foreign
+  else
+    if h['orig:read'] then
+      stale[#stale + 1] = 'orig:read'
+    end
+    if h['read'] and s.nreaders == 0 then
+      stale[#stale + 1] = 'read'
+      stale[#stale + 1] = 'rstamp'
+    end
+  end
+end
+
+-- Our readers hold (acquired or renewed): show it, keeping an original reader's deadline.
+function layout.stamp_read(s)
+  if s.foreign_reader_until then
+    redis.call('HSET', KEY, 'orig:read', int(s.foreign_reader_until))
+  end
+  redis.call('HSET', KEY, 'read', int(s.now), 'rstamp', int(s.now))
+end
+
+-- Our last reader left.
+function layout.clear_read(s)
+  if not s.foreign_reader_until then
+    redis.call('HDEL', KEY, 'read', 'rstamp')
+  end
+end
+
+-- Our writer holds (acquired or renewed).
+function layout.stamp_write(s)
+  redis.call('HSET', KEY, 'write', int(s.now))
+end
+
+-- Our writer left (released, expired or downgraded).
+function layout.clear_write(s)
+  redis.call('HDEL', KEY, 'write')
+end
+
+-- Every hold ends (force release): original clients' too.
+function layout.clear_all(s)
+  redis.call('HDEL', KEY, 'write', 'read', 'rstamp', 'orig:read')
+end
+
+-- Reads the state, deletes every expired entry and returns the live state.
 -- An error (WRONGTYPE) is raised before anything is written.
 local function load()
   local now, now_us = server_time()
@@ -74,6 +144,7 @@ local function load()
   end
   table.sort(s.intents, function(a, b) return a.seq < b.seq end)
 
+  local expired_writer = false
   if h['w:owner'] then
     local deadline = tonumber(h['w:until'] or '0')
     if deadline > now then
@@ -81,39 +152,16 @@ local function load()
     else
       stale[#stale + 1] = 'w:owner'
       stale[#stale + 1] = 'w:until'
-      stale[#stale + 1] = 'write'
-      s.freed, s.freed_writer = true, true
-    end
-  elseif h['write'] then
-    -- A `write` stamp without an owner was set by an original-design client.
-    local deadline = tonumber(h['write']) + ORIGINAL_WRITE
-    if deadline > now then
-      s.foreign_writer_until = deadline
-    else
-      stale[#stale + 1] = 'write'
-      s.freed = true
+      s.freed, s.freed_writer, expired_writer = true, true, true
     end
   end
-
-  -- Original readers: a `read` stamp we did not write, or one we overwrote.
-  local foreign = tonumber(h['orig:read'] or '0')
-  if h['read'] and h['read'] ~= h['rstamp'] then
-    foreign = math.max(foreign, tonumber(h['read']) + ORIGINAL_READ)
-  end
-  if foreign > now then
-    s.foreign_reader_until = foreign
-  else
-    if h['orig:read'] then
-      stale[#stale + 1] = 'orig:read'
-    end
-    if h['read'] and s.nreaders == 0 then
-      stale[#stale + 1] = 'read'
-      stale[#stale + 1] = 'rstamp'
-    end
-  end
+  layout.foreign(s, h, stale)
 
   if #stale > 0 then
     redis.call('HDEL', KEY, unpack(stale))
+  end
+  if expired_writer then
+    layout.clear_write(s)
   end
   return s
 end
@@ -148,28 +196,38 @@ local function set_expiry(s)
   redis.call('PEXPIRE', KEY, int(math.max(t - s.now, 0) + 1000))
 end
 
--- Stamps `read` for an original client's eyes, keeping an original reader's deadline.
-local function stamp_read(s)
-  local h = s.h
-  if s.foreign_reader_until then
-    redis.call('HSET', KEY, 'orig:read', int(s.foreign_reader_until))
+-- Grants (or renews) a read hold of `lease` ms to `token`.
+local function hold_read(s, token, lease)
+  if not s.readers[token] then
+    s.nreaders = s.nreaders + 1
   end
-  redis.call('HSET', KEY, 'read', int(s.now), 'rstamp', int(s.now))
+  s.readers[token] = s.now + lease
+  redis.call('HSET', KEY, 'r:' .. token, int(s.now + lease))
+  layout.stamp_read(s)
 end
 
--- Removes one reader; `read` goes with the last one unless an original reader holds.
+-- Grants (or renews) the write hold of `lease` ms to `token`.
+local function hold_write(s, token, lease)
+  s.writer, s.writer_until = token, s.now + lease
+  redis.call('HSET', KEY, 'w:owner', token, 'w:until', int(s.writer_until))
+  layout.stamp_write(s)
+end
+
+-- Removes one reader; the read stamp goes with the last one unless an original
+-- reader holds.
 local function drop_reader(s, token)
   redis.call('HDEL', KEY, 'r:' .. token)
   s.readers[token] = nil
   s.nreaders = s.nreaders - 1
-  if s.nreaders == 0 and not s.foreign_reader_until then
-    redis.call('HDEL', KEY, 'read', 'rstamp')
+  if s.nreaders == 0 then
+    layout.clear_read(s)
   end
   s.freed = true
 end
 
 local function drop_writer(s)
-  redis.call('HDEL', KEY, 'w:owner', 'w:until', 'write')
+  redis.call('HDEL', KEY, 'w:owner', 'w:until')
+  layout.clear_write(s)
   s.writer, s.writer_until = nil, nil
   s.freed, s.freed_writer = true, true
 end

@@ -1,6 +1,6 @@
 -- release.lua: end whatever this token has (a read hold, the write hold, a place in
 -- the writers' queue); wakes who can go next.
--- KEYS[1]  the lock hash
+-- KEYS[1]  the lock's state hash
 -- ARGV[1..3] common (see prelude.lua)
 -- ARGV[4]  token
 -- Returns 1 when a hold was removed, 0 when this token held nothing (already

@@ -1,6 +1,6 @@
 -- renew.lua: extend this token's live hold and refresh the `read`/`write` stamp
 -- that original-design clients look at.
--- KEYS[1]  the lock hash
+-- KEYS[1]  the lock's state hash
 -- ARGV[1..3] common (see prelude.lua)
 -- ARGV[4]  token of the hold (read or write)
 -- ARGV[5]  lease (ms) from now
@@ -10,13 +10,10 @@ local s = load()
 
 local renewed = 0
 if s.writer == token then
-  s.writer_until = s.now + lease
-  redis.call('HSET', KEY, 'w:until', int(s.writer_until), 'write', int(s.now))
+  hold_write(s, token, lease)
   renewed = 1
 elseif s.readers[token] then
-  s.readers[token] = s.now + lease
-  redis.call('HSET', KEY, 'r:' .. token, int(s.now + lease))
-  stamp_read(s)
+  hold_read(s, token, lease)
   renewed = 1
 end
 set_expiry(s)

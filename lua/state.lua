@@ -1,8 +1,22 @@
--- state.lua: read the lock for display; writes nothing.
--- KEYS[1]  the lock hash
--- ARGV     none
--- Returns {now_ms, {field, value, field, value, ...}} with the server's clock, so
--- the caller can tell live entries from expired ones.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-return { now, redis.call('HGETALL', KEYS[1]) }
+-- state.lua: who holds the lock, for display. Purges expired entries like every
+-- script (and wakes waiters if that freed the lock); changes nothing else.
+-- KEYS[1]  the lock's state hash
+-- ARGV[1..3] common (see prelude.lua)
+-- Returns {now_ms, fence, writer_token or '', writer_until_ms,
+--          original_writer_until_ms or 0, original_reader_until_ms or 0,
+--          {{reader_token, until_ms}, ...}, {{queued_writer_token, until_ms}, ...}}
+-- with queued writers first in line first.
+local s = load()
+set_expiry(s)
+wake(s)
+
+local readers = {}
+for token, deadline in pairs(s.readers) do
+  readers[#readers + 1] = { token, deadline }
+end
+local queue = {}
+for _, intent in ipairs(s.intents) do
+  queue[#queue + 1] = { intent.token, intent.deadline }
+end
+return { s.now, s.fence, s.writer or '', s.writer_until or 0, s.foreign_writer_until or 0,
+         s.foreign_reader_until or 0, readers, queue }

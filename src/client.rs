@@ -110,6 +110,50 @@ impl LockClient {
     }
 }
 
+impl LockClient {
+    /// A lock in the original design's two-key layout, with default options. No I/O.
+    ///
+    /// `read_key` exists while anyone reads and `write_key` while anyone writes, both
+    /// expiring, as the original single-instance scripts expect: clients still running
+    /// those scripts on the same keys and this lock exclude each other both ways. Our
+    /// own holders are counted one by one in a companion hash tagged like `read_key`
+    /// (`{tag}:rwlock:legacy`, in the same slot), so one reader leaving never ends
+    /// another's hold, and only the owner's token releases or renews. Waiting,
+    /// renewal, fencing and the guards work as for [`rwlock`](Self::rwlock).
+    ///
+    /// On a standalone server any two distinct keys work. On a cluster they must
+    /// share a slot (give them one hash tag, `{res}:read` / `{res}:write`); otherwise
+    /// every operation fails with [`Error::CrossSlot`] before anything is written.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(client: redis_rwlock::LockClient) -> Result<(), redis_rwlock::Error> {
+    /// let lock = client.legacy_rwlock("{res}:read", "{res}:write");
+    /// let guard = lock.write().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn legacy_rwlock(
+        &self,
+        read_key: impl Into<String>,
+        write_key: impl Into<String>,
+    ) -> RwLock {
+        self.legacy_rwlock_with(read_key, write_key, LockOptions::default())
+    }
+
+    /// A legacy two-key lock with `options` (`key_prefix` does not apply). No I/O;
+    /// see [`legacy_rwlock`](Self::legacy_rwlock).
+    pub fn legacy_rwlock_with(
+        &self,
+        read_key: impl Into<String>,
+        write_key: impl Into<String>,
+        options: LockOptions,
+    ) -> RwLock {
+        RwLock::legacy(self.clone(), read_key.into(), write_key.into(), options)
+    }
+}
+
 impl fmt::Debug for LockClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = match self.inner.conn {

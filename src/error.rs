@@ -62,14 +62,17 @@ pub enum Error {
 }
 
 impl Error {
-    /// Classifies a Redis error raised by a script on `key`.
-    pub(crate) fn from_script(err: RedisError, key: &str) -> Self {
-        if err.code() == Some("WRONGTYPE") {
-            Error::WrongType {
-                key: key.to_owned(),
-            }
-        } else {
-            Error::Redis(err)
+    /// Classifies a Redis error raised by a script on `keys`: WRONGTYPE names the
+    /// key when the script said which one, else the first.
+    pub(crate) fn from_script(err: RedisError, keys: &[String]) -> Self {
+        if err.code() != Some("WRONGTYPE") {
+            return Error::Redis(err);
+        }
+        let named = err
+            .detail()
+            .and_then(|detail| keys.iter().find(|key| detail.starts_with(key.as_str())));
+        Error::WrongType {
+            key: named.or(keys.first()).cloned().unwrap_or_default(),
         }
     }
 }

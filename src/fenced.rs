@@ -83,13 +83,16 @@ impl FencedWrites {
         self
     }
 
-    /// Every key must carry the lock's hash tag and must not be the lock itself.
-    pub(crate) fn check(&self, lock_key: &str) -> Result<(), Error> {
+    /// Every key must carry the hash tag of the lock's keys (`lock_keys`, its state
+    /// first) and must not be one of them.
+    pub(crate) fn check(&self, lock_keys: &[String]) -> Result<(), Error> {
+        let lock_key = lock_keys.first().map_or("", String::as_str);
         let tag = hash_tag(lock_key.as_bytes());
         for write in &self.writes {
-            if write.key == lock_key {
+            if lock_keys.contains(&write.key) {
                 return Err(Error::InvalidOptions(format!(
-                    "a fenced write may not touch the lock's own key {lock_key:?}"
+                    "a fenced write may not touch the lock's own key {:?}",
+                    write.key
                 )));
             }
             if hash_tag(write.key.as_bytes()) != tag {
@@ -113,7 +116,9 @@ impl FencedWrites {
 mod tests {
     use super::*;
 
-    const LOCK: &str = "rwlock:{inventory}";
+    fn lock() -> Vec<String> {
+        vec!["rwlock:{inventory}".to_owned()]
+    }
 
     #[test]
     fn keys_must_share_the_lock_hash_tag() {
@@ -121,7 +126,7 @@ mod tests {
             .set("cache:{inventory}", "v")
             .delete("{inventory}:old")
             .set_with_expiry("x:{inventory}:y", "v", Duration::from_secs(1));
-        assert!(ok.check(LOCK).is_ok());
+        assert!(ok.check(&lock()).is_ok());
         for bad in [
             "cache:inventory",
             "cache:{other}",
@@ -130,7 +135,7 @@ mod tests {
         ] {
             let batch = FencedWrites::new().set(bad, "v");
             assert!(
-                matches!(batch.check(LOCK), Err(Error::CrossSlot { .. })),
+                matches!(batch.check(&lock()), Err(Error::CrossSlot { .. })),
                 "{bad}"
             );
         }
@@ -138,9 +143,9 @@ mod tests {
 
     #[test]
     fn the_lock_key_and_zero_expiries_are_refused() {
-        let own = FencedWrites::new().set(LOCK, "v");
-        assert!(matches!(own.check(LOCK), Err(Error::InvalidOptions(_))));
+        let own = FencedWrites::new().set("rwlock:{inventory}", "v");
+        assert!(matches!(own.check(&lock()), Err(Error::InvalidOptions(_))));
         let zero = FencedWrites::new().set_with_expiry("c:{inventory}", "v", Duration::ZERO);
-        assert!(matches!(zero.check(LOCK), Err(Error::InvalidOptions(_))));
+        assert!(matches!(zero.check(&lock()), Err(Error::InvalidOptions(_))));
     }
 }

@@ -8,9 +8,11 @@ use std::time::Duration;
 use sync_wrapper::SyncFuture;
 
 use crate::client::LockClient;
+use crate::connection::Connection;
 use crate::lease::Lease;
 use crate::options::check_name;
-use crate::scripts::{Acquired, HashLock, LockMode, Replicas};
+use crate::scripts::{Acquired, LockMode, Replicas, Target};
+use crate::slot::key_slot;
 use crate::state::LockState;
 use crate::token::Token;
 use crate::waiting::{INTENT_TTL, acquire};
@@ -50,25 +52,60 @@ struct LockInner {
     client: LockClient,
     name: String,
     options: LockOptions,
-    /// The lock's keys, or why the name or options are unusable.
-    target: Result<HashLock, String>,
+    /// The lock's keys and scripts, or why the lock is unusable.
+    target: Result<Target, Unusable>,
+}
+
+/// Why every operation of a lock fails before any I/O.
+enum Unusable {
+    Options(String),
+    CrossSlot { key: String, other: String },
+}
+
+impl From<Error> for Unusable {
+    fn from(err: Error) -> Self {
+        match err {
+            Error::InvalidOptions(message) => Unusable::Options(message),
+            Error::CrossSlot { key, other } => Unusable::CrossSlot { key, other },
+            other => Unusable::Options(other.to_string()),
+        }
+    }
 }
 
 impl RwLock {
+    /// A lock in the hash layout, `"{prefix}:{name}"`.
     pub(crate) fn new(client: LockClient, name: String, options: LockOptions) -> Self {
         let target = check_name("lock name", &name)
             .and_then(|()| options.validate())
-            .map(|()| HashLock::new(&options.key_prefix, &name, options.original_leases()))
-            .map_err(|err| match err {
-                Error::InvalidOptions(message) => message,
-                other => other.to_string(),
-            });
+            .map(|()| Target::hash(&options.key_prefix, &name, options.original_leases()));
+        Self::with_target(client, name, options, target)
+    }
+
+    /// A lock in the legacy two-key layout; named after its read key.
+    pub(crate) fn legacy(
+        client: LockClient,
+        read_key: String,
+        write_key: String,
+        options: LockOptions,
+    ) -> Self {
+        let target = check_legacy_keys(&client, &read_key, &write_key)
+            .and_then(|()| options.validate())
+            .map(|()| Target::legacy(&read_key, &write_key, options.original_leases()));
+        Self::with_target(client, read_key, options, target)
+    }
+
+    fn with_target(
+        client: LockClient,
+        name: String,
+        options: LockOptions,
+        target: Result<Target, Error>,
+    ) -> Self {
         RwLock {
             inner: Arc::new(LockInner {
                 client,
                 name,
                 options,
-                target,
+                target: target.map_err(Unusable::from),
             }),
         }
     }
@@ -207,12 +244,8 @@ impl RwLock {
     /// # Ok(()) }
     /// ```
     pub async fn state(&self) -> Result<LockState, Error> {
-        let (now, fields) = self.target()?.fields(self.conn()).await?;
-        Ok(LockState::from_fields(
-            now,
-            &fields,
-            self.inner.options.original_leases(),
-        ))
+        let raw = self.target()?.state(self.conn()).await?;
+        Ok(LockState::from_raw(raw))
     }
 
     /// An operator's break-glass: ends every hold on the lock, whoever owns it, and
@@ -291,14 +324,20 @@ impl RwLock {
         self.target().map(|_| ())
     }
 
-    fn target(&self) -> Result<&HashLock, Error> {
+    fn target(&self) -> Result<&Target, Error> {
         self.inner
             .target
             .as_ref()
-            .map_err(|message| Error::InvalidOptions(message.clone()))
+            .map_err(|unusable| match unusable {
+                Unusable::Options(message) => Error::InvalidOptions(message.clone()),
+                Unusable::CrossSlot { key, other } => Error::CrossSlot {
+                    key: key.clone(),
+                    other: other.clone(),
+                },
+            })
     }
 
-    fn conn(&self) -> &crate::connection::Connection {
+    fn conn(&self) -> &Connection {
         &self.inner.client.inner.conn
     }
 
@@ -379,7 +418,7 @@ impl RwLock {
         writes: &FencedWrites,
     ) -> Result<bool, Error> {
         let target = self.target()?;
-        writes.check(&target.key)?;
+        writes.check(target.keys())?;
         target
             .fenced_write(self.conn(), token, &writes.writes)
             .await
@@ -389,6 +428,26 @@ impl RwLock {
         let channel = &self.target()?.channel;
         self.inner.client.inner.wakeups.listen(channel).await
     }
+}
+
+/// Legacy keys must be non-empty and distinct, and on a cluster share one slot.
+fn check_legacy_keys(client: &LockClient, read_key: &str, write_key: &str) -> Result<(), Error> {
+    if read_key.is_empty() || write_key.is_empty() {
+        return Err(Error::InvalidOptions("a legacy lock key is empty".into()));
+    }
+    if read_key == write_key {
+        return Err(Error::InvalidOptions(format!(
+            "the read and write keys are the same key {read_key:?}"
+        )));
+    }
+    let cluster = matches!(client.inner.conn, Connection::Cluster(_));
+    if cluster && key_slot(read_key.as_bytes()) != key_slot(write_key.as_bytes()) {
+        return Err(Error::CrossSlot {
+            key: write_key.to_owned(),
+            other: read_key.to_owned(),
+        });
+    }
+    Ok(())
 }
 
 impl fmt::Debug for RwLock {

@@ -8,31 +8,49 @@ use redis::{Cmd, FromRedisValue, Script};
 
 use crate::Error;
 use crate::connection::Connection;
+use crate::slot::hash_tag;
 pub(crate) use crate::state::LockMode;
 use crate::token::Token;
 
-/// Builds a hash-layout script: the shared prelude, then the operation.
-fn hash_script(operation: &str) -> Script {
-    Script::new(&format!(
-        "{}\n{operation}",
-        include_str!("../lua/prelude.lua")
-    ))
+/// One layout's compiled scripts: each is the shared prelude, the layout's hooks and
+/// the operation.
+pub(crate) struct Scripts {
+    acquire_read: Script,
+    acquire_write: Script,
+    release: Script,
+    renew: Script,
+    downgrade: Script,
+    fenced_write: Script,
+    force_release: Script,
+    state: Script,
 }
 
-static ACQUIRE_READ: LazyLock<Script> =
-    LazyLock::new(|| hash_script(include_str!("../lua/acquire_read.lua")));
-static ACQUIRE_WRITE: LazyLock<Script> =
-    LazyLock::new(|| hash_script(include_str!("../lua/acquire_write.lua")));
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| hash_script(include_str!("../lua/release.lua")));
-static RENEW: LazyLock<Script> = LazyLock::new(|| hash_script(include_str!("../lua/renew.lua")));
-static DOWNGRADE: LazyLock<Script> =
-    LazyLock::new(|| hash_script(include_str!("../lua/downgrade.lua")));
-static FENCED_WRITE: LazyLock<Script> =
-    LazyLock::new(|| hash_script(include_str!("../lua/fenced_write.lua")));
-static FORCE_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| hash_script(include_str!("../lua/force_release.lua")));
-static STATE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/state.lua")));
+impl Scripts {
+    fn build(layout: &str) -> Self {
+        let make = |operation: &str| {
+            Script::new(&format!(
+                "{}\n{layout}\n{operation}",
+                include_str!("../lua/prelude.lua")
+            ))
+        };
+        Scripts {
+            acquire_read: make(include_str!("../lua/acquire_read.lua")),
+            acquire_write: make(include_str!("../lua/acquire_write.lua")),
+            release: make(include_str!("../lua/release.lua")),
+            renew: make(include_str!("../lua/renew.lua")),
+            downgrade: make(include_str!("../lua/downgrade.lua")),
+            fenced_write: make(include_str!("../lua/fenced_write.lua")),
+            force_release: make(include_str!("../lua/force_release.lua")),
+            state: make(include_str!("../lua/state.lua")),
+        }
+    }
+}
+
+/// The hash layout: everything in one hash.
+static HASH: LazyLock<Scripts> = LazyLock::new(|| Scripts::build(""));
+/// The legacy two-key layout: our state in a companion hash, mirrored into the keys.
+static LEGACY: LazyLock<Scripts> =
+    LazyLock::new(|| Scripts::build(include_str!("../lua/legacy.lua")));
 
 /// The answer of an acquire script.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,25 +62,48 @@ pub(crate) enum Acquired {
     Refused { holds_for: Duration },
 }
 
-/// One lock's hash and the settings every script call carries.
-#[derive(Clone, Debug)]
-pub(crate) struct HashLock {
-    /// The hash, `"{prefix}:{name}"`.
-    pub(crate) key: String,
-    /// Where releases are announced, in the key's slot.
+/// One lock's keys, its scripts and the settings every script call carries.
+pub(crate) struct Target {
+    /// The keys every script gets, our state hash first (see `lua/prelude.lua` and
+    /// `lua/legacy.lua`); all in one slot.
+    keys: Vec<String>,
+    /// Where releases are announced, in the keys' slot.
     pub(crate) channel: String,
     /// Leases of original-design clients (read, write), in ms.
-    pub(crate) original_ms: (u64, u64),
+    original_ms: (u64, u64),
+    scripts: &'static Scripts,
 }
 
-impl HashLock {
-    pub(crate) fn new(prefix: &str, name: &str, original: (Duration, Duration)) -> Self {
-        let key = format!("{prefix}:{{{name}}}");
-        HashLock {
-            channel: format!("{key}:released"),
-            key,
+impl Target {
+    /// The hash layout: the hash `"{prefix}:{name}"`.
+    pub(crate) fn hash(prefix: &str, name: &str, original: (Duration, Duration)) -> Self {
+        Self::new(vec![format!("{prefix}:{{{name}}}")], original, &HASH)
+    }
+
+    /// The legacy layout: the two keys, and our state in a hash tagged like the read
+    /// key (a key without a tag hashes like `{key}`), so all share one slot.
+    pub(crate) fn legacy(read_key: &str, write_key: &str, original: (Duration, Duration)) -> Self {
+        let tag = String::from_utf8_lossy(hash_tag(read_key.as_bytes())).into_owned();
+        let state = format!("{{{tag}}}:rwlock:legacy");
+        Self::new(
+            vec![state, read_key.to_owned(), write_key.to_owned()],
+            original,
+            &LEGACY,
+        )
+    }
+
+    fn new(keys: Vec<String>, original: (Duration, Duration), scripts: &'static Scripts) -> Self {
+        Target {
+            channel: format!("{}:released", keys[0]),
+            keys,
             original_ms: (millis(original.0), millis(original.1)),
+            scripts,
         }
+    }
+
+    /// Every key the lock itself uses, its state hash first.
+    pub(crate) fn keys(&self) -> &[String] {
+        &self.keys
     }
 
     /// Runs `script` on the lock's key (then `extra_keys`) with the common
@@ -81,8 +122,8 @@ impl HashLock {
     ) -> Result<(T, u32), Error> {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(script.get_hash())
-            .arg(1 + extra_keys.len())
-            .arg(&self.key)
+            .arg(self.keys.len() + extra_keys.len())
+            .arg(&self.keys)
             .arg(extra_keys)
             .arg(conn.publish_command())
             .arg(self.original_ms.0)
@@ -111,7 +152,7 @@ impl HashLock {
                     script.load_async(&mut conn).await?;
                     loaded = true;
                 }
-                other => return other.map_err(|err| Error::from_script(err, &self.key)),
+                other => return other.map_err(|err| Error::from_script(err, &self.keys)),
             }
         }
     }
@@ -140,7 +181,9 @@ impl HashLock {
                 .arg(millis(lease))
                 .arg(u8::from(writer_preferred));
         };
-        let (reply, acked) = self.eval(conn, &ACQUIRE_READ, &[], args, replicas).await?;
+        let (reply, acked) = self
+            .eval(conn, &self.scripts.acquire_read, &[], args, replicas)
+            .await?;
         Ok((decode_acquired(reply), acked))
     }
 
@@ -159,7 +202,9 @@ impl HashLock {
                 .arg(millis(lease))
                 .arg(millis(intent));
         };
-        let (reply, acked) = self.eval(conn, &ACQUIRE_WRITE, &[], args, replicas).await?;
+        let (reply, acked) = self
+            .eval(conn, &self.scripts.acquire_write, &[], args, replicas)
+            .await?;
         Ok((decode_acquired(reply), acked))
     }
 
@@ -167,7 +212,7 @@ impl HashLock {
     /// queue); true when a hold was removed.
     pub(crate) async fn release(&self, conn: &Connection, token: &Token) -> Result<bool, Error> {
         let removed: i64 = self
-            .run(conn, &RELEASE, |cmd| {
+            .run(conn, &self.scripts.release, |cmd| {
                 cmd.arg(token.as_str());
             })
             .await?;
@@ -182,7 +227,7 @@ impl HashLock {
         lease: Duration,
     ) -> Result<bool, Error> {
         let renewed: i64 = self
-            .run(conn, &RENEW, |cmd| {
+            .run(conn, &self.scripts.renew, |cmd| {
                 cmd.arg(token.as_str()).arg(millis(lease));
             })
             .await?;
@@ -197,7 +242,7 @@ impl HashLock {
         lease: Duration,
     ) -> Result<bool, Error> {
         let done: i64 = self
-            .run(conn, &DOWNGRADE, |cmd| {
+            .run(conn, &self.scripts.downgrade, |cmd| {
                 cmd.arg(token.as_str()).arg(millis(lease));
             })
             .await?;
@@ -221,23 +266,36 @@ impl HashLock {
                 cmd.arg(write.op).arg(&write.value).arg(expiry_ms);
             }
         };
-        let (fence, _): (u64, u32) = self.eval(conn, &FENCED_WRITE, &keys, args, None).await?;
+        let (fence, _): (u64, u32) = self
+            .eval(conn, &self.scripts.fenced_write, &keys, args, None)
+            .await?;
         Ok(fence > 0)
     }
 
     /// Ends every hold (the operator's break-glass); returns how many there were.
     pub(crate) async fn force_release(&self, conn: &Connection) -> Result<u64, Error> {
-        self.run(conn, &FORCE_RELEASE, |_| {}).await
+        self.run(conn, &self.scripts.force_release, |_| {}).await
     }
 
-    /// The server's time (ms) and every field of the hash.
-    pub(crate) async fn fields(
-        &self,
-        conn: &Connection,
-    ) -> Result<(i64, Vec<(String, String)>), Error> {
-        self.run(conn, &STATE, |_| {}).await
+    /// Who holds the lock, as the scripts see it (expired entries purged).
+    pub(crate) async fn state(&self, conn: &Connection) -> Result<RawState, Error> {
+        self.run(conn, &self.scripts.state, |_| {}).await
     }
 }
+
+/// The reply of `state.lua`: now, fence, writer token ('' for none), writer deadline,
+/// original writer's and original reader's deadlines (0: none), readers and queued
+/// writers as (token, deadline) pairs; all times in ms.
+pub(crate) type RawState = (
+    i64,
+    u64,
+    String,
+    i64,
+    i64,
+    i64,
+    Vec<(String, i64)>,
+    Vec<(String, i64)>,
+);
 
 /// `WAIT` for this many replicas, at most this long, after a script.
 #[derive(Clone, Copy, Debug)]
@@ -280,18 +338,27 @@ mod tests {
     use crate::slot::key_slot;
 
     #[test]
-    fn key_and_channel_share_the_name_as_hash_tag() {
-        let lock = HashLock::new(
-            "rwlock",
-            "inventory",
-            (Duration::from_secs(1), Duration::from_secs(3)),
-        );
-        assert_eq!(lock.key, "rwlock:{inventory}");
+    fn every_key_of_a_lock_shares_one_slot() {
+        let second = Duration::from_secs(1);
+        let lock = Target::hash("rwlock", "inventory", (second, 3 * second));
+        assert_eq!(lock.keys(), ["rwlock:{inventory}"]);
         assert_eq!(lock.channel, "rwlock:{inventory}:released");
         assert_eq!(lock.original_ms, (1000, 3000));
         assert_eq!(
-            key_slot(lock.key.as_bytes()),
+            key_slot(lock.keys()[0].as_bytes()),
             key_slot(lock.channel.as_bytes())
+        );
+
+        for (read, write) in [("res:read", "res:read"), ("{res}:read", "{res}:write")] {
+            let legacy = Target::legacy(read, write, (second, second));
+            assert_eq!(legacy.keys()[1..], [read, write]);
+            for key in legacy.keys().iter().chain([&legacy.channel]) {
+                assert_eq!(key_slot(key.as_bytes()), key_slot(read.as_bytes()), "{key}");
+            }
+        }
+        assert_eq!(
+            Target::legacy("{res}:read", "{res}:write", (second, second)).keys()[0],
+            "{res}:rwlock:legacy"
         );
     }
 

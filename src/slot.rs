@@ -3,7 +3,6 @@
 
 /// The cluster slot of `key`: the part between the first `{` and the next `}` when
 /// that part is non-empty, else the whole key.
-#[allow(dead_code)] // for the legacy two-key mode (next)
 pub(crate) fn key_slot(key: &[u8]) -> u16 {
     crc16(hash_tag(key)) % 16384
 }
@@ -21,7 +20,6 @@ pub(crate) fn hash_tag(key: &[u8]) -> &[u8] {
     key
 }
 
-#[allow(dead_code)]
 fn crc16(bytes: &[u8]) -> u16 {
     bytes.iter().fold(0u16, |mut crc, &byte| {
         crc ^= u16::from(byte) << 8;

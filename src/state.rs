@@ -1,9 +1,9 @@
 //! [`LockState`]: a snapshot of who holds a lock, for people and tools.
 
-use std::time::Duration;
-
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+
+use crate::scripts::RawState;
 
 /// Read or write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -60,65 +60,36 @@ impl LockState {
         self.mode().is_none()
     }
 
-    /// Decodes the raw hash the way the scripts read it: expired entries are left out,
-    /// and bare `read`/`write` stamps count as original-design holds.
-    pub(crate) fn from_fields(
-        now: i64,
-        fields: &[(String, String)],
-        original: (Duration, Duration),
-    ) -> Self {
-        let get = |name: &str| {
-            fields
-                .iter()
-                .find(|(field, _)| field == name)
-                .map(|(_, value)| value.as_str())
+    /// Builds the snapshot from the state script's reply.
+    pub(crate) fn from_raw(raw: RawState) -> Self {
+        let (now, fence, writer, writer_until, original_writer, original_reader, readers, queue) =
+            raw;
+        let holder = |token: Option<String>, until: i64| Holder {
+            token,
+            until: wall_clock(until),
         };
-        let number = |name: &str| get(name).and_then(|v| v.parse::<i64>().ok());
-        let live = |until: i64, token: Option<&str>| {
-            (until > now).then(|| Holder {
-                token: token.map(str::to_owned),
-                until: wall_clock(until),
-            })
+        let writer = if !writer.is_empty() {
+            Some(holder(Some(writer), writer_until))
+        } else {
+            (original_writer > 0).then(|| holder(None, original_writer))
         };
-        let ms = |span: Duration| i64::try_from(span.as_millis()).unwrap_or(i64::MAX);
-
-        let writer = match get("w:owner") {
-            Some(owner) => live(number("w:until").unwrap_or(0), Some(owner)),
-            None => number("write").and_then(|at| live(at.saturating_add(ms(original.1)), None)),
-        };
-        let mut readers: Vec<Holder> = fields
-            .iter()
-            .filter_map(|(field, value)| {
-                let token = field.strip_prefix("r:")?;
-                live(value.parse().ok()?, Some(token))
-            })
+        let mut readers: Vec<Holder> = readers
+            .into_iter()
+            .map(|(token, until)| holder(Some(token), until))
             .collect();
-        let original_reader = number("orig:read").into_iter().chain(
-            (get("read") != get("rstamp"))
-                .then(|| number("read").map(|at| at.saturating_add(ms(original.0))))
-                .flatten(),
-        );
-        if let Some(until) = original_reader.max() {
-            readers.extend(live(until, None));
+        readers.sort_by_key(|r| r.until);
+        if original_reader > 0 {
+            readers.push(holder(None, original_reader));
         }
-        let mut queue: Vec<(i64, Holder)> = fields
-            .iter()
-            .filter_map(|(field, value)| {
-                let token = field.strip_prefix("wait:")?;
-                let (seq, until) = value.split_once(':')?;
-                Some((seq.parse().ok()?, live(until.parse().ok()?, Some(token))?))
-            })
-            .collect();
-        queue.sort_by_key(|(seq, _)| *seq);
-
         LockState {
             server_time: wall_clock(now),
             writer,
             readers,
-            queued_writers: queue.into_iter().map(|(_, holder)| holder).collect(),
-            fencing_token: number("fence")
-                .and_then(|f| u64::try_from(f).ok())
-                .unwrap_or(0),
+            queued_writers: queue
+                .into_iter()
+                .map(|(token, until)| holder(Some(token), until))
+                .collect(),
+            fencing_token: fence,
         }
     }
 }
@@ -131,33 +102,21 @@ fn wall_clock(ms: i64) -> DateTime<Utc> {
 mod tests {
     use super::*;
 
-    fn fields(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(f, v)| (f.to_string(), v.to_string()))
-            .collect()
-    }
-
-    const SECOND: Duration = Duration::from_secs(1);
-
     #[test]
-    fn live_entries_are_reported_and_expired_ones_dropped() {
-        let state = LockState::from_fields(
+    fn a_raw_state_decodes_with_original_clients_as_tokenless_holders() {
+        let state = LockState::from_raw((
             1_000_000,
-            &fields(&[
-                ("r:aa", "1005000"),
-                ("r:bb", "999000"),
-                ("read", "999500"),
-                ("rstamp", "999500"),
-                ("wait:cc", "2:1003000"),
-                ("wait:dd", "1:1004000"),
-                ("fence", "77"),
-            ]),
-            (SECOND, SECOND),
-        );
+            77,
+            String::new(),
+            0,
+            0,
+            1_004_000,
+            vec![("bb".into(), 1_006_000), ("aa".into(), 1_005_000)],
+            vec![("dd".into(), 1_003_000), ("cc".into(), 1_003_500)],
+        ));
         assert_eq!(state.mode(), Some(LockMode::Read));
-        assert_eq!(state.readers.len(), 1);
-        assert_eq!(state.readers[0].token.as_deref(), Some("aa"));
+        let readers: Vec<_> = state.readers.iter().map(|h| h.token.clone()).collect();
+        assert_eq!(readers, [Some("aa".into()), Some("bb".into()), None]);
         let queue: Vec<_> = state
             .queued_writers
             .iter()
@@ -165,21 +124,11 @@ mod tests {
             .collect();
         assert_eq!(queue, ["dd", "cc"]);
         assert_eq!(state.fencing_token, 77);
-    }
+        assert_eq!(state.server_time.timestamp_millis(), 1_000_000);
 
-    #[test]
-    fn bare_stamps_are_original_clients_holds() {
-        let state = LockState::from_fields(
-            1_000_000,
-            &fields(&[("write", "999000")]),
-            (SECOND, 3 * SECOND),
-        );
-        let writer = state.writer.unwrap();
-        assert_eq!(writer.token, None);
-        assert_eq!(writer.until.timestamp_millis(), 1_002_000);
-
-        let stale =
-            LockState::from_fields(1_000_000, &fields(&[("read", "998000")]), (SECOND, SECOND));
-        assert!(stale.is_free());
+        let original = LockState::from_raw((1, 0, String::new(), 0, 5_000, 0, vec![], vec![]));
+        assert_eq!(original.writer.unwrap().token, None);
+        let free = LockState::from_raw((1, 0, String::new(), 0, 0, 0, vec![], vec![]));
+        assert!(free.is_free());
     }
 }

@@ -1,0 +1,98 @@
+-- legacy.lua: the two-key layout of the original single-instance design, loaded
+-- after prelude.lua in place of its `read`/`write` stamps (DESIGN.md section 5).
+--
+-- KEYS[1]  our state hash `{tag}:rwlock:legacy` (tokens, deadlines, queue, fence),
+--          where tag is the read key's hash tag, so it shares the read key's slot
+-- KEYS[2]  the read key: exists while anyone reads
+-- KEYS[3]  the write key: exists while anyone writes
+-- Original clients only test EXISTS on the other mode's key, set their own key with
+-- an expiry, and delete it when done. We keep both keys true for them:
+--   read key  = 'rwlock', expiring with our last reader (or an original reader we
+--               saw, whose deadline we keep in the hash as `orig:read`);
+--   write key = our writer's token, expiring with its lease.
+-- An original client's value ('1', or anything not ours) counts as its hold until
+-- the key expires.
+
+local READ_KEY, WRITE_KEY = KEYS[2], KEYS[3]
+local MARK = 'rwlock'
+FIRST_USER_KEY = 4
+
+-- When a key expires in ms (now + PTTL); a key without expiry counts `fallback` ms.
+local function key_deadline(s, key, fallback)
+  local ttl = redis.call('PTTL', key)
+  if ttl == -2 then
+    return nil
+  elseif ttl < 0 then
+    return s.now + fallback
+  end
+  return s.now + ttl
+end
+
+-- Both keys must be strings (or absent); say which one is not, before any write.
+local function string_or_none(key)
+  local kind = redis.call('TYPE', key)['ok']
+  if kind ~= 'none' and kind ~= 'string' then
+    error({ err = 'WRONGTYPE ' .. key .. ' holds a ' .. kind .. ', not a string' })
+  end
+end
+
+function layout.foreign(s, h, stale)
+  string_or_none(READ_KEY)
+  string_or_none(WRITE_KEY)
+  -- Our own writer's key (live or just expired) is not an original client's.
+  local writer = redis.call('GET', WRITE_KEY)
+  if writer and writer ~= h['w:owner'] then
+    s.foreign_writer_until = key_deadline(s, WRITE_KEY, ORIGINAL_WRITE)
+  end
+  local reader = redis.call('GET', READ_KEY)
+  local foreign = tonumber(h['orig:read'] or '0')
+  if reader and reader ~= MARK then
+    foreign = math.max(foreign, key_deadline(s, READ_KEY, ORIGINAL_READ) or 0)
+  end
+  if foreign > s.now then
+    s.foreign_reader_until = foreign
+  elseif h['orig:read'] then
+    stale[#stale + 1] = 'orig:read'
+  end
+end
+
+-- The read key lives until the last known reader's deadline.
+local function show_readers(s)
+  local t = s.foreign_reader_until or 0
+  for _, deadline in pairs(s.readers) do
+    t = math.max(t, deadline)
+  end
+  if t > s.now then
+    redis.call('SET', READ_KEY, MARK, 'PX', int(t - s.now))
+  else
+    redis.call('DEL', READ_KEY)
+  end
+end
+
+function layout.stamp_read(s)
+  if s.foreign_reader_until then
+    redis.call('HSET', KEY, 'orig:read', int(s.foreign_reader_until))
+  end
+  show_readers(s)
+end
+
+function layout.clear_read(s)
+  show_readers(s)
+end
+
+function layout.stamp_write(s)
+  redis.call('SET', WRITE_KEY, s.writer, 'PX', int(s.writer_until - s.now))
+end
+
+function layout.clear_write(s)
+  -- Only our own writer's key: an original writer's key is its hold.
+  local value = redis.call('GET', WRITE_KEY)
+  if value and value == s.h['w:owner'] then
+    redis.call('DEL', WRITE_KEY)
+  end
+end
+
+function layout.clear_all(s)
+  redis.call('DEL', READ_KEY, WRITE_KEY)
+  redis.call('HDEL', KEY, 'orig:read')
+end

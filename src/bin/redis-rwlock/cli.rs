@@ -1,0 +1,244 @@
+//! The command line: subcommands, flags and their help.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{ArgGroup, Args, Parser, Subcommand};
+
+const AFTER_HELP: &str = "\
+Connection: --url (one server) or --cluster (a cluster); without either, the
+environment variable REDIS_URL or REDIS_CLUSTER_NODES (comma-separated URLs).
+
+Exit codes (exec passes the command's own status through):
+   0  success
+  64  usage error: bad arguments, no Redis given, bad lock name, release without --force
+  65  the lock's key holds another Redis type
+  69  Redis unreachable or failed
+  70  unexpected internal error
+  71  operating-system error (signals, waiting for the command)
+  75  lock not acquired: busy (--wait 0s) or --wait ran out
+  79  exec: the lease was lost while the command ran; the command was terminated
+ 126  exec: the command could not be started
+ 127  exec: the command was not found
+ 128+N  exec: the command died of signal N, or redis-rwlock was stopped by signal N
+        while waiting for the lock";
+
+/// Inspect and use redis-rwlock read-write locks from the shell.
+#[derive(Debug, Parser)]
+#[command(name = "redis-rwlock", version, after_help = AFTER_HELP)]
+pub struct Cli {
+    /// Where the locks live.
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Connection flags, accepted before or after the subcommand.
+#[derive(Debug, Args)]
+pub struct ConnectionArgs {
+    /// A single Redis server (7.0 or newer), e.g. redis://127.0.0.1:6379
+    /// [default: $REDIS_URL]
+    #[arg(long, global = true, value_name = "URL", conflicts_with = "cluster")]
+    pub url: Option<String>,
+
+    /// Redis Cluster nodes, comma-separated (any one reachable node is enough)
+    /// [default: $REDIS_CLUSTER_NODES]
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL[,URL...]",
+        value_delimiter = ','
+    )]
+    pub cluster: Vec<String>,
+
+    /// The first part of the lock's key, `PREFIX:{NAME}`, as in the services'
+    /// `LockOptions::key_prefix`
+    #[arg(long, global = true, value_name = "PREFIX", default_value = "rwlock")]
+    pub prefix: String,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show who holds a lock: mode, each holder with its lease deadline (local time)
+    /// and time left, queued writers, the fencing counter.
+    Status(StatusArgs),
+    /// Run a command while holding a lock, like flock(1) across machines.
+    ///
+    /// Waits for the lock (up to --wait), runs COMMAND on redis-rwlock's stdin,
+    /// stdout and stderr, renews the lease in the background while it runs, releases
+    /// the lock when it exits and exits with its status (128+N if it died of
+    /// signal N). For --write, COMMAND finds the hold's fencing token in
+    /// $REDIS_RWLOCK_FENCING_TOKEN.
+    ///
+    /// If the lease is lost while COMMAND runs (Redis unreachable for the whole
+    /// lease, or an operator's `release --force`), COMMAND gets SIGTERM, then
+    /// SIGKILL after --kill-after, and redis-rwlock exits with 79.
+    ///
+    /// SIGINT, SIGTERM and SIGHUP are passed on to COMMAND (SIGKILL after
+    /// --kill-after; a second signal kills at once), and the lock is released when it
+    /// exits. Unless stdin, stdout or stderr is a terminal, COMMAND runs in its own
+    /// process group and every signal goes to the whole group, so what it started is
+    /// stopped too. At a terminal it stays in the terminal's foreground group so it
+    /// can read from it: Ctrl-C then reaches it directly, and redis-rwlock only sends
+    /// SIGTERM if it is still running --kill-after later.
+    ///
+    /// If redis-rwlock itself is killed with SIGKILL, COMMAND keeps running and the
+    /// hold ends when its lease does.
+    #[command(group(ArgGroup::new("mode").required(true).args(["read", "write"])))]
+    Exec(ExecArgs),
+    /// Operator's break-glass: end every hold on a lock, whoever owns it.
+    ///
+    /// The evicted holders learn it at their next renewal (a third of their lease)
+    /// and may act until then: check `status` first. Refuses without --force.
+    Release(ReleaseArgs),
+}
+
+/// `status NAME [--json]`
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The lock's name.
+    pub name: String,
+
+    /// Print JSON instead of text (times in RFC 3339, local offset).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `exec (--read|--write) NAME [--wait D] [--lease D] [--kill-after D] -- COMMAND...`
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// Take a shared read hold.
+    #[arg(long)]
+    pub read: bool,
+
+    /// Take the exclusive write hold.
+    #[arg(long)]
+    pub write: bool,
+
+    /// The lock's name.
+    pub name: String,
+
+    /// How long to wait for the lock, e.g. 500ms, 30s, 2m; 0s: do not wait
+    /// [default: wait without limit]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub wait: Option<Duration>,
+
+    /// The hold's lease: how long it outlives this process if it dies without
+    /// releasing; renewed every third of it [default: 10s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub lease: Option<Duration>,
+
+    /// How long COMMAND gets to exit after SIGTERM (or an interrupt) before SIGKILL.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "5s")]
+    pub kill_after: Duration,
+
+    /// The command to run and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+/// `release --force NAME`
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// The lock's name.
+    pub name: String,
+
+    /// Really end every hold on the lock.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Human durations: `500ms`, `30s`, `2m`, `1h 30m`.
+fn parse_duration(text: &str) -> Result<Duration, humantime::DurationError> {
+    humantime::parse_duration(text)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn exec_takes_a_mode_durations_and_the_command_after_the_separator() {
+        let cli = Cli::try_parse_from([
+            "redis-rwlock",
+            "exec",
+            "--write",
+            "cache",
+            "--wait",
+            "2m",
+            "--lease",
+            "500ms",
+            "--cluster",
+            "redis://a:1,redis://b:2",
+            "--",
+            "sh",
+            "-c",
+            "exit 7",
+        ])
+        .unwrap();
+        assert_eq!(cli.connection.cluster, ["redis://a:1", "redis://b:2"]);
+        let Command::Exec(exec) = cli.command else {
+            panic!("not exec");
+        };
+        assert!(exec.write && !exec.read);
+        assert_eq!(exec.wait, Some(Duration::from_secs(120)));
+        assert_eq!(exec.lease, Some(Duration::from_millis(500)));
+        assert_eq!(exec.kill_after, Duration::from_secs(5));
+        assert_eq!(exec.command, ["sh", "-c", "exit 7"]);
+    }
+
+    #[test]
+    fn exec_needs_exactly_one_mode_and_a_command() {
+        for args in [
+            &["redis-rwlock", "exec", "x", "--", "true"][..],
+            &[
+                "redis-rwlock",
+                "exec",
+                "--read",
+                "--write",
+                "x",
+                "--",
+                "true",
+            ],
+            &["redis-rwlock", "exec", "--read", "x"],
+            &[
+                "redis-rwlock",
+                "exec",
+                "--read",
+                "x",
+                "--wait",
+                "soon",
+                "--",
+                "true",
+            ],
+        ] {
+            assert!(Cli::try_parse_from(args).is_err(), "{args:?} accepted");
+        }
+    }
+
+    #[test]
+    fn url_and_cluster_exclude_each_other() {
+        let args = [
+            "redis-rwlock",
+            "--url",
+            "redis://a",
+            "--cluster",
+            "redis://b",
+            "status",
+            "x",
+        ];
+        assert!(Cli::try_parse_from(args).is_err());
+    }
+}

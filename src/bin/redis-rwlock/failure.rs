@@ -1,0 +1,126 @@
+//! Why the tool stops early: a message, the error behind it, and the exit code.
+
+use std::error::Error as StdError;
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use redis_rwlock::Error;
+
+/// Exit codes of the tool's own failures (`exec` otherwise passes the command's
+/// status through). The numbers follow `sysexits.h` where one fits, and the shell's
+/// conventions for commands that cannot run (126, 127) or die of a signal (128 + N).
+pub mod code {
+    /// Bad usage: unknown or missing arguments, no Redis to connect to, an unusable
+    /// lock name or prefix, `release` without `--force` (EX_USAGE).
+    pub const USAGE: u8 = 64;
+    /// The lock's key holds another Redis type (EX_DATAERR).
+    pub const DATA: u8 = 65;
+    /// Redis could not be reached, or answered with an error (EX_UNAVAILABLE).
+    pub const UNAVAILABLE: u8 = 69;
+    /// An error the tool does not know how to classify (EX_SOFTWARE).
+    pub const SOFTWARE: u8 = 70;
+    /// The operating system refused something: signal handlers, waiting for the
+    /// command (EX_OSERR).
+    pub const OS: u8 = 71;
+    /// The lock was not acquired: busy with `--wait 0s`, or still held by others when
+    /// `--wait` ran out (EX_TEMPFAIL: try again later).
+    pub const NOT_ACQUIRED: u8 = 75;
+    /// The lease was lost while the command ran; the command was terminated (or had
+    /// already finished without the lock's protection).
+    pub const LEASE_LOST: u8 = 79;
+    /// The command was found but could not be started.
+    pub const CANNOT_RUN: u8 = 126;
+    /// The command was not found.
+    pub const NOT_FOUND: u8 = 127;
+    /// Added to a signal's number: the command died of it, or the tool was
+    /// interrupted by it while waiting for the lock.
+    pub const SIGNAL_BASE: u8 = 128;
+}
+
+/// A failure of the tool, reported as `redis-rwlock: <message>: <source>: ...`.
+#[derive(Debug)]
+pub struct Failure {
+    code: u8,
+    message: String,
+    source: Option<Box<dyn StdError + Send + Sync + 'static>>,
+}
+
+impl Failure {
+    /// A failure with its own message and exit code.
+    pub fn new(code: u8, message: impl Into<String>) -> Self {
+        Failure {
+            code,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// Adds the error that caused the failure; its chain is printed after the message.
+    pub fn caused_by(mut self, source: impl StdError + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    /// A lock operation failed while doing `context`; the exit code follows the error.
+    pub fn lock(context: impl Into<String>, err: Error) -> Self {
+        let code = match &err {
+            Error::WouldBlock | Error::Timeout => code::NOT_ACQUIRED,
+            Error::LeaseLost => code::LEASE_LOST,
+            Error::InvalidOptions(_) => code::USAGE,
+            Error::WrongType { .. } | Error::CrossSlot { .. } => code::DATA,
+            Error::NotReplicated { .. } | Error::Redis(_) => code::UNAVAILABLE,
+            _ => code::SOFTWARE,
+        };
+        Failure::new(code, context).caused_by(err)
+    }
+
+    /// The process exit code for this failure.
+    pub fn exit_code(&self) -> ExitCode {
+        ExitCode::from(self.code)
+    }
+
+    /// The whole report line: the message, then each error in the source chain.
+    pub fn report(&self) -> String {
+        let mut line = format!("redis-rwlock: {}", self.message);
+        let mut next: Option<&(dyn StdError + 'static)> = match &self.source {
+            Some(source) => Some(source.as_ref()),
+            None => None,
+        };
+        while let Some(err) = next {
+            let _ = write!(line, ": {err}");
+            next = err.source();
+        }
+        line
+    }
+}
+
+/// Prints a warning that does not change the exit code.
+pub fn warn(message: impl std::fmt::Display) {
+    eprintln!("redis-rwlock: {message}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn the_report_walks_the_source_chain() {
+        let inner = std::io::Error::other("inner");
+        let failure = Failure::new(code::OS, "cannot do it").caused_by(Outer(inner));
+        assert_eq!(failure.report(), "redis-rwlock: cannot do it: outer: inner");
+    }
+
+    #[test]
+    fn lock_errors_map_to_documented_codes() {
+        let code_of = |err| Failure::lock("x", err).code;
+        assert_eq!(code_of(Error::Timeout), code::NOT_ACQUIRED);
+        assert_eq!(code_of(Error::WouldBlock), code::NOT_ACQUIRED);
+        assert_eq!(code_of(Error::LeaseLost), code::LEASE_LOST);
+        assert_eq!(code_of(Error::InvalidOptions("bad".into())), code::USAGE);
+        assert_eq!(code_of(Error::WrongType { key: "k".into() }), code::DATA);
+    }
+}

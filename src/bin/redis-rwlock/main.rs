@@ -1,0 +1,93 @@
+//! `redis-rwlock`: inspect and use [`redis_rwlock`] read-write locks from the shell.
+//!
+//! ```text
+//! redis-rwlock [--url URL | --cluster URL[,URL...]] [--prefix PREFIX] <COMMAND>
+//!
+//!   status NAME [--json]              who holds the lock, until when (local time)
+//!   exec (--read|--write) NAME [--wait D] [--lease D] [--kill-after D] -- COMMAND ARGS...
+//!                                     run COMMAND under the lock, like flock(1)
+//!   release --force NAME              end every hold (operator's break-glass)
+//! ```
+//!
+//! Without `--url`/`--cluster`, `REDIS_URL` (one server) or `REDIS_CLUSTER_NODES`
+//! (comma-separated cluster nodes) say where the locks live. Durations are human:
+//! `500ms`, `30s`, `2m`. Errors are printed as `redis-rwlock: <message>: <cause>...`.
+//!
+//! `exec` exits with the command's status (128 + N if it died of signal N). The
+//! tool's own exit codes are in [`failure::code`]: 64 usage, 65 the key holds another
+//! type, 69 Redis unreachable or failed, 70 internal, 71 OS error, 75 lock not
+//! acquired (busy or `--wait` ran out), 79 lease lost while the command ran (it was
+//! terminated), 126 command not runnable, 127 command not found, 128 + N interrupted
+//! by signal N while waiting. `redis-rwlock --help` prints the same table.
+//!
+//! Built with the `cli` feature: `cargo install redis-rwlock --features cli`.
+
+mod child;
+mod cli;
+mod connect;
+mod exec;
+mod failure;
+mod release;
+mod signals;
+mod status;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+use crate::connect::Target;
+use crate::failure::{Failure, code};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            // --help and --version print to stdout and succeed; usage errors are 64.
+            let _ = err.print();
+            return ExitCode::from(if err.use_stderr() { code::USAGE } else { 0 });
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => return fail(Failure::new(code::OS, "cannot start").caused_by(err)),
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(failure) => fail(failure),
+    }
+}
+
+fn fail(failure: Failure) -> ExitCode {
+    eprintln!("{}", failure.report());
+    failure.exit_code()
+}
+
+async fn run(cli: Cli) -> Result<ExitCode, Failure> {
+    let target = Target::resolve(&cli.connection, |name| std::env::var(name).ok())?;
+    let client = target.connect().await?;
+    let prefix = cli.connection.prefix.as_str();
+    match cli.command {
+        Command::Status(args) => {
+            let lock = client.rwlock_with(
+                args.name.as_str(),
+                redis_rwlock::LockOptions::default().key_prefix(prefix),
+            );
+            let key = format!("{prefix}:{{{}}}", args.name);
+            status::run(&lock, &key, args.json).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Exec(args) => exec::run(&client, prefix, args).await,
+        Command::Release(args) => {
+            let lock = client.rwlock_with(
+                args.name.as_str(),
+                redis_rwlock::LockOptions::default().key_prefix(prefix),
+            );
+            release::run(&lock, args.force).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,0 +1,30 @@
+//! `release --force`: the operator's break-glass.
+
+use redis_rwlock::RwLock;
+
+use crate::failure::{Failure, code};
+
+/// Ends every hold on the lock when `force` is set; refuses otherwise.
+pub async fn run(lock: &RwLock, force: bool) -> Result<(), Failure> {
+    let name = lock.name();
+    if !force {
+        return Err(Failure::new(
+            code::USAGE,
+            format!(
+                "refusing to release lock {name:?} without --force: it ends every hold on \
+                 the lock, whoever owns it, and the holders may keep acting until their next \
+                 renewal; check `redis-rwlock status {name}` first"
+            ),
+        ));
+    }
+    let ended = lock
+        .force_release()
+        .await
+        .map_err(|err| Failure::lock(format!("cannot force-release lock {name:?}"), err))?;
+    match ended {
+        0 => println!("lock {name:?} was not held"),
+        1 => println!("lock {name:?}: ended 1 hold"),
+        n => println!("lock {name:?}: ended {n} holds"),
+    }
+    Ok(())
+}

@@ -1,0 +1,127 @@
+//! `status`: who holds a lock, as text for people or JSON for scripts.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use chrono::{DateTime, Local};
+use redis_rwlock::{Holder, LockMode, LockState, RwLock};
+use serde::Serialize;
+
+use crate::failure::Failure;
+
+/// Prints the lock's state; exit code 0 whether it is free or held.
+pub async fn run(lock: &RwLock, key: &str, json: bool) -> Result<(), Failure> {
+    let state = lock.state().await.map_err(|err| {
+        Failure::lock(
+            format!("cannot read the state of lock {:?}", lock.name()),
+            err,
+        )
+    })?;
+    let view = StatusView::new(lock.name(), key, &state);
+    if json {
+        let text = serde_json::to_string_pretty(&view).map_err(|err| {
+            Failure::new(crate::failure::code::SOFTWARE, "cannot encode JSON").caused_by(err)
+        })?;
+        println!("{text}");
+    } else {
+        print!("{}", view.text());
+    }
+    Ok(())
+}
+
+/// What `status` shows: the library's [`LockState`] with times in local time and
+/// time left by the server's clock.
+#[derive(Debug, Serialize)]
+struct StatusView {
+    lock: String,
+    key: String,
+    /// `free`, `read` or `write`.
+    mode: &'static str,
+    /// The server's clock when the state was read.
+    server_time: DateTime<Local>,
+    writer: Option<HolderView>,
+    readers: Vec<HolderView>,
+    /// First in line first; `until`: when the place lapses unless its waiter re-checks.
+    queued_writers: Vec<HolderView>,
+    /// The last fencing token issued.
+    fencing_token: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct HolderView {
+    /// `None` for a client of the original design, which keeps only a timestamp.
+    token: Option<String>,
+    /// The deadline, RFC 3339 in local time.
+    until: DateTime<Local>,
+    /// The deadline, ms since the Unix epoch.
+    until_ms: i64,
+    /// Time left by the server's clock.
+    remaining_ms: i64,
+}
+
+impl StatusView {
+    fn new(name: &str, key: &str, state: &LockState) -> Self {
+        let holder = |holder: &Holder| HolderView {
+            token: holder.token.clone(),
+            until: holder.until.with_timezone(&Local),
+            until_ms: holder.until.timestamp_millis(),
+            remaining_ms: (holder.until - state.server_time).num_milliseconds(),
+        };
+        StatusView {
+            lock: name.to_owned(),
+            key: key.to_owned(),
+            mode: match state.mode() {
+                None => "free",
+                Some(LockMode::Read) => "read",
+                Some(LockMode::Write) => "write",
+            },
+            server_time: state.server_time.with_timezone(&Local),
+            writer: state.writer.as_ref().map(holder),
+            readers: state.readers.iter().map(holder).collect(),
+            queued_writers: state.queued_writers.iter().map(holder).collect(),
+            fencing_token: state.fencing_token,
+        }
+    }
+
+    fn text(&self) -> String {
+        let mut out = String::new();
+        let held = match self.mode {
+            "free" => "free".to_owned(),
+            mode => format!("held for {mode}"),
+        };
+        let _ = writeln!(out, "lock {:?} (key {}) is {held}", self.lock, self.key);
+        if let Some(writer) = &self.writer {
+            let _ = writeln!(out, "  writer  {}", writer.line("until"));
+        }
+        for reader in &self.readers {
+            let _ = writeln!(out, "  reader  {}", reader.line("until"));
+        }
+        let _ = writeln!(out, "queued writers: {}", self.queued_writers.len());
+        for (place, waiter) in self.queued_writers.iter().enumerate() {
+            let _ = writeln!(out, "  {:>2}. {}", place + 1, waiter.line("place lapses"));
+        }
+        let _ = writeln!(out, "fencing counter: {}", self.fencing_token);
+        let _ = writeln!(out, "server time: {}", local_text(self.server_time));
+        out
+    }
+}
+
+impl HolderView {
+    fn line(&self, until_label: &str) -> String {
+        let who = self
+            .token
+            .clone()
+            .unwrap_or_else(|| "original-design client".to_owned());
+        let left = Duration::from_millis(u64::try_from(self.remaining_ms).unwrap_or(0));
+        format!(
+            "{who}  {until_label} {} ({} left)",
+            local_text(self.until),
+            humantime::format_duration(left)
+        )
+    }
+}
+
+/// `2025-01-31 14:03:12.345 +01:00`
+fn local_text(at: DateTime<Local>) -> String {
+    at.format("%Y-%m-%d %H:%M:%S%.3f %:z").to_string()
+}
