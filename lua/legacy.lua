@@ -44,10 +44,15 @@ function layout.foreign(s, h, stale)
   if writer and writer ~= h['w:owner'] then
     s.foreign_writer_until = key_deadline(s, WRITE_KEY, ORIGINAL_WRITE)
   end
+  -- Original readers: the read key with their value, or our mark over an original
+  -- reader's hold we saw. An absent read key means their readers are gone: their
+  -- release deletes it for all of them.
   local reader = redis.call('GET', READ_KEY)
-  local foreign = tonumber(h['orig:read'] or '0')
-  if reader and reader ~= MARK then
-    foreign = math.max(foreign, key_deadline(s, READ_KEY, ORIGINAL_READ) or 0)
+  local foreign = 0
+  if reader == MARK then
+    foreign = tonumber(h['orig:read'] or '0')
+  elseif reader then
+    foreign = math.max(tonumber(h['orig:read'] or '0'), key_deadline(s, READ_KEY, ORIGINAL_READ) or 0)
   end
   if foreign > s.now then
     s.foreign_reader_until = foreign

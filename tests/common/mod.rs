@@ -24,6 +24,9 @@
 mod locks;
 #[allow(unused_imports)] // not every test binary uses every helper
 pub use locks::*;
+mod original;
+#[allow(unused_imports)]
+pub use original::*;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};

@@ -1,0 +1,350 @@
+//! Interoperation with clients that still run the original design's scripts on the
+//! same keys, in both directions: the hash layout on a cluster, the two-key layout on
+//! a standalone server and on a cluster.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redis_rwlock::{Error, LockClient, LockOptions};
+
+use common::{
+    OriginalHash, OriginalTwoKey, client_now_ms, cluster_client, raw_cluster, shared_standalone,
+    standalone_client, unique_name,
+};
+
+fn hash_key(name: &str) -> String {
+    format!("rwlock:{{{name}}}")
+}
+
+#[tokio::test]
+async fn our_writer_blocks_original_readers_and_writers() {
+    let client = cluster_client().await;
+    let mut raw = raw_cluster().await;
+    let name = unique_name("interop-w");
+    let original = OriginalHash::new(hash_key(&name));
+    let writer = client.rwlock(&name).write().await.unwrap();
+    assert_eq!(original.acquire_read(&mut raw).await, None);
+    assert_eq!(original.acquire_write(&mut raw).await, None);
+    writer.release().await.unwrap();
+    let stamp = original
+        .acquire_write(&mut raw)
+        .await
+        .expect("free after our release");
+    original.release(&mut raw, "write", stamp).await;
+}
+
+#[tokio::test]
+async fn our_readers_block_original_writers_until_the_last_one_leaves() {
+    let client = cluster_client().await;
+    let mut raw = raw_cluster().await;
+    let name = unique_name("interop-r");
+    let original = OriginalHash::new(hash_key(&name));
+    let lock = client.rwlock(&name);
+    let first = lock.read().await.unwrap();
+    let second = lock.read().await.unwrap();
+    second.release().await.unwrap();
+    assert_eq!(
+        original.acquire_write(&mut raw).await,
+        None,
+        "one of our readers still holds"
+    );
+    first.release().await.unwrap();
+    let stamp = original
+        .acquire_write(&mut raw)
+        .await
+        .expect("free after our last reader");
+    original.release(&mut raw, "write", stamp).await;
+}
+
+/// An original reader shares with ours; its release deletes the `read` stamp and
+/// hides our readers from original writers until our next refresh (the documented
+/// window), which comes within half the original read timeout.
+#[tokio::test]
+async fn an_original_readers_release_hides_ours_only_until_our_next_refresh() {
+    let client = cluster_client().await;
+    let mut raw = raw_cluster().await;
+    let name = unique_name("interop-window");
+    let original = OriginalHash::new(hash_key(&name)); // read timeout 1 s
+    let lock = client.rwlock_with(
+        &name,
+        LockOptions::default().original_timeouts(Duration::from_secs(1), Duration::from_secs(3)),
+    );
+    let ours = lock.read().await.unwrap();
+    let theirs = original
+        .acquire_read(&mut raw)
+        .await
+        .expect("readers share");
+    original.release(&mut raw, "read", theirs).await;
+    // Our renewal runs every 500 ms and stamps `read` again.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(
+        original.acquire_write(&mut raw).await,
+        None,
+        "our reader stayed hidden"
+    );
+    ours.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_original_writer_blocks_our_readers_and_writers() {
+    let client = cluster_client().await;
+    let mut raw = raw_cluster().await;
+    let name = unique_name("interop-ow");
+    let original = OriginalHash::new(hash_key(&name));
+    let lock = client.rwlock_with(
+        &name,
+        LockOptions::default().original_timeouts(Duration::from_secs(1), Duration::from_secs(3)),
+    );
+    let stamp = original.acquire_write(&mut raw).await.unwrap();
+    assert!(matches!(lock.try_read().await, Err(Error::WouldBlock)));
+    assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
+    let state = lock.state().await.unwrap();
+    assert_eq!(state.writer.as_ref().unwrap().token, None, "{state:?}");
+    // Waiters get in once the original writer releases.
+    let waiter = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.write().await }
+    });
+    original.release(&mut raw, "write", stamp).await;
+    let writer = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    writer.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_original_reader_blocks_our_writers_but_not_our_readers() {
+    let client = cluster_client().await;
+    let mut raw = raw_cluster().await;
+    let name = unique_name("interop-or");
+    let original = OriginalHash::new(hash_key(&name));
+    let lock = client.rwlock_with(
+        &name,
+        LockOptions::default().original_timeouts(Duration::from_secs(1), Duration::from_secs(3)),
+    );
+    let theirs = original.acquire_read(&mut raw).await.unwrap();
+    assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
+    let ours = lock.try_read().await.unwrap();
+    // Our reader overwrote their `read` stamp: their hold must still count.
+    ours.release().await.unwrap();
+    assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
+    original.release(&mut raw, "read", theirs).await;
+    // Their release cannot remove a stamp that is no longer theirs; the hold still
+    // counts until its timeout (1 s) runs out.
+    let writer = lock.write().await.unwrap();
+    assert!(client_now_ms() - theirs >= 900);
+    writer.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_long_dead_original_stamp_does_not_block() {
+    let client = cluster_client().await;
+    let mut raw = raw_cluster().await;
+    let name = unique_name("interop-dead");
+    let stale = client_now_ms() - 60_000;
+    let _: () = raw.hset(hash_key(&name), "write", stale).await.unwrap();
+    let _: () = raw.hset(hash_key(&name), "read", stale).await.unwrap();
+    let lock = client.rwlock(&name);
+    let writer = lock
+        .try_write()
+        .await
+        .expect("a dead original stamp blocked us");
+    writer.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn renewal_keeps_our_holds_fresh_for_original_clients() {
+    let client = cluster_client().await;
+    let mut raw = raw_cluster().await;
+    let name = unique_name("interop-fresh");
+    let original = OriginalHash::new(hash_key(&name)); // read 1 s, write 3 s
+    let lock = client.rwlock_with(
+        &name,
+        LockOptions::default().original_timeouts(Duration::from_secs(1), Duration::from_secs(3)),
+    );
+    let reader = lock.read().await.unwrap();
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            original.acquire_write(&mut raw).await,
+            None,
+            "our reader looked stale"
+        );
+    }
+    let writer_lock = client.rwlock_with(
+        &name,
+        LockOptions::default().original_timeouts(Duration::from_secs(1), Duration::from_secs(1)),
+    );
+    reader.release().await.unwrap();
+    let writer = writer_lock.write().await.unwrap();
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            original.acquire_read(&mut raw).await,
+            None,
+            "our writer looked stale"
+        );
+    }
+    writer.release().await.unwrap();
+}
+
+// ---- the two-key layout ----
+
+async fn two_key_both_directions(
+    client: LockClient,
+    mut raw: impl redis::aio::ConnectionLike + Send,
+    tag: &str,
+) {
+    let read_key = format!("{{{tag}}}:read");
+    let write_key = format!("{{{tag}}}:write");
+    let original = OriginalTwoKey::new(&read_key, &write_key);
+    let lock = client.legacy_rwlock(&read_key, &write_key);
+
+    // Our writer blocks their readers and writers.
+    let writer = lock.write().await.unwrap();
+    assert!(!original.acquire_read(&mut raw).await);
+    assert!(!original.acquire_write(&mut raw).await);
+    writer.release().await.unwrap();
+
+    // Our readers block their writers, also after one of several left.
+    let a = lock.read().await.unwrap();
+    let b = lock.read().await.unwrap();
+    assert!(!original.acquire_write(&mut raw).await);
+    b.release().await.unwrap();
+    assert!(
+        !original.acquire_write(&mut raw).await,
+        "one of our readers still holds"
+    );
+    a.release().await.unwrap();
+    assert!(
+        original.acquire_write(&mut raw).await,
+        "free after our last reader"
+    );
+
+    // Their writer blocks our readers and writers.
+    assert!(matches!(lock.try_read().await, Err(Error::WouldBlock)));
+    assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
+    assert_eq!(lock.state().await.unwrap().writer.unwrap().token, None);
+    original.release(&mut raw, &write_key).await;
+
+    // Their reader blocks our writers, not our readers.
+    assert!(original.acquire_read(&mut raw).await);
+    assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
+    let ours = lock.try_read().await.unwrap();
+    ours.release().await.unwrap();
+    assert!(
+        matches!(lock.try_write().await, Err(Error::WouldBlock)),
+        "their reader was forgotten"
+    );
+    // Their release deletes the read key for every original reader: they are gone.
+    original.release(&mut raw, &read_key).await;
+    let writer = lock.try_write().await.unwrap();
+    writer.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_two_key_layout_interoperates_on_a_standalone_server() {
+    let raw = redis::Client::open(shared_standalone().url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    two_key_both_directions(standalone_client().await, raw, &unique_name("legacy")).await;
+}
+
+#[tokio::test]
+async fn the_two_key_layout_interoperates_on_a_cluster() {
+    two_key_both_directions(
+        cluster_client().await,
+        raw_cluster().await,
+        &unique_name("legacy"),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn any_two_keys_work_on_a_standalone_server() {
+    let client = standalone_client().await;
+    let (read_key, write_key) = (unique_name("plain-read"), unique_name("plain-write"));
+    let lock = client.legacy_rwlock(&read_key, &write_key);
+    let reader = lock.read().await.unwrap();
+    assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
+    reader.release().await.unwrap();
+    lock.try_write().await.unwrap().release().await.unwrap();
+}
+
+#[tokio::test]
+async fn legacy_keys_in_different_slots_fail_before_anything_is_written() {
+    let client = cluster_client().await;
+    let mut raw = raw_cluster().await;
+    let (read_key, write_key) = (unique_name("a-read"), unique_name("b-write"));
+    let lock = client.legacy_rwlock(&read_key, &write_key);
+    for result in [
+        lock.read().await.map(drop),
+        lock.try_write().await.map(drop),
+        lock.state().await.map(drop),
+    ] {
+        match result {
+            Err(Error::CrossSlot { key, other }) => {
+                assert_eq!((key, other), (write_key.clone(), read_key.clone()))
+            }
+            other => panic!("expected CrossSlot, got {other:?}"),
+        }
+    }
+    let exists: u32 = raw.exists(&[&read_key, &write_key]).await.unwrap();
+    assert_eq!(exists, 0);
+}
+
+#[tokio::test]
+async fn legacy_readers_are_counted_and_only_owners_release() {
+    let client = standalone_client().await;
+    let tag = unique_name("legacy-count");
+    let lock = client.legacy_rwlock_with(
+        format!("{{{tag}}}:read"),
+        format!("{{{tag}}}:write"),
+        LockOptions::default()
+            .read_lease(Duration::from_millis(800))
+            .auto_renew(false),
+    );
+    let short = lock.read().await.unwrap();
+    let long_lock = client.legacy_rwlock(format!("{{{tag}}}:read"), format!("{{{tag}}}:write"));
+    let long = long_lock.read().await.unwrap();
+    // The short reader's lease ends: the long one still holds.
+    tokio::time::timeout(Duration::from_secs(3), short.lost())
+        .await
+        .unwrap();
+    assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
+    assert!(matches!(short.release().await, Err(Error::LeaseLost)));
+    assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
+    long.release().await.unwrap();
+    let writer = lock.try_write().await.unwrap();
+    assert!(writer.fencing_token() > 0);
+    writer.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn legacy_waiters_are_woken_by_releases() {
+    let client = standalone_client().await;
+    let tag = unique_name("legacy-wake");
+    let lock = client.legacy_rwlock(format!("{{{tag}}}:read"), format!("{{{tag}}}:write"));
+    let reader = lock.read().await.unwrap();
+    let waiter = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.write().await }
+    });
+    common::wait_for(&lock, |s| s.queued_writers.len() == 1).await;
+    let released = tokio::time::Instant::now();
+    reader.release().await.unwrap();
+    let writer = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(released.elapsed() < Duration::from_millis(300));
+    writer.release().await.unwrap();
+}
