@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use rand::Rng;
 use tokio::time::{Instant, sleep_until};
+use tracing::Instrument;
 
 use crate::scripts::{Acquired, LockMode};
 use crate::token::Token;
@@ -36,8 +37,20 @@ pub(crate) struct Granted {
 }
 
 /// Takes the lock in `mode`; waits (bounded by `wait_timeout`) when `wait`, else
-/// returns [`Error::WouldBlock`] at the first refusal.
+/// returns [`Error::WouldBlock`] at the first refusal. Runs in a `debug` span
+/// `acquire` with the lock's name and the mode.
 pub(crate) async fn acquire(lock: &RwLock, mode: LockMode, wait: bool) -> Result<Granted, Error> {
+    let span = tracing::debug_span!("acquire", lock = lock.name(), ?mode, wait);
+    attempt_until_granted(lock, mode, wait)
+        .instrument(span)
+        .await
+}
+
+async fn attempt_until_granted(
+    lock: &RwLock,
+    mode: LockMode,
+    wait: bool,
+) -> Result<Granted, Error> {
     lock.check()?;
     let started = Instant::now();
     let deadline = lock.options().wait_timeout.map(|limit| started + limit);
@@ -64,6 +77,7 @@ pub(crate) async fn acquire(lock: &RwLock, mode: LockMode, wait: bool) -> Result
                 });
             }
             Acquired::Refused { .. } if !wait => {
+                tracing::trace!("would block");
                 // A refused try_* queued nothing: there is nothing to clean up.
                 pending.disarm();
                 return Err(Error::WouldBlock);
@@ -77,6 +91,7 @@ pub(crate) async fn acquire(lock: &RwLock, mode: LockMode, wait: bool) -> Result
         let mut recheck = Instant::now() + recheck_after(holds_for);
         if let Some(deadline) = deadline {
             if Instant::now() >= deadline {
+                tracing::debug!(attempts, "timed out");
                 return Err(Error::Timeout);
             }
             recheck = recheck.min(deadline);
@@ -85,7 +100,7 @@ pub(crate) async fn acquire(lock: &RwLock, mode: LockMode, wait: bool) -> Result
             tokio::select! {
                 payload = listener.recv() => {
                     if concerns(&payload, mode, &pending.token, lock.options().fairness) {
-                        tracing::trace!(lock = lock.name(), ?mode, "woken by a release");
+                        tracing::trace!(%payload, "woken by a release");
                         break;
                     }
                 }
@@ -93,6 +108,7 @@ pub(crate) async fn acquire(lock: &RwLock, mode: LockMode, wait: bool) -> Result
             }
         }
         if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+            tracing::debug!(attempts, "timed out");
             return Err(Error::Timeout);
         }
     }

@@ -9,7 +9,7 @@
 //!
 //! Messages are hints: pub/sub is at-most-once, so waiters also keep a re-check timer.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use redis::{PushInfo, PushKind, Value};
@@ -35,8 +35,9 @@ pub(crate) struct Wakeups {
 struct Hub {
     conn: Connection,
     channels: Mutex<HashMap<String, broadcast::Sender<Arc<str>>>>,
-    /// Serializes (un)subscribe requests so the last one always matches `channels`.
-    syncing: tokio::sync::Mutex<()>,
+    /// The channels Redis confirmed; the lock also serializes (un)subscribe
+    /// requests, so the last one always matches `channels`.
+    subscribed: tokio::sync::Mutex<HashSet<String>>,
 }
 
 impl Wakeups {
@@ -50,7 +51,7 @@ impl Wakeups {
         let hub = Arc::new(Hub {
             conn,
             channels: Mutex::new(HashMap::new()),
-            syncing: tokio::sync::Mutex::new(()),
+            subscribed: tokio::sync::Mutex::new(HashSet::new()),
         });
         tokio::spawn(dispatch(Arc::downgrade(&hub), push_rx));
         Ok(Wakeups { hub })
@@ -88,27 +89,36 @@ impl Hub {
         }
     }
 
-    /// Subscribes or unsubscribes `channel`, whichever its listeners want now.
+    /// Subscribes or unsubscribes `channel`, whichever its listeners want now, unless
+    /// it already is.
     async fn sync(&self, channel: &str) -> redis::RedisResult<()> {
-        let _turn = self.syncing.lock().await;
+        let mut subscribed = self.subscribed.lock().await;
         let wanted = self.lock().contains_key(channel);
         let mut conn = self.conn.clone();
-        if wanted {
-            conn.subscribe(channel).await
-        } else {
-            conn.unsubscribe(channel).await
+        match (wanted, subscribed.contains(channel)) {
+            (true, false) => {
+                conn.subscribe(channel).await?;
+                subscribed.insert(channel.to_owned());
+            }
+            (false, true) => {
+                subscribed.remove(channel);
+                conn.unsubscribe(channel).await?;
+            }
+            _ => {}
         }
+        Ok(())
     }
 
     fn wanted(&self) -> Vec<String> {
         self.lock().keys().cloned().collect()
     }
 
-    /// Subscribes `channels` again and tells their listeners to re-check.
+    /// Subscribes `channels` again (Redis dropped them) and tells their listeners to
+    /// re-check.
     async fn resubscribe(self: Arc<Self>, channels: Vec<String>) {
-        let mut conn = self.conn.clone();
         for channel in channels {
-            match conn.subscribe(&channel).await {
+            self.subscribed.lock().await.remove(&channel);
+            match self.sync(&channel).await {
                 Ok(()) => tracing::debug!(channel, "wake-up subscription restored"),
                 Err(err) => {
                     tracing::warn!(channel, %err, "could not restore a wake-up subscription; waiters fall back to their re-check timers")

@@ -41,7 +41,13 @@ pub struct Cli {
 pub struct ConnectionArgs {
     /// A single Redis server (7.0 or newer), e.g. redis://127.0.0.1:6379
     /// [default: $REDIS_URL]
-    #[arg(long, global = true, value_name = "URL", conflicts_with = "cluster")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        conflicts_with = "cluster",
+        help_heading = "Redis"
+    )]
     pub url: Option<String>,
 
     /// Redis Cluster nodes, comma-separated (any one reachable node is enough)
@@ -50,13 +56,20 @@ pub struct ConnectionArgs {
         long,
         global = true,
         value_name = "URL[,URL...]",
-        value_delimiter = ','
+        value_delimiter = ',',
+        help_heading = "Redis"
     )]
     pub cluster: Vec<String>,
 
     /// The first part of the lock's key, `PREFIX:{NAME}`, as in the services'
     /// `LockOptions::key_prefix`
-    #[arg(long, global = true, value_name = "PREFIX", default_value = "rwlock")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "PREFIX",
+        default_value = "rwlock",
+        help_heading = "Redis"
+    )]
     pub prefix: String,
 }
 
@@ -88,7 +101,10 @@ pub enum Command {
     ///
     /// If redis-rwlock itself is killed with SIGKILL, COMMAND keeps running and the
     /// hold ends when its lease does.
-    #[command(group(ArgGroup::new("mode").required(true).args(["read", "write"])))]
+    #[command(
+        group(ArgGroup::new("mode").required(true).args(["read", "write"])),
+        after_help = AFTER_HELP
+    )]
     Exec(ExecArgs),
     /// Operator's break-glass: end every hold on a lock, whoever owns it.
     ///

@@ -76,7 +76,7 @@ pub async fn run(client: &LockClient, prefix: &str, args: ExecArgs) -> Result<Ex
     }
     let lock = client.rwlock_with(args.name.as_str(), options);
     let hold = format!(
-        "{} lock {:?}",
+        "{} lock on {:?}",
         if write { "write" } else { "read" },
         lock.name()
     );

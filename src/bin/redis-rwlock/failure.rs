@@ -86,8 +86,15 @@ impl Failure {
             Some(source) => Some(source.as_ref()),
             None => None,
         };
+        let mut previous = String::new();
         while let Some(err) = next {
-            let _ = write!(line, ": {err}");
+            // Some errors (redis's among them) repeat their source in their own
+            // message: print each text once.
+            let text = err.to_string();
+            if !previous.contains(&text) {
+                let _ = write!(line, ": {text}");
+            }
+            previous = text;
             next = err.source();
         }
         line
@@ -112,6 +119,19 @@ mod tests {
         let inner = std::io::Error::other("inner");
         let failure = Failure::new(code::OS, "cannot do it").caused_by(Outer(inner));
         assert_eq!(failure.report(), "redis-rwlock: cannot do it: outer: inner");
+    }
+
+    #[test]
+    fn a_source_repeated_in_its_parent_is_printed_once() {
+        let inner = std::io::Error::other("refused");
+        #[derive(Debug, thiserror::Error)]
+        #[error("request failed: refused")]
+        struct Repeats(#[source] std::io::Error);
+        let failure = Failure::new(code::UNAVAILABLE, "cannot connect").caused_by(Repeats(inner));
+        assert_eq!(
+            failure.report(),
+            "redis-rwlock: cannot connect: request failed: refused"
+        );
     }
 
     #[test]

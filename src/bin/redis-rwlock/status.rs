@@ -112,16 +112,37 @@ impl HolderView {
             .token
             .clone()
             .unwrap_or_else(|| "original-design client".to_owned());
-        let left = Duration::from_millis(u64::try_from(self.remaining_ms).unwrap_or(0));
         format!(
             "{who}  {until_label} {} ({} left)",
             local_text(self.until),
-            humantime::format_duration(left)
+            remaining_text(self.remaining_ms)
         )
+    }
+}
+
+/// `8.9s` under a minute, `2m 5s` above.
+fn remaining_text(ms: i64) -> String {
+    let ms = u64::try_from(ms).unwrap_or(0);
+    if ms < 60_000 {
+        format!("{}.{}s", ms / 1000, ms % 1000 / 100)
+    } else {
+        humantime::format_duration(Duration::from_secs(ms / 1000)).to_string()
     }
 }
 
 /// `2025-01-31 14:03:12.345 +01:00`
 fn local_text(at: DateTime<Local>) -> String {
     at.format("%Y-%m-%d %H:%M:%S%.3f %:z").to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_left_is_short_and_readable() {
+        assert_eq!(remaining_text(8_989), "8.9s");
+        assert_eq!(remaining_text(40), "0.0s");
+        assert_eq!(remaining_text(125_400), "2m 5s");
+    }
 }
