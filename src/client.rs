@@ -12,6 +12,18 @@ use crate::{Error, LockOptions, RwLock};
 /// Cheap to clone: clones share one multiplexed connection per node for lock
 /// scripts and one more for wake-up subscriptions. Every request has explicit limits:
 /// at most 2 s for a reply, 4 s in all with up to 3 retries, 1 s to connect.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn run() -> Result<(), redis_rwlock::Error> {
+/// use redis_rwlock::LockClient;
+///
+/// let client = LockClient::cluster(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379"]).await?;
+/// let refresh = client.rwlock("catalog");
+/// let serve = client.clone().rwlock("catalog"); // the same lock
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct LockClient {
     pub(crate) inner: Arc<ClientInner>,
@@ -105,6 +117,20 @@ impl LockClient {
     }
 
     /// The lock called `name`, with `options`. No I/O; see [`rwlock`](Self::rwlock).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(client: redis_rwlock::LockClient) -> Result<(), redis_rwlock::Error> {
+    /// use std::time::Duration;
+    /// use redis_rwlock::LockOptions;
+    ///
+    /// let lock = client.rwlock_with(
+    ///     "inventory",
+    ///     LockOptions::default().write_lease(Duration::from_secs(30)),
+    /// );
+    /// # Ok(()) }
+    /// ```
     pub fn rwlock_with(&self, name: impl Into<String>, options: LockOptions) -> RwLock {
         RwLock::new(self.clone(), name.into(), options)
     }
@@ -144,6 +170,22 @@ impl LockClient {
 
     /// A legacy two-key lock with `options` (`key_prefix` does not apply). No I/O;
     /// see [`legacy_rwlock`](Self::legacy_rwlock).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(client: redis_rwlock::LockClient) {
+    /// use std::time::Duration;
+    /// use redis_rwlock::LockOptions;
+    ///
+    /// // Old clients use a 1 s read and a 3 s write timeout on these keys.
+    /// let lock = client.legacy_rwlock_with(
+    ///     "{res}:read",
+    ///     "{res}:write",
+    ///     LockOptions::default().original_timeouts(Duration::from_secs(1), Duration::from_secs(3)),
+    /// );
+    /// # }
+    /// ```
     pub fn legacy_rwlock_with(
         &self,
         read_key: impl Into<String>,

@@ -6,6 +6,21 @@ use redis::RedisError;
 ///
 /// Messages are lowercase and never repeat their source; the underlying
 /// [`RedisError`] is reachable through [`std::error::Error::source`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+/// use redis_rwlock::Error;
+///
+/// match lock.try_write().await {
+///     Ok(guard) => guard.release().await?,
+///     Err(Error::WouldBlock) => println!("busy, try later"),
+///     Err(Error::Redis(err)) if err.is_timeout() => println!("redis is slow: {err}"),
+///     Err(err) => return Err(err),
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

@@ -43,6 +43,24 @@ use crate::{Error, Fairness, FencedWrites, LockOptions, RwLockReadGuard, RwLockW
 /// `auto_renew(false)` it simply expires).
 ///
 /// The handle is cheap to clone and does no I/O until used.
+///
+/// # Examples
+///
+/// ```no_run
+/// use redis_rwlock::{LockClient, RwLock};
+///
+/// # async fn run() -> Result<(), redis_rwlock::Error> {
+/// let client = LockClient::cluster(["redis://127.0.0.1:7000"]).await?;
+/// let lock: RwLock = client.rwlock("inventory");
+/// let worker = lock.clone();
+/// tokio::spawn(async move {
+///     if let Ok(guard) = worker.read().await {
+///         // ... read ...
+///         let _ = guard.release().await;
+///     }
+/// });
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct RwLock {
     inner: Arc<LockInner>,
@@ -277,12 +295,30 @@ impl RwLock {
         Ok(ended)
     }
 
-    /// The lock's name.
+    /// The lock's name (for a legacy lock, its read key).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(client: redis_rwlock::LockClient) {
+    /// assert_eq!(client.rwlock("inventory").name(), "inventory");
+    /// # }
+    /// ```
     pub fn name(&self) -> &str {
         &self.inner.name
     }
 
     /// The options the lock was made with.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(client: redis_rwlock::LockClient) {
+    /// use redis_rwlock::LockOptions;
+    /// let lock = client.rwlock_with("inventory", LockOptions::default().auto_renew(false));
+    /// assert_eq!(lock.options(), &LockOptions::default().auto_renew(false));
+    /// # }
+    /// ```
     pub fn options(&self) -> &LockOptions {
         &self.inner.options
     }

@@ -14,6 +14,16 @@ const MAX_WAIT: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 const MAX_REPLICAS: u32 = 64;
 
 /// Who goes first when readers and writers both wait.
+///
+/// # Examples
+///
+/// ```
+/// use redis_rwlock::{Fairness, LockOptions};
+///
+/// // Readers never wait for a queued writer (a writer may wait long).
+/// let opts = LockOptions::default().fairness(Fairness::ReaderPreferred);
+/// assert_ne!(opts, LockOptions::default());
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Fairness {

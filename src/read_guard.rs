@@ -21,6 +21,20 @@ impl RwLockReadGuard {
 
     /// False once the lease is known lost: a renewal found it gone, or Redis could
     /// not be reached before the lease's local deadline.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// let guard = lock.read().await?;
+    /// for item in 0..1000 {
+    ///     if !guard.is_held() {
+    ///         break; // the lease is gone: stop before doing harm
+    ///     }
+    ///     // ... work on item ...
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn is_held(&self) -> bool {
         self.lease.is_held()
     }

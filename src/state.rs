@@ -27,6 +27,21 @@ pub struct Holder {
 }
 
 /// Who holds a lock at one instant, as returned by [`RwLock::state`](crate::RwLock::state).
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+/// use redis_rwlock::LockMode;
+///
+/// let state = lock.state().await?;
+/// match state.mode() {
+///     Some(LockMode::Write) => println!("written until {}", state.writer.as_ref().unwrap().until),
+///     Some(LockMode::Read) => println!("{} readers", state.readers.len()),
+///     None => println!("free; {} writers queued", state.queued_writers.len()),
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct LockState {

@@ -24,12 +24,38 @@ impl RwLockWriteGuard {
     /// lock, also across the lock key's expiry (as long as the server clock does not
     /// go back). Have the protected resource refuse writes carrying a smaller token
     /// than one it has seen, and a paused, expired writer can do no harm.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// let first = lock.write().await?;
+    /// let token = first.fencing_token();
+    /// first.release().await?;
+    /// let second = lock.write().await?;
+    /// assert!(second.fencing_token() > token);
+    /// # Ok(()) }
+    /// ```
     pub fn fencing_token(&self) -> u64 {
         self.fence
     }
 
     /// False once the lease is known lost: a renewal found it gone, or Redis could
     /// not be reached before the lease's local deadline.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// let guard = lock.write().await?;
+    /// for item in 0..1000 {
+    ///     if !guard.is_held() {
+    ///         break; // the lease is gone: stop before doing harm
+    ///     }
+    ///     // ... work on item ...
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn is_held(&self) -> bool {
         self.lease.is_held()
     }
