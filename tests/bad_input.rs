@@ -148,3 +148,36 @@ async fn cluster_and_standalone_urls_are_not_mixed_up() {
     assert!(matches!(err, Error::InvalidOptions(_)), "{err:?}");
     assert!(err.to_string().contains("LockClient::cluster"), "{err}");
 }
+
+#[tokio::test]
+async fn legacy_keys_that_are_equal_empty_or_of_another_type_are_refused() {
+    let server = LocalRedis::standalone();
+    let client = LockClient::standalone(server.url()).await.unwrap();
+    for (read, write) in [("same", "same"), ("", "w"), ("r", "")] {
+        let result = client.legacy_rwlock(read, write).try_read().await;
+        assert!(matches!(result, Err(Error::InvalidOptions(_))), "{read:?}/{write:?}: {result:?}");
+    }
+    let mut raw = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg("{res}:write")
+        .arg("field")
+        .arg("value")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let lock = client.legacy_rwlock("{res}:read", "{res}:write");
+    for result in [lock.try_read().await.map(drop), lock.write().await.map(drop)] {
+        match result {
+            Err(Error::WrongType { key }) => assert_eq!(key, "{res}:write"),
+            other => panic!("expected WrongType, got {other:?}"),
+        }
+    }
+    let kind: String = redis::cmd("TYPE").arg("{res}:write").query_async(&mut raw).await.unwrap();
+    assert_eq!(kind, "hash");
+    let read_exists: bool = redis::cmd("EXISTS").arg("{res}:read").query_async(&mut raw).await.unwrap();
+    assert!(!read_exists, "something was written before the type check");
+}
