@@ -26,4 +26,4 @@ if [ -z "$nodes" ]; then
   exit 1
 fi
 echo "local cluster: $nodes"
-REDIS_CLUSTER_NODES="$nodes" cargo run --release --example cache_refresh
+REDIS_CLUSTER_NODES="$nodes" cargo run --example cache_refresh

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redis_rwlock::{LockClient, RwLock};
+use redis_rwlock::{FencedWrites, LockClient, RwLock};
 use tokio::time::{Instant, interval, sleep};
 
 const READERS_PER_CLIENT: usize = 16;
@@ -63,7 +63,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     }
     tasks.push(tokio::spawn(refresh(
         clients[0].rwlock("demo"),
-        redis.clone(),
         stats.clone(),
         stop,
     )));
@@ -116,7 +115,7 @@ async fn serve_reads(
     Ok(())
 }
 
-async fn refresh(lock: RwLock, mut redis: Conn, stats: Arc<Stats>, stop: Instant) -> TaskResult {
+async fn refresh(lock: RwLock, stats: Arc<Stats>, stop: Instant) -> TaskResult {
     while Instant::now() < stop {
         let asked = Instant::now();
         let guard = lock.write().await?;
@@ -125,7 +124,15 @@ async fn refresh(lock: RwLock, mut redis: Conn, stats: Arc<Stats>, stop: Instant
             .store(asked.elapsed().as_micros() as u64, Ordering::Relaxed);
         sleep(Duration::from_millis(20)).await; // rebuilding the value
         let value = format!("built under fencing token {}", guard.fencing_token());
-        let _: () = redis.set("cache:{demo}", value).await?;
+        // Written only if this guard still holds: a refresher paused past its lease
+        // cannot overwrite a newer value.
+        guard
+            .fenced_write(FencedWrites::new().set_with_expiry(
+                "cache:{demo}",
+                value,
+                Duration::from_secs(60),
+            ))
+            .await?;
         stats.refreshes.fetch_add(1, Ordering::Relaxed);
         guard.release().await?;
         sleep(REFRESH_EVERY).await;
