@@ -462,7 +462,7 @@ impl RwLock {
 
     pub(crate) async fn listen(&self) -> Result<Listener, Error> {
         let channel = &self.target()?.channel;
-        self.inner.client.inner.wakeups.listen(channel).await
+        Ok(self.inner.client.inner.wakeups.listen(channel).await)
     }
 }
 

@@ -58,8 +58,10 @@ impl Wakeups {
     }
 
     /// Starts listening on `channel`; messages published after this returns reach
-    /// the listener.
-    pub(crate) async fn listen(&self, channel: &str) -> Result<Listener, Error> {
+    /// the listener. If Redis refuses the subscription (a failover in progress), the
+    /// listener still works as a timer-only waiter and a later listener or
+    /// reconnection subscribes again.
+    pub(crate) async fn listen(&self, channel: &str) -> Listener {
         let receiver = self
             .hub
             .lock()
@@ -73,8 +75,10 @@ impl Wakeups {
         };
         // Every listener makes sure the subscription is in place: a concurrent
         // first listener may still be subscribing.
-        self.hub.sync(channel).await?;
-        Ok(listener)
+        if let Err(err) = self.hub.sync(channel).await {
+            tracing::warn!(channel, %err, "could not subscribe to wake-ups; waiting on the re-check timer");
+        }
+        listener
     }
 }
 
