@@ -99,8 +99,11 @@ pub enum Command {
     /// can read from it: Ctrl-C then reaches it directly, and redis-rwlock only sends
     /// SIGTERM if it is still running --kill-after later.
     ///
-    /// If redis-rwlock itself is killed with SIGKILL, COMMAND keeps running and the
-    /// hold ends when its lease does.
+    /// If the release fails at the end, a warning is printed, the exit status stays
+    /// COMMAND's and the hold ends when its lease does. If redis-rwlock itself is
+    /// killed with SIGKILL, COMMAND keeps running without the lock; if it is
+    /// suspended (Ctrl-Z) for longer than the lease, others may take the lock
+    /// meanwhile, and COMMAND is stopped as above when it resumes.
     #[command(
         group(ArgGroup::new("mode").required(true).args(["read", "write"])),
         after_help = AFTER_HELP

@@ -8,7 +8,7 @@ use redis_rwlock::{Error, LockClient, LockOptions, RwLock, RwLockReadGuard, RwLo
 
 use crate::child::{Running, Stopped, describe, exit_code};
 use crate::cli::ExecArgs;
-use crate::failure::{Failure, code, warn};
+use crate::failure::{Failure, code};
 use crate::signals::Incoming;
 
 /// The library's default lease, which is also what the CLI assumes for clients of
@@ -123,7 +123,14 @@ pub async fn run(client: &LockClient, prefix: &str, args: ExecArgs) -> Result<Ex
         }
     };
     let program = running.program().to_owned();
-    let (status, stopped) = running.supervise(guard.lost(), &mut signals, &hold).await?;
+    let supervised = running.supervise(guard.lost(), &mut signals, &hold).await;
+    let (status, stopped) = match supervised {
+        Ok(ended) => ended,
+        Err(failure) => {
+            release(guard, &hold).await;
+            return Err(failure);
+        }
+    };
 
     let released = guard.release().await;
     if stopped == Stopped::LeaseLost {
@@ -144,14 +151,7 @@ pub async fn run(client: &LockClient, prefix: &str, args: ExecArgs) -> Result<Ex
                 ),
             ));
         }
-        Err(err) => warn(
-            Failure::lock(
-                format!("could not release the {hold}; it ends when its lease does"),
-                err,
-            )
-            .report()
-            .trim_start_matches("redis-rwlock: "),
-        ),
+        Err(err) => release_failed(&hold, err),
     }
     Ok(ExitCode::from(exit_code(status)))
 }
@@ -191,16 +191,18 @@ async fn not_acquired(hold: &str, wait: Option<Duration>, err: Error) -> Failure
     }
 }
 
-/// Releases a hold whose command never ran; a failure only warns (the lease ends it).
+/// Releases a hold on the way out of a failure; a failed release only warns.
 async fn release(guard: Guard, hold: &str) {
     if let Err(err) = guard.release().await {
-        warn(
-            Failure::lock(
-                format!("could not release the {hold}; it ends when its lease does"),
-                err,
-            )
-            .report()
-            .trim_start_matches("redis-rwlock: "),
-        );
+        release_failed(hold, err);
     }
+}
+
+/// A failed release does not change the exit code: the hold ends with its lease.
+fn release_failed(hold: &str, err: Error) {
+    Failure::lock(
+        format!("could not release the {hold}; it ends when its lease does"),
+        err,
+    )
+    .print();
 }

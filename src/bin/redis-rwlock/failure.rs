@@ -79,6 +79,11 @@ impl Failure {
         ExitCode::from(self.code)
     }
 
+    /// Prints the report to stderr.
+    pub fn print(&self) {
+        eprintln!("{}", self.report());
+    }
+
     /// The whole report line: the message, then each error in the source chain.
     pub fn report(&self) -> String {
         let mut line = format!("redis-rwlock: {}", self.message);

@@ -62,7 +62,7 @@ fn main() -> ExitCode {
 }
 
 fn fail(failure: Failure) -> ExitCode {
-    eprintln!("{}", failure.report());
+    failure.print();
     failure.exit_code()
 }
 

@@ -1,0 +1,576 @@
+//! The `redis-rwlock` command-line tool, end to end: the built binary against the
+//! shared test cluster, judged by exit codes, output and the lock's state as the
+//! library sees it.
+#![cfg(feature = "cli")]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use redis_rwlock::LockOptions;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::process::{Child, ChildStdout, Command};
+use tokio::time::{Instant, timeout};
+
+use common::{cluster_client, shared_cluster, shared_standalone, unique_name, wait_for};
+
+/// Exit codes the tool documents.
+const USAGE: i32 = 64;
+const UNAVAILABLE: i32 = 69;
+const NOT_ACQUIRED: i32 = 75;
+const LEASE_LOST: i32 = 79;
+const NOT_FOUND: i32 = 127;
+
+/// No run of the tool in these tests should take longer.
+const RUN_LIMIT: Duration = Duration::from_secs(30);
+
+/// The tool with no Redis configured at all: no flags, no environment.
+fn bare() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_redis-rwlock"));
+    cmd.env_remove("REDIS_URL")
+        .env_remove("REDIS_CLUSTER_NODES")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
+/// The tool on the shared cluster (`--cluster` flag), with `args`.
+fn cli(args: &[&str]) -> Command {
+    let mut cmd = bare();
+    cmd.arg("--cluster")
+        .arg(shared_cluster().urls().join(","))
+        .args(args);
+    cmd
+}
+
+/// Runs to the end; (exit code, stdout, stderr).
+async fn run(mut cmd: Command) -> (i32, String, String) {
+    let child = cmd.spawn().expect("start redis-rwlock");
+    finish(child).await
+}
+
+/// Waits for a started tool; (exit code, stdout, stderr).
+async fn finish(child: Child) -> (i32, String, String) {
+    let output: Output = timeout(RUN_LIMIT, child.wait_with_output())
+        .await
+        .expect("redis-rwlock did not finish in time")
+        .expect("wait for redis-rwlock");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let code = output
+        .status
+        .code()
+        .unwrap_or_else(|| panic!("redis-rwlock died of a signal; stderr: {stderr}"));
+    (code, stdout, stderr)
+}
+
+/// Starts the tool on a command that prints `ready` once it is set up (its traps
+/// installed), and returns when it has: the hold is taken and the command runs.
+async fn start_ready(mut cmd: Command) -> (Child, BufReader<ChildStdout>) {
+    let mut child = cmd.spawn().expect("start redis-rwlock");
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    timeout(RUN_LIMIT, stdout.read_line(&mut line))
+        .await
+        .expect("the command never got ready")
+        .unwrap();
+    assert_eq!(line, "ready\n");
+    (child, stdout)
+}
+
+/// Like [`finish`] for a tool started by [`start_ready`]: stdout after `ready`.
+async fn finish_ready(child: Child, mut stdout: BufReader<ChildStdout>) -> (i32, String, String) {
+    let mut rest = String::new();
+    timeout(RUN_LIMIT, stdout.read_to_string(&mut rest))
+        .await
+        .expect("the command's stdout stayed open")
+        .unwrap();
+    let (code, _, stderr) = finish(child).await;
+    (code, rest, stderr)
+}
+
+fn json(stdout: &str) -> Value {
+    serde_json::from_str(stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
+}
+
+/// Sends `signal` (e.g. `-INT`) to a process.
+fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
+#[tokio::test]
+async fn status_of_a_free_lock_says_it_is_free() {
+    let name = unique_name("cli-free");
+
+    let (code, stdout, stderr) = run(cli(&["status", &name])).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains(&format!("lock \"{name}\" (key rwlock:{{{name}}}) is free")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("queued writers: 0"), "{stdout}");
+
+    let (code, stdout, stderr) = run(cli(&["status", &name, "--json"])).await;
+    assert_eq!(code, 0, "{stderr}");
+    let status = json(&stdout);
+    assert_eq!(status["mode"], "free");
+    assert_eq!(status["lock"], name.as_str());
+    assert_eq!(status["key"], format!("rwlock:{{{name}}}"));
+    assert!(status["writer"].is_null());
+    assert_eq!(status["readers"].as_array().unwrap().len(), 0);
+    assert_eq!(status["queued_writers"].as_array().unwrap().len(), 0);
+    assert_eq!(status["fencing_token"], 0);
+}
+
+#[tokio::test]
+async fn status_of_a_held_lock_shows_each_holder_the_queue_and_the_fence() {
+    let client = cluster_client().await;
+    let name = unique_name("cli-held");
+    let lock = client.rwlock(name.as_str());
+    let first = lock.read().await.unwrap();
+    let second = lock.read().await.unwrap();
+    let queued = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.write().await }
+    });
+    wait_for(&lock, |s| s.queued_writers.len() == 1).await;
+    let state = lock.state().await.unwrap();
+
+    let (code, stdout, stderr) = run(cli(&["status", &name, "--json"])).await;
+    assert_eq!(code, 0, "{stderr}");
+    let status = json(&stdout);
+    assert_eq!(status["mode"], "read");
+    assert!(status["writer"].is_null());
+    let readers = status["readers"].as_array().unwrap();
+    assert_eq!(readers.len(), 2, "{stdout}");
+    for reader in readers {
+        let token = reader["token"].as_str().unwrap();
+        assert!(
+            state
+                .readers
+                .iter()
+                .any(|r| r.token.as_deref() == Some(token)),
+            "unknown reader {token}"
+        );
+        let remaining = reader["remaining_ms"].as_i64().unwrap();
+        assert!((1..=10_000).contains(&remaining), "{remaining} ms left");
+        let until = chrono::DateTime::parse_from_rfc3339(reader["until"].as_str().unwrap())
+            .expect("until is RFC 3339");
+        assert_eq!(
+            until.timestamp_millis(),
+            reader["until_ms"].as_i64().unwrap()
+        );
+    }
+    let queue = status["queued_writers"].as_array().unwrap();
+    assert_eq!(queue.len(), 1, "{stdout}");
+    assert_eq!(
+        queue[0]["token"].as_str(),
+        state.queued_writers[0].token.as_deref()
+    );
+
+    let (code, stdout, _) = run(cli(&["status", &name])).await;
+    assert_eq!(code, 0);
+    assert!(stdout.contains("is held for read"), "{stdout}");
+    for reader in &state.readers {
+        let line = stdout
+            .lines()
+            .find(|l| l.contains(reader.token.as_deref().unwrap()))
+            .unwrap_or_else(|| panic!("reader missing: {stdout}"));
+        assert!(
+            line.trim_start().starts_with("reader") && line.contains("left)"),
+            "{line}"
+        );
+    }
+    assert!(stdout.contains("queued writers: 1"), "{stdout}");
+
+    first.release().await.unwrap();
+    second.release().await.unwrap();
+    let writer = timeout(RUN_LIMIT, queued).await.unwrap().unwrap().unwrap();
+    let (code, stdout, _) = run(cli(&["status", &name, "--json"])).await;
+    assert_eq!(code, 0);
+    let status = json(&stdout);
+    assert_eq!(status["mode"], "write");
+    assert!(status["writer"]["token"].is_string(), "{stdout}");
+    assert_eq!(status["fencing_token"], writer.fencing_token());
+    let (_, text, _) = run(cli(&["status", &name])).await;
+    assert!(text.contains("is held for write"), "{text}");
+    assert!(
+        text.contains(&format!("fencing counter: {}", writer.fencing_token())),
+        "{text}"
+    );
+    writer.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn exec_passes_the_exit_status_through_and_releases_the_lock() {
+    let client = cluster_client().await;
+    let name = unique_name("cli-status");
+    let lock = client.rwlock(name.as_str());
+
+    let (code, _, stderr) = run(cli(&["exec", "--write", &name, "--", "sh", "-c", "exit 7"])).await;
+    assert_eq!(code, 7, "{stderr}");
+    assert!(lock.state().await.unwrap().is_free(), "not released");
+
+    let (code, _, _) = run(cli(&["exec", "--read", &name, "--", "true"])).await;
+    assert_eq!(code, 0);
+    assert!(lock.state().await.unwrap().is_free(), "not released");
+
+    // Death by a signal is reported like a shell does: 128 + N.
+    let (code, _, _) = run(cli(&[
+        "exec",
+        "--read",
+        &name,
+        "--",
+        "sh",
+        "-c",
+        "kill -TERM $$",
+    ]))
+    .await;
+    assert_eq!(code, 128 + 15);
+    assert!(lock.state().await.unwrap().is_free(), "not released");
+}
+
+#[tokio::test]
+async fn exec_write_hands_the_fencing_token_to_the_command() {
+    let client = cluster_client().await;
+    let name = unique_name("cli-fence");
+    let lock = client.rwlock(name.as_str());
+
+    let (code, stdout, stderr) = run(cli(&[
+        "exec",
+        "--write",
+        &name,
+        "--",
+        "sh",
+        "-c",
+        "echo \"$REDIS_RWLOCK_FENCING_TOKEN\"",
+    ]))
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    let fence: u64 = stdout.trim().parse().expect("a fencing token");
+    assert!(fence > 0);
+    let next = lock.write().await.unwrap();
+    assert!(
+        next.fencing_token() > fence,
+        "{} <= {fence}",
+        next.fencing_token()
+    );
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn exec_write_excludes_others_while_the_command_runs() {
+    let client = cluster_client().await;
+    let name = unique_name("cli-exclusive");
+    let lock = client.rwlock(name.as_str());
+
+    // The holder's command runs until the test creates the gate file.
+    let gate = std::env::temp_dir().join(format!("{name}.gate"));
+    let script = format!(
+        "echo ready; while [ ! -e '{}' ]; do sleep 0.05; done",
+        gate.display()
+    );
+    let (holder, holder_out) =
+        start_ready(cli(&["exec", "--write", &name, "--", "sh", "-c", &script])).await;
+    assert!(lock.state().await.unwrap().writer.is_some());
+
+    // Another writer gives up after --wait, without running its command.
+    let started = Instant::now();
+    let (code, stdout, stderr) = run(cli(&[
+        "exec", "--write", "--wait", "200ms", &name, "--", "echo", "ran",
+    ]))
+    .await;
+    assert_eq!(code, NOT_ACQUIRED, "{stderr}");
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    assert_eq!(stdout, "", "the command ran");
+    assert!(
+        stderr.starts_with("redis-rwlock: timed out after 200ms waiting for the write lock"),
+        "{stderr}"
+    );
+
+    // A reader that may not wait at all is refused at once.
+    let (code, stdout, stderr) = run(cli(&[
+        "exec", "--read", "--wait", "0s", &name, "--", "echo", "ran",
+    ]))
+    .await;
+    assert_eq!(code, NOT_ACQUIRED, "{stderr}");
+    assert_eq!(stdout, "", "the command ran");
+    assert!(stderr.contains("busy"), "{stderr}");
+
+    // A writer that waits runs only after the holder's command is done.
+    let mut waiter = cli(&["exec", "--write", "--wait", "20s", &name, "--", "true"])
+        .spawn()
+        .unwrap();
+    wait_for(&lock, |s| s.queued_writers.len() == 1).await;
+    assert!(
+        waiter.try_wait().unwrap().is_none(),
+        "ran beside the holder"
+    );
+    std::fs::write(&gate, "").unwrap();
+    let (code, _, stderr) = finish_ready(holder, holder_out).await;
+    std::fs::remove_file(&gate).unwrap();
+    assert_eq!(code, 0, "{stderr}");
+    let (code, _, stderr) = finish(waiter).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(lock.state().await.unwrap().is_free(), "not released");
+}
+
+#[tokio::test]
+async fn exec_terminates_the_command_when_the_lease_is_lost() {
+    let client = cluster_client().await;
+    let name = unique_name("cli-lost");
+    let lock = client.rwlock(name.as_str());
+
+    let (child, stdout) = start_ready(cli(&[
+        "exec",
+        "--write",
+        "--lease",
+        "1s",
+        &name,
+        "--",
+        "sh",
+        "-c",
+        "trap 'echo got SIGTERM; exit 3' TERM; echo ready; while :; do sleep 0.1; done",
+    ]))
+    .await;
+    let started = Instant::now();
+    assert_eq!(lock.force_release().await.unwrap(), 1);
+
+    // The next renewal (a third of the lease) finds the hold gone.
+    let (code, stdout, stderr) = finish_ready(child, stdout).await;
+    assert_eq!(code, LEASE_LOST, "{stderr}");
+    assert_eq!(
+        stdout.trim(),
+        "got SIGTERM",
+        "the command was not terminated"
+    );
+    assert!(
+        stderr.contains(&format!("redis-rwlock: lost the write lock on \"{name}\"")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("exited with 3"), "{stderr}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn exec_kills_a_command_that_ignores_sigterm_after_the_grace_period() {
+    let client = cluster_client().await;
+    let name = unique_name("cli-stubborn");
+    let lock = client.rwlock(name.as_str());
+
+    let (child, stdout) = start_ready(cli(&[
+        "exec",
+        "--write",
+        "--lease",
+        "1s",
+        "--kill-after",
+        "500ms",
+        &name,
+        "--",
+        "sh",
+        "-c",
+        "trap '' TERM; echo ready; while :; do sleep 0.1; done",
+    ]))
+    .await;
+    lock.force_release().await.unwrap();
+
+    let (code, _, stderr) = finish_ready(child, stdout).await;
+    assert_eq!(code, LEASE_LOST, "{stderr}");
+    assert!(stderr.contains("sending SIGKILL"), "{stderr}");
+    assert!(stderr.contains("killed by signal 9"), "{stderr}");
+}
+
+#[tokio::test]
+async fn an_interrupt_is_passed_to_the_command_and_the_lock_released() {
+    let client = cluster_client().await;
+    let name = unique_name("cli-interrupt");
+    let lock = client.rwlock(name.as_str());
+
+    let (child, stdout) = start_ready(cli(&[
+        "exec",
+        "--write",
+        &name,
+        "--",
+        "sh",
+        "-c",
+        "trap 'echo got SIGINT; exit 5' INT; echo ready; while :; do sleep 0.1; done",
+    ]))
+    .await;
+    assert!(lock.state().await.unwrap().writer.is_some());
+    signal(child.id().unwrap(), "-INT");
+
+    let (code, stdout, stderr) = finish_ready(child, stdout).await;
+    assert_eq!(code, 5, "{stderr}");
+    assert_eq!(stdout.trim(), "got SIGINT");
+    assert!(lock.state().await.unwrap().is_free(), "not released");
+}
+
+#[tokio::test]
+async fn an_interrupted_wait_leaves_no_queued_writer_behind() {
+    let client = cluster_client().await;
+    let name = unique_name("cli-interrupt-wait");
+    let lock = client.rwlock(name.as_str());
+    let guard = lock.read().await.unwrap();
+
+    let child = cli(&["exec", "--write", &name, "--", "echo", "ran"])
+        .spawn()
+        .unwrap();
+    wait_for(&lock, |s| s.queued_writers.len() == 1).await;
+    signal(child.id().unwrap(), "-TERM");
+
+    let (code, stdout, stderr) = finish(child).await;
+    assert_eq!(code, 128 + 15, "{stderr}");
+    assert_eq!(stdout, "", "the command ran");
+    assert!(stderr.contains("interrupted by SIGTERM"), "{stderr}");
+    // Withdrawn before exiting, not left to lapse seconds later.
+    let state = lock.state().await.unwrap();
+    assert!(state.queued_writers.is_empty(), "{state:?}");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn release_refuses_without_force() {
+    let client = cluster_client().await;
+    let name = unique_name("cli-refuse");
+    let lock = client.rwlock(name.as_str());
+    let guard = lock.write().await.unwrap();
+
+    let (code, stdout, stderr) = run(cli(&["release", &name])).await;
+    assert_eq!(code, USAGE);
+    assert_eq!(stdout, "");
+    assert!(
+        stderr.starts_with(&format!(
+            "redis-rwlock: refusing to release lock \"{name}\" without --force"
+        )),
+        "{stderr}"
+    );
+    assert!(lock.state().await.unwrap().writer.is_some(), "released");
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn release_force_ends_every_hold() {
+    let client = cluster_client().await;
+    let name = unique_name("cli-force");
+    let lock = client.rwlock_with(
+        name.as_str(),
+        LockOptions::default().read_lease(Duration::from_secs(1)),
+    );
+    let first = lock.read().await.unwrap();
+    let second = lock.read().await.unwrap();
+
+    let (code, stdout, stderr) = run(cli(&["release", "--force", &name])).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout.trim(), format!("lock \"{name}\": ended 2 holds"));
+    assert!(lock.state().await.unwrap().is_free());
+    // The evicted holders learn it at their next renewal.
+    timeout(Duration::from_secs(5), first.lost()).await.unwrap();
+    timeout(Duration::from_secs(5), second.lost())
+        .await
+        .unwrap();
+
+    let (code, stdout, _) = run(cli(&["release", "--force", &name])).await;
+    assert_eq!(code, 0);
+    assert_eq!(stdout.trim(), format!("lock \"{name}\" was not held"));
+}
+
+#[tokio::test]
+async fn exec_of_a_missing_command_is_127_and_releases_the_lock() {
+    let client = cluster_client().await;
+    let name = unique_name("cli-missing");
+    let lock = client.rwlock(name.as_str());
+
+    let (code, _, stderr) = run(cli(&[
+        "exec",
+        "--write",
+        &name,
+        "--",
+        "/nonexistent/redis-rwlock-test-command",
+    ]))
+    .await;
+    assert_eq!(code, NOT_FOUND);
+    assert!(
+        stderr.starts_with("redis-rwlock: cannot run \"/nonexistent/redis-rwlock-test-command\""),
+        "{stderr}"
+    );
+    assert!(lock.state().await.unwrap().is_free(), "not released");
+}
+
+#[tokio::test]
+async fn without_a_redis_to_connect_to_it_says_how_to_name_one() {
+    let mut cmd = bare();
+    cmd.args(["status", "anything"]);
+    let (code, _, stderr) = run(cmd).await;
+    assert_eq!(code, USAGE);
+    assert!(
+        stderr.starts_with("redis-rwlock: no Redis to connect to")
+            && stderr.contains("--url")
+            && stderr.contains("REDIS_CLUSTER_NODES"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn bad_usage_is_64() {
+    for args in [
+        &["exec", "name", "--", "true"][..],
+        &["exec", "--read", "name", "--wait", "soon", "--", "true"],
+        &["exec", "--read", "name"],
+        &["status", "bad{name}"],
+    ] {
+        let (code, _, stderr) = run(cli(args)).await;
+        assert_eq!(code, USAGE, "{args:?}: {stderr}");
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_redis_is_69_with_the_cause() {
+    let mut cmd = bare();
+    cmd.args(["--url", "redis://127.0.0.1:1", "status", "anything"]);
+    let (code, _, stderr) = run(cmd).await;
+    assert_eq!(code, UNAVAILABLE);
+    assert!(
+        stderr.starts_with("redis-rwlock: cannot connect to Redis at redis://127.0.0.1:1: "),
+        "{stderr}"
+    );
+    assert!(stderr.to_lowercase().contains("refused"), "{stderr}");
+}
+
+#[tokio::test]
+async fn the_environment_names_the_cluster_or_the_server() {
+    let name = unique_name("cli-env");
+
+    let mut cmd = bare();
+    cmd.env("REDIS_CLUSTER_NODES", shared_cluster().urls().join(","))
+        .args(["exec", "--write", &name, "--", "true"]);
+    let (code, _, stderr) = run(cmd).await;
+    assert_eq!(code, 0, "{stderr}");
+
+    let server = shared_standalone().url();
+    let mut cmd = bare();
+    cmd.env("REDIS_URL", &server)
+        .args(["exec", "--read", &name, "--", "sh", "-c", "exit 3"]);
+    let (code, _, stderr) = run(cmd).await;
+    assert_eq!(code, 3, "{stderr}");
+
+    let mut cmd = bare();
+    cmd.env("REDIS_URL", &server)
+        .args(["status", "--json", &name]);
+    let (code, stdout, stderr) = run(cmd).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(json(&stdout)["mode"], "free");
+}
