@@ -91,8 +91,7 @@ async fn attempt_until_granted(
         let mut recheck = Instant::now() + recheck_after(holds_for);
         if let Some(deadline) = deadline {
             if Instant::now() >= deadline {
-                tracing::debug!(attempts, "timed out");
-                return Err(Error::Timeout);
+                return pending.give_up(attempts).await;
             }
             recheck = recheck.min(deadline);
         }
@@ -108,8 +107,7 @@ async fn attempt_until_granted(
             }
         }
         if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-            tracing::debug!(attempts, "timed out");
-            return Err(Error::Timeout);
+            return pending.give_up(attempts).await;
         }
     }
 }
@@ -154,6 +152,17 @@ impl<'a> Pending<'a> {
     fn disarm(&mut self) -> Token {
         self.armed = false;
         self.token.clone()
+    }
+
+    /// The wait limit passed: leave the queue before returning, so a process that
+    /// exits right after the timeout leaves nothing behind (the background
+    /// withdrawal is the fallback if this fails).
+    async fn give_up<T>(&mut self, attempts: u32) -> Result<T, Error> {
+        tracing::debug!(attempts, "timed out");
+        if self.lock.release_token(&self.token).await.is_ok() {
+            self.armed = false;
+        }
+        Err(Error::Timeout)
     }
 }
 

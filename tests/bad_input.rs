@@ -155,7 +155,10 @@ async fn legacy_keys_that_are_equal_empty_or_of_another_type_are_refused() {
     let client = LockClient::standalone(server.url()).await.unwrap();
     for (read, write) in [("same", "same"), ("", "w"), ("r", "")] {
         let result = client.legacy_rwlock(read, write).try_read().await;
-        assert!(matches!(result, Err(Error::InvalidOptions(_))), "{read:?}/{write:?}: {result:?}");
+        assert!(
+            matches!(result, Err(Error::InvalidOptions(_))),
+            "{read:?}/{write:?}: {result:?}"
+        );
     }
     let mut raw = redis::Client::open(server.url())
         .unwrap()
@@ -170,14 +173,25 @@ async fn legacy_keys_that_are_equal_empty_or_of_another_type_are_refused() {
         .await
         .unwrap();
     let lock = client.legacy_rwlock("{res}:read", "{res}:write");
-    for result in [lock.try_read().await.map(drop), lock.write().await.map(drop)] {
+    for result in [
+        lock.try_read().await.map(drop),
+        lock.write().await.map(drop),
+    ] {
         match result {
             Err(Error::WrongType { key }) => assert_eq!(key, "{res}:write"),
             other => panic!("expected WrongType, got {other:?}"),
         }
     }
-    let kind: String = redis::cmd("TYPE").arg("{res}:write").query_async(&mut raw).await.unwrap();
+    let kind: String = redis::cmd("TYPE")
+        .arg("{res}:write")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
     assert_eq!(kind, "hash");
-    let read_exists: bool = redis::cmd("EXISTS").arg("{res}:read").query_async(&mut raw).await.unwrap();
+    let read_exists: bool = redis::cmd("EXISTS")
+        .arg("{res}:read")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
     assert!(!read_exists, "something was written before the type check");
 }
