@@ -681,3 +681,251 @@ fn describe_exit(status: Option<ExitStatus>) -> String {
         None => "closed its stdout".to_string(),
     }
 }
+
+// ---------------------------------------------------------------------------
+// Fault injection: failover, slot migration, connection kills (tests/faults_*.rs)
+// ---------------------------------------------------------------------------
+
+impl LocalRedis {
+    /// The node's 40-character cluster id (`CLUSTER MYID`).
+    pub fn node_id(&self, node: &Node) -> String {
+        value_to_string(self.raw(node, &["CLUSTER", "MYID"]))
+    }
+
+    /// The port of the master that owns `slot` in the view of the first running
+    /// node that answers, if any.
+    pub fn slot_owner(&self, slot: u16) -> Option<u16> {
+        self.cluster_view()
+            .iter()
+            .find(|n| n.is_master() && n.owns_slot(slot))
+            .map(|n| n.port)
+    }
+
+    /// A lock name (with `prefix`) whose key `rwlock:{name}` lives on `master`.
+    pub fn name_on_master(&self, prefix: &str, master: &Node) -> String {
+        let view = self.cluster_view();
+        let owner = view
+            .iter()
+            .find(|n| n.port == master.port)
+            .unwrap_or_else(|| panic!("{} is not in the cluster view", master.url));
+        for _ in 0..10_000 {
+            let name = unique_name(prefix);
+            if owner.owns_slot(self.keyslot(&format!("rwlock:{{{name}}}"))) {
+                return name;
+            }
+        }
+        panic!("no name found whose slot is owned by {}", master.url);
+    }
+
+    /// `CLUSTER FAILOVER` on `replica` (a graceful, manual failover: the
+    /// replica catches up with its master first), then waits until it is a
+    /// master in every node's view and the cluster is healthy.
+    pub fn manual_failover(&self, replica: &Node, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        self.raw(replica, &["CLUSTER", "FAILOVER"]);
+        loop {
+            let promoted = self.live_nodes().iter().all(|seen_by| {
+                raw_command(seen_by.port, &["CLUSTER", "NODES"], Duration::from_secs(2))
+                    .map(|v| parse_cluster_nodes(&value_to_string(v)))
+                    .is_ok_and(|view| {
+                        view.iter()
+                            .any(|n| n.port == replica.port && n.is_master() && !n.slots.is_empty())
+                    })
+            });
+            if promoted && self.cluster_problem().is_none() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} not promoted within {timeout:?}: {:?}",
+                replica.url,
+                self.cluster_problem()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Moves `slot` to the master `target` the way `redis-cli --cluster
+    /// reshard` does: `SETSLOT IMPORTING` on the target, `SETSLOT MIGRATING`
+    /// on the owner, `MIGRATE` of every key (in batches), then `SETSLOT NODE`
+    /// on the target, the old owner and every other master. `between` runs
+    /// after the first batch has moved (keys of the slot are then split across
+    /// the two masters). Returns how many keys were moved.
+    pub fn migrate_slot(&self, slot: u16, target: &Node, mut between: impl FnMut()) -> usize {
+        let source_port = self
+            .slot_owner(slot)
+            .unwrap_or_else(|| panic!("no master owns slot {slot}"));
+        let source = self.node_by_port(source_port);
+        assert_ne!(
+            source.port, target.port,
+            "slot {slot} already on the target"
+        );
+        let (source_id, target_id) = (self.node_id(source), self.node_id(target));
+        let slot_s = slot.to_string();
+        self.raw(
+            target,
+            &["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &source_id],
+        );
+        self.raw(
+            source,
+            &["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &target_id],
+        );
+        let target_port = target.port.to_string();
+        let mut moved = 0;
+        let mut batches = 0;
+        loop {
+            let keys: Vec<String> = redis::from_redis_value(
+                self.raw(source, &["CLUSTER", "GETKEYSINSLOT", &slot_s, "1"]),
+            )
+            .expect("GETKEYSINSLOT returns keys");
+            if keys.is_empty() {
+                break;
+            }
+            let mut args = vec![
+                "MIGRATE",
+                "127.0.0.1",
+                &target_port,
+                "",
+                "0",
+                "5000",
+                "KEYS",
+            ];
+            args.extend(keys.iter().map(String::as_str));
+            // NOKEY (the key expired meanwhile) is fine; anything else is not.
+            self.raw(source, &args);
+            moved += keys.len();
+            batches += 1;
+            if batches == 1 {
+                between();
+            }
+        }
+        if batches == 0 {
+            between();
+        }
+        self.raw(target, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &target_id]);
+        self.raw(source, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &target_id]);
+        for master in self.masters() {
+            if master.port != source.port && master.port != target.port {
+                self.raw(master, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &target_id]);
+            }
+        }
+        moved
+    }
+
+    /// Subscribers of the sharded `channel` on `node` (`PUBSUB SHARDNUMSUB`).
+    pub fn shard_subscribers(&self, node: &Node, channel: &str) -> u64 {
+        match self.raw(node, &["PUBSUB", "SHARDNUMSUB", channel]) {
+            Value::Array(items) => match items.as_slice() {
+                [_, Value::Int(n)] => *n as u64,
+                other => panic!("unexpected SHARDNUMSUB reply {other:?}"),
+            },
+            Value::Map(pairs) => match pairs.as_slice() {
+                [(_, Value::Int(n))] => *n as u64,
+                other => panic!("unexpected SHARDNUMSUB reply {other:?}"),
+            },
+            other => panic!("unexpected SHARDNUMSUB reply {other:?}"),
+        }
+    }
+
+    /// `INFO errorstats` of `node`: error replies per error code
+    /// (`"NOSCRIPT"`, `"MOVED"`, ...).
+    pub fn errorstats(&self, node: &Node) -> HashMap<String, u64> {
+        let text = value_to_string(self.raw(node, &["INFO", "errorstats"]));
+        text.lines()
+            .filter_map(|line| {
+                let (code, fields) = line.trim().strip_prefix("errorstat_")?.split_once(':')?;
+                let count = fields.strip_prefix("count=")?.parse().ok()?;
+                Some((code.to_string(), count))
+            })
+            .collect()
+    }
+
+    /// Whether `master` itself lists `replica` among its replicas (`CLUSTER
+    /// REPLICAS` on the master). Only then does it forward sharded pub/sub
+    /// messages to subscribers on that replica.
+    pub fn master_knows_replica(&self, master: &Node, replica: &Node) -> bool {
+        let id = self.node_id(master);
+        let lines: Vec<String> =
+            redis::from_redis_value(self.raw(master, &["CLUSTER", "REPLICAS", &id]))
+                .expect("CLUSTER REPLICAS returns one line per replica");
+        let needle = format!("127.0.0.1:{}@", replica.port);
+        lines.iter().any(|line| line.contains(&needle))
+    }
+
+    /// `SCRIPT FLUSH` on every running node.
+    pub fn script_flush_all(&self) {
+        for node in self.live_nodes() {
+            self.raw(node, &["SCRIPT", "FLUSH"]);
+        }
+    }
+
+    /// `CLIENT KILL TYPE <kind>` on `node` (`normal`, `pubsub`, ...): how many
+    /// connections were closed. The harness's own connection is skipped.
+    pub fn kill_clients(&self, node: &Node, kind: &str) -> u64 {
+        match self.raw(node, &["CLIENT", "KILL", "TYPE", kind, "SKIPME", "yes"]) {
+            Value::Int(n) => n as u64,
+            other => panic!("unexpected CLIENT KILL reply {other:?}"),
+        }
+    }
+}
+
+/// Runs blocking harness code (fault injection, polling) from inside a
+/// multi-threaded tokio test without stalling the runtime's other tasks.
+pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+/// How many panics this test process has seen so far outside test code (in
+/// the library, the driver, tokio or std), in any thread or task: a panic inside
+/// a spawned background task fails no test by itself. Panics located in
+/// `tests/` (failed assertions of tests running in parallel) are not counted.
+/// The first call installs the counting hook; the default hook still prints.
+pub fn panics_outside_tests() -> u64 {
+    static PANICS: AtomicU64 = AtomicU64::new(0);
+    static HOOK: OnceLock<()> = OnceLock::new();
+    HOOK.get_or_init(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !info
+                .location()
+                .is_some_and(|l| l.file().starts_with("tests/"))
+            {
+                PANICS.fetch_add(1, Ordering::SeqCst);
+            }
+            default(info);
+        }));
+    });
+    PANICS.load(Ordering::SeqCst)
+}
+
+/// A process stopped with SIGSTOP until [`Paused::resume`] or drop (so a
+/// failing test never leaves a node frozen).
+pub struct Paused {
+    pid: u32,
+    resumed: bool,
+}
+
+impl Paused {
+    /// SIGSTOPs `pid`.
+    pub fn new(pid: u32) -> Paused {
+        pause(pid);
+        Paused {
+            pid,
+            resumed: false,
+        }
+    }
+
+    /// SIGCONTs the process.
+    pub fn resume(mut self) {
+        self.resumed = true;
+        resume(self.pid);
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        if !self.resumed {
+            let _ = kill_command(self.pid, "-CONT");
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! Cancellation: a task dropped in the middle of `read()`/`write()` (a timeout
+//! around it, or `JoinHandle::abort`) leaves no hold beyond one lease and no queued
+//! writer intent that keeps others waiting.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use rand::Rng;
+use redis_rwlock::{LockClient, LockOptions, RwLock};
+use tokio::time::{Instant, sleep, timeout};
+
+use common::{LocalRedis, Node, blocking, panics_outside_tests, unique_name, wait_for};
+
+/// How soon a cancelled waiter's queue place must be gone: far less than the life
+/// of an abandoned intent (about 3.3 s), so only a withdrawal passes.
+const WITHDRAWN_WITHIN: Duration = Duration::from_millis(1000);
+
+/// Polls the lock until nobody holds or queues; returns how long that took.
+async fn until_idle(lock: &RwLock, limit: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        let state = lock.state().await.unwrap();
+        if state.is_free() && state.queued_writers.is_empty() {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < limit,
+            "still held or queued after {limit:?}: {state:?}"
+        );
+        sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits until the lock's wake-up channel has a subscriber: a waiter is asleep.
+async fn until_listening(redis: &LocalRedis, lock: &RwLock) {
+    let channel = format!("rwlock:{{{}}}:released", lock.name());
+    let owner: Node = blocking(|| {
+        redis
+            .master_for_key(&format!("rwlock:{{{}}}", lock.name()))
+            .clone()
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while blocking(|| redis.shard_subscribers(&owner, &channel)) == 0 {
+        assert!(Instant::now() < deadline, "the waiter never listened");
+        sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A writer queued behind a holder is cancelled, by a timeout around `write()` and
+/// by aborting its task: its queue place is withdrawn at once, and the next writer
+/// is served by the release message as soon as the holder leaves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_cancelled_while_waiting_leaves_no_queue_place() {
+    let redis = blocking(LocalRedis::cluster);
+    let client = LockClient::cluster(redis.urls()).await.unwrap();
+    for how in ["timeout", "abort"] {
+        let lock = client.rwlock_with(
+            unique_name(&format!("cancel-{how}")),
+            LockOptions::default().write_lease(Duration::from_secs(30)),
+        );
+        let holder = lock.write().await.unwrap();
+        let cancelled = tokio::spawn({
+            let lock = lock.clone();
+            async move { timeout(Duration::from_millis(1500), lock.write()).await }
+        });
+        wait_for(&lock, |s| s.queued_writers.len() == 1).await;
+        until_listening(&redis, &lock).await;
+        if how == "abort" {
+            cancelled.abort();
+            assert!(cancelled.await.unwrap_err().is_cancelled());
+        } else {
+            assert!(
+                cancelled.await.unwrap().is_err(),
+                "the write was not cancelled"
+            );
+        }
+        let withdrawn = until_idle_queue(&lock).await;
+        println!("{how}: queue place withdrawn {withdrawn:?} after the cancellation");
+        assert!(
+            withdrawn < WITHDRAWN_WITHIN,
+            "{how}: withdrawn after {withdrawn:?}"
+        );
+
+        // The next writer is first in line and is woken by the release.
+        let next = tokio::spawn({
+            let lock = lock.clone();
+            async move {
+                let guard = lock.write().await.unwrap();
+                let at = Instant::now();
+                guard.release().await.unwrap();
+                at
+            }
+        });
+        wait_for(&lock, |s| s.queued_writers.len() == 1).await;
+        until_listening(&redis, &lock).await;
+        let released = Instant::now();
+        holder.release().await.unwrap();
+        let served = timeout(Duration::from_secs(5), next)
+            .await
+            .unwrap()
+            .unwrap();
+        let gap = served.saturating_duration_since(released);
+        println!("{how}: the next writer got in {gap:?} after the release");
+        assert!(
+            gap < Duration::from_millis(200),
+            "{how}: next writer waited {gap:?}"
+        );
+        until_idle(&lock, Duration::from_secs(1)).await;
+    }
+}
+
+/// How long until the lock has no queued writer.
+async fn until_idle_queue(lock: &RwLock) -> Duration {
+    let started = Instant::now();
+    loop {
+        let state = lock.state().await.unwrap();
+        if state.queued_writers.is_empty() {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "{state:?}");
+        sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A reader waiting behind a writer is aborted: when the writer leaves, no read
+/// hold appears, and a writer gets in at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_cancelled_while_waiting_leaves_no_hold() {
+    let redis = blocking(LocalRedis::cluster);
+    let client = LockClient::cluster(redis.urls()).await.unwrap();
+    let lock = client.rwlock(unique_name("cancel-read"));
+    let holder = lock.write().await.unwrap();
+    let reader = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.read().await }
+    });
+    until_listening(&redis, &lock).await;
+    reader.abort();
+    assert!(reader.await.unwrap_err().is_cancelled());
+    holder.release().await.unwrap();
+    // Nothing shows up for a while (a reader woken by the release would have).
+    let watch = Instant::now();
+    while watch.elapsed() < Duration::from_millis(500) {
+        let state = lock.state().await.unwrap();
+        assert!(state.is_free(), "a cancelled reader holds: {state:?}");
+        sleep(Duration::from_millis(20)).await;
+    }
+    lock.try_write().await.unwrap().release().await.unwrap();
+}
+
+/// Many acquires on a contended lock, each cancelled at a random point: before
+/// its request is sent, while it is in flight (granted but not yet returned), while
+/// waiting, or while holding. Afterwards the lock is free and nobody is queued
+/// within one lease, and a writer gets in at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquires_cancelled_at_random_points_leave_nothing_behind() {
+    let redis = blocking(LocalRedis::cluster);
+    let panics = panics_outside_tests();
+    let client = LockClient::cluster(redis.urls()).await.unwrap();
+    let lease = Duration::from_secs(1);
+    let lock = client.rwlock_with(
+        unique_name("cancel-random"),
+        LockOptions::default().read_lease(lease).write_lease(lease),
+    );
+    let mut tasks = Vec::new();
+    let mut granted = 0;
+    for round in 0..60u32 {
+        let task = tokio::spawn({
+            let lock = lock.clone();
+            async move {
+                let write = round % 3 != 0;
+                if write {
+                    let _guard = lock.write().await.unwrap();
+                    std::future::pending::<()>().await;
+                } else {
+                    let _guard = lock.read().await.unwrap();
+                    std::future::pending::<()>().await;
+                }
+            }
+        });
+        let delay = rand::rng().random_range(0..2_000u64);
+        sleep(Duration::from_micros(delay)).await;
+        task.abort();
+        tasks.push(task);
+        if round % 10 == 9 {
+            // Let some holds and waits build up between bursts of cancellations.
+            granted += u32::from(lock.state().await.unwrap().mode().is_some());
+        }
+    }
+    for task in tasks {
+        let result = task.await;
+        assert!(result.unwrap_err().is_cancelled(), "a task failed");
+    }
+    let cancelled = Instant::now();
+    until_idle(&lock, lease + Duration::from_millis(500)).await;
+    println!(
+        "60 cancelled acquires (held at {granted} of 6 checks between them): \
+         idle {:?} after the last cancellation",
+        cancelled.elapsed()
+    );
+    let started = Instant::now();
+    lock.try_write().await.unwrap().release().await.unwrap();
+    lock.try_read().await.unwrap().release().await.unwrap();
+    assert!(started.elapsed() < Duration::from_millis(500));
+    assert_eq!(panics_outside_tests(), panics, "something panicked");
+}
