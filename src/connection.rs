@@ -21,7 +21,7 @@ use crate::Error;
 /// The longest a single request may wait for its reply.
 pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// The longest a request may take in all, retries and redirections included.
-const OVERALL_TIMEOUT: Duration = Duration::from_secs(4);
+pub(crate) const OVERALL_TIMEOUT: Duration = Duration::from_secs(4);
 /// The longest a (re)connection attempt may take.
 const CONNECTION_TIMEOUT: Duration = Duration::from_secs(1);
 /// Retries after a timeout, a lost connection, TRYAGAIN or CLUSTERDOWN.

@@ -119,7 +119,10 @@ impl Lease {
         };
         held.renewal.abort();
         let was_held = held.status.is_held();
-        let released = held.lock.release_token(&held.token).await;
+        let released = held
+            .lock
+            .release_token_until(&held.token, held.status.deadline())
+            .await;
         tracing::debug!(lock = held.lock.name(), mode = ?held.mode, "released");
         if !was_held {
             return Err(Error::LeaseLost);
@@ -157,6 +160,7 @@ impl Held {
     /// The drop fallback: release on the runtime captured at acquire time, never
     /// blocking; on failure the hold ends when its lease does.
     fn release_in_background(self) {
+        let until = self.status.deadline();
         let Held {
             lock,
             token,
@@ -167,7 +171,7 @@ impl Held {
         } = self;
         renewal.abort();
         runtime.spawn(async move {
-            match lock.release_token(&token).await {
+            match lock.release_token_until(&token, until).await {
                 Ok(_) => tracing::debug!(lock = lock.name(), ?mode, "released on drop"),
                 Err(err) => tracing::warn!(
                     lock = lock.name(), ?mode, %err,

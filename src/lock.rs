@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sync_wrapper::SyncFuture;
+use tokio::time::Instant;
 
 use crate::client::LockClient;
-use crate::connection::Connection;
+use crate::connection::{Connection, OVERALL_TIMEOUT, RESPONSE_TIMEOUT};
 use crate::lease::Lease;
 use crate::options::check_name;
 use crate::scripts::{Acquired, LockMode, Replicas, Target};
@@ -439,6 +440,42 @@ impl RwLock {
         self.target()?.release(self.conn(), token).await
     }
 
+    /// Releases `token`, sending a fresh request whenever one gets no answer within
+    /// the reply limit, until the reply comes or the time is up: the later of
+    /// `until` (the hold's local deadline) and the request limit from now. Safe
+    /// because a release is idempotent per token; needed because the driver can
+    /// give up on a request the server ran later (a freeze, a dropped connection).
+    pub(crate) async fn release_token_until(
+        &self,
+        token: &Token,
+        until: Instant,
+    ) -> Result<bool, Error> {
+        let give_up = until.max(Instant::now() + OVERALL_TIMEOUT);
+        loop {
+            let left = give_up.saturating_duration_since(Instant::now());
+            let attempt = tokio::time::timeout(
+                left.min(RESPONSE_TIMEOUT + RELEASE_RETRY),
+                self.release_token(token),
+            );
+            match attempt.await {
+                Ok(Err(Error::Redis(err))) if Instant::now() + RELEASE_RETRY < give_up => {
+                    tracing::debug!(lock = self.name(), %err, "release failed; retrying");
+                    tokio::time::sleep(RELEASE_RETRY).await;
+                }
+                Ok(done) => return done,
+                Err(_) if Instant::now() < give_up => {
+                    tracing::debug!(lock = self.name(), "release unanswered; sending it again");
+                }
+                Err(elapsed) => {
+                    return Err(Error::Redis(redis::RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        elapsed,
+                    ))));
+                }
+            }
+        }
+    }
+
     pub(crate) async fn renew_token(&self, token: &Token, lease: Duration) -> Result<bool, Error> {
         self.target()?.renew(self.conn(), token, lease).await
     }
@@ -465,6 +502,9 @@ impl RwLock {
         Ok(self.inner.client.inner.wakeups.listen(channel).await)
     }
 }
+
+/// The pause between attempts of a release that could not reach Redis.
+const RELEASE_RETRY: Duration = Duration::from_millis(100);
 
 /// Legacy keys must be non-empty and distinct, and on a cluster share one slot.
 fn check_legacy_keys(client: &LockClient, read_key: &str, write_key: &str) -> Result<(), Error> {

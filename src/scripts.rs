@@ -15,23 +15,31 @@ use crate::token::Token;
 /// One layout's compiled scripts: each is the shared prelude, the layout's hooks and
 /// the operation.
 pub(crate) struct Scripts {
-    acquire_read: Script,
-    acquire_write: Script,
-    release: Script,
-    renew: Script,
-    downgrade: Script,
-    fenced_write: Script,
-    force_release: Script,
-    state: Script,
+    acquire_read: Lua,
+    acquire_write: Lua,
+    release: Lua,
+    renew: Lua,
+    downgrade: Lua,
+    fenced_write: Lua,
+    force_release: Lua,
+    state: Lua,
+}
+
+/// One script's source and SHA1, as EVAL and EVALSHA take them.
+struct Lua {
+    source: String,
+    sha: String,
 }
 
 impl Scripts {
     fn build(layout: &str) -> Self {
         let make = |operation: &str| {
-            Script::new(&format!(
+            let source = format!(
                 "{}\n{layout}\n{operation}",
                 include_str!("../lua/prelude.lua")
-            ))
+            );
+            let sha = Script::new(&source).get_hash().to_owned();
+            Lua { source, sha }
         };
         Scripts {
             acquire_read: make(include_str!("../lua/acquire_read.lua")),
@@ -44,6 +52,21 @@ impl Scripts {
             state: make(include_str!("../lua/state.lua")),
         }
     }
+}
+
+/// How often a call is retried while its slot moves between nodes.
+const SLOT_MOVE_RETRIES: u32 = 8;
+/// The pause before the first such retry; it doubles (with jitter, so concurrent
+/// calls spread out) up to [`SLOT_MOVE_MAX_PAUSE`].
+const SLOT_MOVE_PAUSE: Duration = Duration::from_millis(10);
+const SLOT_MOVE_MAX_PAUSE: Duration = Duration::from_millis(200);
+
+/// Errors that mean "ask again shortly": the slot is migrating or failing over.
+fn is_slot_moving(err: &redis::RedisError) -> bool {
+    matches!(
+        err.code(),
+        Some("MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN")
+    )
 }
 
 /// The hash layout: everything in one hash.
@@ -110,28 +133,37 @@ impl Target {
     /// arguments and `args`; with `replicas`, pipelines `WAIT` behind it on the same
     /// node connection and also returns how many replicas acknowledged.
     ///
-    /// Sends EVALSHA; on NOSCRIPT (a flushed or failed-over node) loads the script on
-    /// every node and tries once more.
+    /// Sends EVALSHA. On NOSCRIPT (a flushed or failed-over node) it sends the same
+    /// call as EVAL with the source, which runs it and caches it on that node only,
+    /// so a frozen node elsewhere never stalls this lock. A slot on the move
+    /// (MOVED, ASK, TRYAGAIN, CLUSTERDOWN that the driver did not resolve) is retried
+    /// a few times after a short pause: every script is idempotent per token.
     async fn eval<T: FromRedisValue>(
         &self,
         conn: &Connection,
-        script: &Script,
+        script: &Lua,
         extra_keys: &[&str],
-        args: impl FnOnce(&mut Cmd),
+        args: impl Fn(&mut Cmd),
         replicas: Option<Replicas>,
     ) -> Result<(T, u32), Error> {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(script.get_hash())
-            .arg(self.keys.len() + extra_keys.len())
-            .arg(&self.keys)
-            .arg(extra_keys)
-            .arg(conn.publish_command())
-            .arg(self.original_ms.0)
-            .arg(self.original_ms.1);
-        args(&mut cmd);
         let mut conn = conn.clone();
-        let mut loaded = false;
+        let mut by_source = false;
+        let mut redirects = 0;
         loop {
+            let (verb, body) = if by_source {
+                ("EVAL", &script.source)
+            } else {
+                ("EVALSHA", &script.sha)
+            };
+            let mut cmd = redis::cmd(verb);
+            cmd.arg(body)
+                .arg(self.keys.len() + extra_keys.len())
+                .arg(&self.keys)
+                .arg(extra_keys)
+                .arg(conn.publish_command())
+                .arg(self.original_ms.0)
+                .arg(self.original_ms.1);
+            args(&mut cmd);
             let reply = match replicas {
                 None => cmd
                     .query_async::<T>(&mut conn)
@@ -139,7 +171,7 @@ impl Target {
                     .map(|reply| (reply, 0)),
                 Some(Replicas { count, timeout }) => {
                     redis::pipe()
-                        .add_command(cmd.clone())
+                        .add_command(cmd)
                         .cmd("WAIT")
                         .arg(count)
                         .arg(millis(timeout))
@@ -148,9 +180,12 @@ impl Target {
                 }
             };
             match reply {
-                Err(err) if err.code() == Some("NOSCRIPT") && !loaded => {
-                    script.load_async(&mut conn).await?;
-                    loaded = true;
+                Err(err) if err.code() == Some("NOSCRIPT") && !by_source => by_source = true,
+                Err(err) if is_slot_moving(&err) && redirects < SLOT_MOVE_RETRIES => {
+                    redirects += 1;
+                    tracing::debug!(%err, redirects, "slot on the move; retrying");
+                    let pause = (SLOT_MOVE_PAUSE * 2u32.pow(redirects)).min(SLOT_MOVE_MAX_PAUSE);
+                    tokio::time::sleep(pause.mul_f64(rand::random_range(0.5..1.0))).await;
                 }
                 other => return other.map_err(|err| Error::from_script(err, &self.keys)),
             }
@@ -161,8 +196,8 @@ impl Target {
     async fn run<T: FromRedisValue>(
         &self,
         conn: &Connection,
-        script: &Script,
-        args: impl FnOnce(&mut Cmd),
+        script: &Lua,
+        args: impl Fn(&mut Cmd),
     ) -> Result<T, Error> {
         Ok(self.eval(conn, script, &[], args, None).await?.0)
     }

@@ -15,13 +15,19 @@ use tracing::Instrument;
 
 use crate::scripts::{Acquired, LockMode};
 use crate::token::Token;
-use crate::wakeups::Listener;
+use crate::wakeups::{Listener, RESUBSCRIBED};
 use crate::{Error, Fairness, RwLock};
 
 /// The shortest re-check period: at most about two scripts per waiter per second.
 const MIN_RECHECK: Duration = Duration::from_millis(500);
 /// The longest re-check period, so a queued writer's intent stays fresh.
 const MAX_RECHECK: Duration = Duration::from_millis(1000);
+/// The re-check period for a while after a subscription was restored: until the
+/// cluster's view settles (gossip after a failover takes up to about a second), a
+/// restored subscription may sit on a node that no longer receives the messages.
+const UNSETTLED_RECHECK: Duration = Duration::from_millis(200);
+/// How long that lasts.
+const UNSETTLED_FOR: Duration = Duration::from_secs(2);
 /// Random extra delay per re-check, so waiters do not re-check in step.
 const RECHECK_JITTER: Duration = Duration::from_millis(100);
 /// How long a queued writer's intent lives without a re-check: a few periods, so it
@@ -57,6 +63,7 @@ async fn attempt_until_granted(
     let mut pending = Pending::new(lock, Token::random());
     let mut listener: Option<Listener> = None;
     let mut attempts = 0u32;
+    let mut unsettled_until: Option<Instant> = None;
     loop {
         let sent = Instant::now();
         attempts += 1;
@@ -88,7 +95,12 @@ async fn attempt_until_granted(
             listener = Some(lock.listen().await?);
             continue;
         };
-        let mut recheck = Instant::now() + recheck_after(holds_for);
+        let pause = if unsettled_until.is_some_and(|until| Instant::now() < until) {
+            UNSETTLED_RECHECK
+        } else {
+            recheck_after(holds_for)
+        };
+        let mut recheck = Instant::now() + pause;
         if let Some(deadline) = deadline {
             if Instant::now() >= deadline {
                 return pending.give_up(attempts).await;
@@ -98,6 +110,10 @@ async fn attempt_until_granted(
         loop {
             tokio::select! {
                 payload = listener.recv() => {
+                    if &*payload == RESUBSCRIBED {
+                        unsettled_until = Some(Instant::now() + UNSETTLED_FOR);
+                        break;
+                    }
                     if concerns(&payload, mode, &pending.token, lock.options().fairness) {
                         tracing::trace!(%payload, "woken by a release");
                         break;

@@ -19,8 +19,10 @@ use crate::Error;
 use crate::connection::Connection;
 
 /// Sent to a channel's listeners when its subscription was restored: messages may
-/// have been lost in between, so everyone re-checks.
-pub(crate) const RESUBSCRIBED: &str = "*";
+/// have been lost in between, so everyone re-checks. (Not a token: tokens are hex.)
+pub(crate) const RESUBSCRIBED: &str = "~resubscribed";
+/// What a listener that fell behind, or whose hub is gone, reads: "re-check now".
+const RECHECK: &str = "*";
 
 /// How many unread messages a listener may fall behind before it is told it lagged
 /// (a lag counts as a wake-up).
@@ -189,7 +191,7 @@ impl Listener {
     pub(crate) async fn recv(&mut self) -> Arc<str> {
         match self.receiver.recv().await {
             Ok(payload) => payload,
-            Err(_) => Arc::from(RESUBSCRIBED),
+            Err(_) => Arc::from(RECHECK),
         }
     }
 }

@@ -41,7 +41,7 @@ fn key(name: &str) -> String {
 /// (Redis forwards sharded messages only to the replicas it knows of).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wake_ups_still_arrive_after_a_manual_failover() {
-    wake_up_trials_across_failovers(true).await;
+    wake_up_trials_across_failovers(true, Duration::from_millis(100)).await;
 }
 
 /// The same, with the release right after the failover. Redis drops sharded
@@ -49,18 +49,27 @@ async fn wake_ups_still_arrive_after_a_manual_failover() {
 /// through its stale slot map, so the SSUBSCRIBE lands on the old master, now a
 /// replica, which accepts it; the new master forwards nothing to that replica
 /// until gossip tells it about its new replica (a few hundred ms). A release in
-/// that window wakes no one, and the waiter waits for its re-check timer.
+/// that window wakes no one. Known limit of redis-rs 1.8.1 (no way to route the
+/// SSUBSCRIBE to the new master); see the next test for what the lock does about it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: after a failover the wake-up subscription is restored on the demoted master \
-            (stale slot map); releases in the next few hundred ms wake nobody"]
+#[ignore = "redis-rs 1.8.1 restores the subscription through a stale slot map; a release in \
+            the next few hundred ms after a failover reaches no subscriber"]
 async fn a_release_right_after_a_manual_failover_wakes_the_waiter() {
-    wake_up_trials_across_failovers(false).await;
+    wake_up_trials_across_failovers(false, Duration::from_millis(100)).await;
+}
+
+/// Right after a failover, waiters re-check every 200 ms for two seconds after
+/// their subscription was restored, so a release whose message is lost in that
+/// window still hands over within a few hundred ms, not a full re-check period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_right_after_a_manual_failover_hands_over_within_the_unsettled_recheck() {
+    wake_up_trials_across_failovers(false, Duration::from_millis(600)).await;
 }
 
 /// One trial per shard (a master's replicas may fail over only once per two node
 /// timeouts): hold, queue a waiter on another client, fail the shard over, release,
 /// and measure how soon the waiter gets the lock.
-async fn wake_up_trials_across_failovers(await_gossip: bool) {
+async fn wake_up_trials_across_failovers(await_gossip: bool, bound: Duration) {
     let redis = blocking(LocalRedis::cluster);
     let holders = LockClient::cluster(redis.urls()).await.unwrap();
     let waiters = LockClient::cluster(redis.urls()).await.unwrap();
@@ -133,8 +142,8 @@ async fn wake_up_trials_across_failovers(await_gossip: bool) {
              new master knew its replica after {converged:?}, waiter woken {gap:?} after the release (which took {release_took:?})"
         );
         assert!(
-            gap < Duration::from_millis(100),
-            "trial {trial}: woken {gap:?} after the release: by a timer, not a message"
+            gap < bound,
+            "trial {trial}: woken {gap:?} after the release (bound {bound:?})"
         );
     }
 }

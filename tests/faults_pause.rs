@@ -317,14 +317,9 @@ async fn warm_up(lock: &RwLock) {
 /// A lock script missing on a healthy master (its first use there; or after a
 /// failover, a restart or `SCRIPT FLUSH`) must load there even while another,
 /// unrelated master is frozen.
-///
-/// It cannot now: on NOSCRIPT the client runs `SCRIPT LOAD` on every node
-/// (`Script::load_async` on the cluster connection), which waits for the frozen
-/// node until the request's overall timeout, so the call fails with a timeout
-/// after 4 s, and keeps failing for as long as any node is unresponsive.
+/// On NOSCRIPT the lock sends the script's source with EVAL to the lock's node
+/// only, never `SCRIPT LOAD` to every node (which would wait for the frozen one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: the NOSCRIPT fallback loads scripts on every node, so one frozen node makes \
-            lock calls on healthy masters time out"]
 async fn a_frozen_master_does_not_stall_script_loading_on_another_master() {
     let (redis, master) = blocking(start);
     let client = LockClient::cluster(redis.urls()).await.unwrap();
