@@ -1,0 +1,535 @@
+//! The cluster under test: start it through `cluster-compose/local-cluster.sh` (or
+//! take `REDIS_CLUSTER_NODES`), learn which master owns which slots, read the
+//! masters' `INFO commandstats`, and run `redis-benchmark` against one master.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use redis_rwlock::redis;
+
+/// How long the launcher may take to print `READY`.
+const START_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// A cluster this program started (stopped on drop) or one it was given.
+pub struct Cluster {
+    /// Seed URLs, `redis://host:port`.
+    pub nodes: Vec<String>,
+    /// `Some` when we started the launcher: closing its stdin stops it.
+    launcher: Option<(Child, Option<ChildStdin>)>,
+}
+
+impl Cluster {
+    /// Uses `REDIS_CLUSTER_NODES` when set, otherwise starts a private local cluster.
+    pub fn start_or_from_env() -> Result<Cluster, String> {
+        if let Ok(nodes) = std::env::var("REDIS_CLUSTER_NODES") {
+            let nodes: Vec<String> = nodes
+                .split(',')
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .map(str::to_owned)
+                .collect();
+            if !nodes.is_empty() {
+                return Ok(Cluster {
+                    nodes,
+                    launcher: None,
+                });
+            }
+        }
+        let script =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("cluster-compose/local-cluster.sh");
+        let mut child = Command::new("bash")
+            .arg(&script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot run `bash {}`: {e}", script.display()))?;
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().ok_or("launcher stdout not piped")?;
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut cluster = Cluster {
+            nodes: Vec::new(),
+            launcher: Some((child, stdin)),
+        };
+        let deadline = std::time::Instant::now() + START_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let line = rx
+                .recv_timeout(left)
+                .map_err(|_| "the cluster launcher did not print READY in time (is redis-server installed? see cluster-compose/ensure-redis.sh)".to_owned())?;
+            if let Some(urls) = line.strip_prefix("REDIS_CLUSTER_NODES=") {
+                cluster.nodes = urls.split(',').map(str::to_owned).collect();
+            } else if line == "READY" {
+                break;
+            }
+        }
+        if cluster.nodes.is_empty() {
+            return Err("the launcher printed no REDIS_CLUSTER_NODES line".into());
+        }
+        Ok(cluster)
+    }
+
+    /// Whether this program started the cluster.
+    pub fn started_here(&self) -> bool {
+        self.launcher.is_some()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if let Some((mut child, stdin)) = self.launcher.take() {
+            drop(stdin); // EOF: the launcher kills exactly its own servers
+            for _ in 0..300 {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// One master and the slots it serves.
+#[derive(Clone, Debug)]
+pub struct Master {
+    pub host: String,
+    pub port: u16,
+    pub slots: Vec<(u16, u16)>,
+}
+
+impl Master {
+    pub fn url(&self) -> String {
+        format!("redis://{}:{}", self.host, self.port)
+    }
+}
+
+/// The masters, as `CLUSTER NODES` shows them.
+#[derive(Clone, Debug)]
+pub struct Topology {
+    pub masters: Vec<Master>,
+}
+
+impl Topology {
+    pub async fn discover(seed: &str) -> Result<Topology, String> {
+        let client = redis::Client::open(seed).map_err(|e| e.to_string())?;
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| e.to_string())?;
+        let nodes: String = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut masters = Vec::new();
+        for line in nodes.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() < 8 || !fields[2].contains("master") || fields[2].contains("fail") {
+                continue;
+            }
+            let addr = fields[1].split('@').next().unwrap_or_default();
+            let Some((host, port)) = addr.rsplit_once(':') else {
+                continue;
+            };
+            let slots: Vec<(u16, u16)> = fields[8..]
+                .iter()
+                .filter(|s| !s.starts_with('['))
+                .filter_map(|s| match s.split_once('-') {
+                    Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
+                    None => s.parse().ok().map(|a| (a, a)),
+                })
+                .collect();
+            if slots.is_empty() {
+                continue;
+            }
+            masters.push(Master {
+                host: host.to_owned(),
+                port: port.parse().map_err(|_| format!("bad port in {addr}"))?,
+                slots,
+            });
+        }
+        masters.sort_by_key(|m| m.port);
+        if masters.is_empty() {
+            return Err("CLUSTER NODES lists no master with slots".into());
+        }
+        Ok(Topology { masters })
+    }
+
+    /// Index of the master that serves `key`.
+    pub fn master_of(&self, key: &str) -> usize {
+        let slot = key_slot(key);
+        self.masters
+            .iter()
+            .position(|m| m.slots.iter().any(|&(a, b)| a <= slot && slot <= b))
+            .unwrap_or(0)
+    }
+
+    /// A lock name, `{base}-{n}` for the first n that makes `{name}` land on `master`.
+    pub fn name_on(&self, master: usize, base: &str) -> String {
+        (0..)
+            .map(|n| format!("{base}-{n}"))
+            .find(|name| self.master_of(&format!("{{{name}}}")) == master)
+            .unwrap_or_else(|| base.to_owned())
+    }
+
+    /// `count` lock names spread evenly (round robin) over the masters.
+    pub fn names_spread(&self, base: &str, count: usize) -> Vec<String> {
+        (0..count)
+            .map(|i| self.name_on(i % self.masters.len(), &format!("{base}-{i}")))
+            .collect()
+    }
+}
+
+/// The cluster slot of `key` (CRC16/XMODEM of the hash tag, or of the whole key).
+pub fn key_slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let hashed = match key.find('{') {
+        Some(open) => match key[open + 1..].find('}') {
+            Some(len) if len > 0 => &bytes[open + 1..open + 1 + len],
+            _ => bytes,
+        },
+        None => bytes,
+    };
+    let mut crc: u16 = 0;
+    for &b in hashed {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
+/// Plain connections to every master, for `INFO commandstats`.
+pub struct Masters {
+    conns: Vec<redis::aio::MultiplexedConnection>,
+}
+
+/// Calls and microseconds per command name, summed over the masters.
+pub type CommandStats = BTreeMap<String, (u64, u64)>;
+
+impl Masters {
+    pub async fn connect(topology: &Topology) -> Result<Masters, String> {
+        let mut conns = Vec::new();
+        for master in &topology.masters {
+            let client = redis::Client::open(master.url()).map_err(|e| e.to_string())?;
+            conns.push(
+                client
+                    .get_multiplexed_async_connection()
+                    .await
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        Ok(Masters { conns })
+    }
+
+    /// `INFO commandstats` of every master, summed.
+    pub async fn commandstats(&mut self) -> Result<CommandStats, String> {
+        let mut total = CommandStats::new();
+        for conn in &mut self.conns {
+            let info: String = redis::cmd("INFO")
+                .arg("commandstats")
+                .query_async(conn)
+                .await
+                .map_err(|e| e.to_string())?;
+            for line in info.lines() {
+                let Some((name, rest)) = line.trim().split_once(':') else {
+                    continue;
+                };
+                let Some(name) = name.strip_prefix("cmdstat_") else {
+                    continue;
+                };
+                let field = |key: &str| -> u64 {
+                    rest.split(',')
+                        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0)
+                };
+                let entry = total.entry(name.to_owned()).or_default();
+                entry.0 += field("calls");
+                entry.1 += field("usec");
+            }
+        }
+        Ok(total)
+    }
+}
+
+/// What the masters did between two `commandstats` snapshots.
+pub struct StatsDelta {
+    /// Lock scripts: EVALSHA + EVAL calls.
+    pub scripts: u64,
+    /// Server time spent in those scripts, microseconds.
+    pub script_usec: u64,
+    /// (S)SUBSCRIBE and (S)UNSUBSCRIBE calls.
+    pub subscriptions: u64,
+}
+
+pub fn delta(before: &CommandStats, after: &CommandStats) -> StatsDelta {
+    let diff = |name: &str| -> (u64, u64) {
+        let a = after.get(name).copied().unwrap_or_default();
+        let b = before.get(name).copied().unwrap_or_default();
+        (a.0.saturating_sub(b.0), a.1.saturating_sub(b.1))
+    };
+    let (evalsha, evalsha_us) = diff("evalsha");
+    let (eval, eval_us) = diff("eval");
+    StatsDelta {
+        scripts: evalsha + eval,
+        script_usec: evalsha_us + eval_us,
+        subscriptions: ["ssubscribe", "sunsubscribe", "subscribe", "unsubscribe"]
+            .iter()
+            .map(|name| diff(name).0)
+            .sum(),
+    }
+}
+
+/// One `redis-benchmark` result.
+#[derive(Clone, Debug)]
+pub struct RedisBenchmark {
+    pub command_line: String,
+    pub requests_per_sec: f64,
+    pub p50_ms: f64,
+}
+
+/// Runs `redis-benchmark` (pipelined, `--csv`) with `command` against one server.
+pub fn redis_benchmark(
+    master: &Master,
+    requests: u64,
+    clients: u32,
+    pipeline: u32,
+    random_range: u32,
+    command: &[String],
+) -> Result<RedisBenchmark, String> {
+    let mut args: Vec<String> = vec![
+        "-h".into(),
+        master.host.clone(),
+        "-p".into(),
+        master.port.to_string(),
+        "-n".into(),
+        requests.to_string(),
+        "-c".into(),
+        clients.to_string(),
+        "-P".into(),
+        pipeline.to_string(),
+        "-r".into(),
+        random_range.to_string(),
+        "--csv".into(),
+    ];
+    args.extend(command.iter().cloned());
+    let output = Command::new("redis-benchmark")
+        .args(&args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run redis-benchmark: {e}"))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        return Err(format!(
+            "redis-benchmark failed ({}): {}{}",
+            output.status,
+            stdout,
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    // CSV: a header line, then "<title>","rps","avg","min","p50",...
+    let row = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('"') && !l.starts_with("\"test\""))
+        .ok_or_else(|| format!("no result row in redis-benchmark output: {stdout}"))?;
+    let cells: Vec<&str> = row.split("\",\"").map(|c| c.trim_matches('"')).collect();
+    let number = |i: usize| -> Result<f64, String> {
+        cells
+            .get(i)
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| format!("cannot parse redis-benchmark row: {row}"))
+    };
+    Ok(RedisBenchmark {
+        command_line: format!("redis-benchmark {}", args.join(" ")),
+        requests_per_sec: number(1)?,
+        p50_ms: number(4)?,
+    })
+}
+
+/// Checks [`key_slot`] against the server's `CLUSTER KEYSLOT`.
+pub async fn check_key_slot(seed: &str) -> Result<(), String> {
+    let client = redis::Client::open(seed).map_err(|e| e.to_string())?;
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| e.to_string())?;
+    for key in ["foo", "rwlock:{inventory}", "{}x", "a{b}c{d}"] {
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        if slot != key_slot(key) {
+            return Err(format!(
+                "slot of {key}: server {slot}, ours {}",
+                key_slot(key)
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl Masters {
+    /// Runs one command on master `index` (plain connection, no redirection).
+    pub async fn query<T: redis::FromRedisValue>(
+        &mut self,
+        index: usize,
+        cmd: &redis::Cmd,
+    ) -> Result<T, String> {
+        let conn = self.conns.get_mut(index).ok_or("no such master")?;
+        cmd.query_async(conn).await.map_err(|e| e.to_string())
+    }
+}
+
+/// Watches `master` with MONITOR until the first `EVALSHA` on `key` shows up, and
+/// returns its arguments (from "EVALSHA" on). `trigger` runs once the monitor is
+/// listening; it should make the crate send the script.
+pub async fn capture_evalsha<F, Fut>(
+    master: &Master,
+    key: &str,
+    trigger: F,
+) -> Result<Vec<String>, String>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let url = master.url();
+    let key = key.to_owned();
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let watcher = tokio::task::spawn_blocking(move || -> Result<Vec<String>, String> {
+        let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+        let mut conn = client.get_connection().map_err(|e| e.to_string())?;
+        conn.set_read_timeout(Some(Duration::from_secs(5)))
+            .map_err(|e| e.to_string())?;
+        redis::cmd("MONITOR")
+            .exec(&mut conn)
+            .map_err(|e| e.to_string())?;
+        let _ = ready_tx.send(());
+        let needle = format!("\"{key}\"");
+        loop {
+            let line: String = match conn.recv_response() {
+                Ok(value) => redis::from_redis_value(value).map_err(|e| e.to_string())?,
+                Err(err) => return Err(format!("MONITOR saw no EVALSHA on {key}: {err}")),
+            };
+            let Some((_, command)) = line.split_once("] ") else {
+                continue;
+            };
+            if command.starts_with("\"EVALSHA\"") && command.contains(&needle) {
+                return Ok(command
+                    .trim_matches('"')
+                    .split("\" \"")
+                    .map(str::to_owned)
+                    .collect());
+            }
+        }
+    });
+    ready_rx
+        .await
+        .map_err(|_| "MONITOR connection failed".to_owned())?;
+    trigger().await;
+    watcher.await.map_err(|e| e.to_string())?
+}
+
+/// What MONITOR showed on the masters during a window.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Sent {
+    /// EVALSHA/EVAL sent by clients.
+    pub scripts: u64,
+    /// Every other command sent by clients (INFO, MONITOR and the end marker excluded).
+    pub other: u64,
+    /// Commands run inside scripts (not sent over the network; for information).
+    pub in_scripts: u64,
+}
+
+const MONITOR_END: &str = "bench-monitor-end";
+
+/// Counts, with MONITOR on every master, the commands clients send during
+/// `window` (the window ends with an ECHO marker each monitor waits for).
+pub async fn monitor_window(
+    topology: &Topology,
+    masters: &mut Masters,
+    window: Duration,
+) -> Result<Sent, String> {
+    let mut watchers = Vec::new();
+    let mut ready = Vec::new();
+    for master in &topology.masters {
+        let url = master.url();
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        ready.push(ready_rx);
+        watchers.push(tokio::task::spawn_blocking(
+            move || -> Result<Sent, String> {
+                let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+                let mut conn = client.get_connection().map_err(|e| e.to_string())?;
+                conn.set_read_timeout(Some(Duration::from_secs(30)))
+                    .map_err(|e| e.to_string())?;
+                redis::cmd("MONITOR")
+                    .exec(&mut conn)
+                    .map_err(|e| e.to_string())?;
+                let _ = ready_tx.send(());
+                let mut sent = Sent::default();
+                loop {
+                    let value = conn.recv_response().map_err(|e| format!("MONITOR: {e}"))?;
+                    let line: String = redis::from_redis_value(value).map_err(|e| e.to_string())?;
+                    let Some((source, command)) = line.split_once("] ") else {
+                        continue;
+                    };
+                    if command.contains(MONITOR_END) {
+                        return Ok(sent);
+                    }
+                    let name = command
+                        .split('"')
+                        .nth(1)
+                        .unwrap_or_default()
+                        .to_ascii_uppercase();
+                    if source.ends_with(" lua") {
+                        sent.in_scripts += 1;
+                    } else if name == "EVALSHA" || name == "EVAL" {
+                        sent.scripts += 1;
+                    } else if name != "INFO" && name != "MONITOR" {
+                        sent.other += 1;
+                    }
+                }
+            },
+        ));
+    }
+    for r in ready {
+        r.await
+            .map_err(|_| "a MONITOR connection failed".to_owned())?;
+    }
+    tokio::time::sleep(window).await;
+    for index in 0..topology.masters.len() {
+        let _: String = masters
+            .query(index, redis::cmd("ECHO").arg(MONITOR_END))
+            .await?;
+    }
+    let mut total = Sent::default();
+    for watcher in watchers {
+        let sent = watcher.await.map_err(|e| e.to_string())??;
+        total.scripts += sent.scripts;
+        total.other += sent.other;
+        total.in_scripts += sent.in_scripts;
+    }
+    Ok(total)
+}

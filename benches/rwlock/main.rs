@@ -1,0 +1,231 @@
+//! Benchmark of `redis-rwlock` against the original design and its peers (issue 4).
+//!
+//! `cargo bench --bench rwlock` starts a private local 6-node cluster through
+//! `cluster-compose/local-cluster.sh` (or uses `REDIS_CLUSTER_NODES`), runs every
+//! scenario several times with the implementations interleaved, prints a markdown
+//! report and writes `bench-results/rwlock.{json,md}` and two SVG plots there.
+//! `BENCH_QUICK=1` gives a 1-2 minute run; `BENCH_RUNS=n` overrides the run count;
+//! `BENCH_SCENARIOS=uncontended,read_heavy` runs only the named scenarios (for
+//! profiling; names: limits, uncontended, read_heavy, redis_benchmark, handoff,
+//! stream, waiting, sweep); `BENCH_IMPLS=redis_rwlock,original` likewise limits the
+//! implementations (redis_rwlock, original, rslock, rds_lock).
+//! See BENCHMARKS.md for what each scenario measures.
+//!
+//! Without `--bench` (as `cargo test --all-targets` runs it) it prints how to run it
+//! and exits at once.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod cluster;
+mod locks;
+mod report;
+mod scenarios;
+mod stats;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use cluster::{Cluster, Masters, Topology, check_key_slot};
+use locks::{Clients, Impl, cluster_connection};
+use report::Machine;
+use scenarios::{Bench, Config, SWEEP_TASKS, TASKS, names::*};
+use stats::Results;
+
+fn main() -> ExitCode {
+    if !std::env::args().any(|arg| arg == "--bench") {
+        println!("run with `cargo bench --bench rwlock`");
+        return ExitCode::SUCCESS;
+    }
+    let quick = std::env::var("BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
+    let cluster = match Cluster::start_or_from_env() {
+        Ok(cluster) => cluster,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let outcome = runtime.block_on(run(&cluster, quick));
+    // Background tasks (drop-releases, subscriptions) end with the runtime, before
+    // the cluster goes away.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+    drop(cluster);
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The implementations in a different order every run, so none always goes first.
+fn rotated(list: &[Impl], run: usize) -> Vec<Impl> {
+    let mut v = list.to_vec();
+    v.rotate_left(run % list.len());
+    v
+}
+
+async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
+    let nodes = &cluster.nodes;
+    let cfg = Config::new(quick);
+    let command = if quick {
+        "BENCH_QUICK=1 cargo bench --bench rwlock"
+    } else {
+        "cargo bench --bench rwlock"
+    };
+    let cluster_desc = if cluster.started_here() {
+        "local 3 masters + 3 replicas on loopback, started by the benchmark (cluster-compose/local-cluster.sh)".to_owned()
+    } else {
+        format!("REDIS_CLUSTER_NODES={}", nodes.join(","))
+    };
+    let mut machine = Machine::probe(command, &cluster_desc);
+    eprintln!(
+        "redis-rwlock benchmark: {} runs{}, cluster {}",
+        cfg.runs,
+        if quick { " (quick)" } else { "" },
+        nodes.join(",")
+    );
+
+    check_key_slot(&nodes[0]).await?;
+    let topology = Topology::discover(&nodes[0]).await?;
+    let masters = Masters::connect(&topology).await?;
+    let clients = Arc::new(Clients::connect(nodes).await?);
+    let raw = cluster_connection(nodes).await?;
+    let mut b = Bench {
+        clients,
+        topology,
+        masters,
+        raw,
+        cfg: cfg.clone(),
+        results: Results::default(),
+        notes: Vec::new(),
+        redis_benchmarks: Vec::new(),
+        read_evalsha: None,
+    };
+    for imp in Impl::ALL {
+        b.warm_up(imp).await;
+    }
+    b.capture_read_script().await;
+
+    let only: Option<Vec<String>> = std::env::var("BENCH_SCENARIOS")
+        .ok()
+        .map(|s| s.split(',').map(|x| x.trim().to_owned()).collect());
+    let impls: Option<Vec<String>> = std::env::var("BENCH_IMPLS")
+        .ok()
+        .map(|s| s.split(',').map(|x| x.trim().to_owned()).collect());
+    let use_impl = |imp: Impl| {
+        impls
+            .as_ref()
+            .is_none_or(|o| o.iter().any(|x| x == imp.id()))
+    };
+    let on = |name: &str| only.as_ref().is_none_or(|o| o.iter().any(|x| x == name));
+    let started = std::time::Instant::now();
+    for run in 0..cfg.runs {
+        eprintln!(
+            "run {}/{} ({:.0} s so far)",
+            run + 1,
+            cfg.runs,
+            started.elapsed().as_secs_f64()
+        );
+        let all: Vec<Impl> = rotated(&Impl::ALL, run)
+            .into_iter()
+            .filter(|i| use_impl(*i))
+            .collect();
+        let rw: Vec<Impl> = rotated(&Impl::RW, run)
+            .into_iter()
+            .filter(|i| use_impl(*i))
+            .collect();
+        if on("limits") {
+            eprintln!("  round trips");
+            b.limits(run).await;
+        }
+        if on("uncontended") {
+            eprintln!("  uncontended");
+            for &imp in &all {
+                b.uncontended(run, imp).await;
+            }
+        }
+        if on("read_heavy") {
+            eprintln!("  read-heavy throughput");
+            for &imp in &rw {
+                let secs = cfg.throughput_secs;
+                let rate = b
+                    .read_heavy(run, imp, TASKS, 1, secs, Some(READ_HEAVY_1))
+                    .await;
+                b.results.sweep.entry((imp, TASKS)).or_default().push(rate);
+                b.read_heavy(run, imp, TASKS, 64, secs, Some(READ_HEAVY_64))
+                    .await;
+            }
+        }
+        if on("redis_benchmark") {
+            eprintln!("  redis-benchmark");
+            b.redis_benchmark(run).await;
+        }
+        if on("handoff") {
+            eprintln!("  writer handoff");
+            for &imp in &all {
+                b.handoff(run, imp).await;
+            }
+        }
+        if on("stream") {
+            eprintln!("  writer behind readers");
+            for &imp in &rw {
+                b.writer_behind_readers(run, imp).await;
+            }
+        }
+        if on("waiting") {
+            eprintln!("  cost of waiting");
+            for &imp in &all {
+                b.waiting_cost(run, imp).await;
+            }
+        }
+        if run < cfg.sweep_runs && on("sweep") {
+            eprintln!("  task-count sweep");
+            for tasks in SWEEP_TASKS.into_iter().filter(|&t| t != TASKS) {
+                for &imp in &rw {
+                    let rate = b.read_heavy(run, imp, tasks, 1, cfg.sweep_secs, None).await;
+                    b.results.sweep.entry((imp, tasks)).or_default().push(rate);
+                }
+            }
+        }
+    }
+    machine.loadavg_end = report::loadavg();
+    eprintln!("done in {:.0} s", started.elapsed().as_secs_f64());
+
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench-results");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let markdown = report::markdown(&b, &machine);
+    let json = report::json(&b, &machine);
+    let subtitle = format!("{} · {} x {}", machine.date_utc, machine.nproc, machine.cpu);
+    let write = |name: &str, text: &str| {
+        std::fs::write(dir.join(name), text).map_err(|e| format!("cannot write {name}: {e}"))
+    };
+    write("rwlock.md", &markdown)?;
+    write(
+        "rwlock.json",
+        &serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?,
+    )?;
+    if let Err(err) = report::plot_handoff(&b, &dir.join("handoff_gaps.svg"), &subtitle) {
+        eprintln!("warning: handoff plot failed: {err}");
+    }
+    if let Err(err) = report::plot_throughput(&b, &dir.join("throughput.svg"), &subtitle) {
+        eprintln!("warning: throughput plot failed: {err}");
+    }
+    println!("{markdown}");
+    println!(
+        "Wrote {0}/rwlock.json, {0}/rwlock.md, {0}/handoff_gaps.svg, {0}/throughput.svg",
+        dir.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,783 @@
+//! The output: a markdown report (printed and saved), a JSON result file and two
+//! SVG plots.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use plotters::prelude::*;
+use serde_json::{Value, json};
+
+use crate::locks::{Impl, Original};
+use crate::scenarios::{
+    Bench, HANDOFF_HOLD, STREAM_READ_HOLD, STREAM_READERS, STREAM_WRITER_EVERY, SWEEP_TASKS, TASKS,
+    WAITERS, WRITE_PERCENT, WRITERS, names::*,
+};
+use crate::stats::{Metric, Results, percentile};
+
+/// Where and on what the benchmark ran.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Machine {
+    pub date_utc: String,
+    pub nproc: usize,
+    pub cpu: String,
+    pub loadavg_start: String,
+    pub loadavg_end: String,
+    pub redis_server: String,
+    pub command: String,
+    pub cluster: String,
+}
+
+impl Machine {
+    pub fn probe(command: &str, cluster: &str) -> Machine {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu = cpuinfo
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("model name")?
+                    .split_once(':')
+                    .map(|(_, v)| v.trim().to_owned())
+            })
+            .unwrap_or_else(|| "unknown".into());
+        let redis_server = std::process::Command::new("redis-server")
+            .arg("--version")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .unwrap_or_else(|_| "unknown".into());
+        Machine {
+            date_utc: chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string(),
+            nproc: std::thread::available_parallelism().map_or(1, usize::from),
+            cpu,
+            loadavg_start: loadavg(),
+            loadavg_end: String::new(),
+            redis_server,
+            command: command.to_owned(),
+            cluster: cluster.to_owned(),
+        }
+    }
+}
+
+pub fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// A number with as many digits as it deserves.
+fn num(v: f64) -> String {
+    if v.is_nan() {
+        "n/a".into()
+    } else if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.1}")
+    } else if v.abs() >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+/// "median (min-max)" over the runs.
+fn cell(m: Option<&Metric>) -> String {
+    match m {
+        None => "-".into(),
+        Some(m) if m.runs.len() == 1 => num(m.median()),
+        Some(m) => format!("{} ({}-{})", num(m.median()), num(m.min()), num(m.max())),
+    }
+}
+
+/// Run-by-run ratios `a[i] / b[i]`: both come from the same run.
+fn ratios(a: Option<&Metric>, b: Option<&Metric>) -> Vec<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => a
+            .runs
+            .iter()
+            .zip(&b.runs)
+            .map(|(x, y)| x / y)
+            .filter(|r| r.is_finite())
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn ratio_cell(mut r: Vec<f64>) -> String {
+    if r.is_empty() {
+        return "-".into();
+    }
+    let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = r.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let med = percentile(&mut r, 50.0);
+    if r.len() == 1 {
+        format!("{med:.2}x")
+    } else {
+        format!("{med:.2}x ({lo:.2}-{hi:.2})")
+    }
+}
+
+fn median_of(mut r: Vec<f64>) -> f64 {
+    percentile(&mut r, 50.0)
+}
+
+/// One target: what it asks, what was measured, met or not.
+pub struct Target {
+    pub name: String,
+    pub measured: String,
+    pub met: Option<bool>,
+}
+
+pub fn targets(b: &Bench) -> Vec<Target> {
+    let r = &b.results;
+    let mut out = Vec::new();
+    for (mode, metric, ev) in [
+        ("try_read", "read_acquire_p50", "read_evalsha_p50"),
+        ("try_write", "write_acquire_p50", "write_evalsha_p50"),
+    ] {
+        let evalsha = r.get(UNCONTENDED, Impl::Ours, ev);
+        let ratio = ratios(r.get(UNCONTENDED, Impl::Ours, metric), evalsha);
+        let med = median_of(ratio.clone());
+        out.push(Target {
+            name: format!("uncontended {mode} p50 <= 1.5x trivial EVALSHA p50 (interleaved)"),
+            measured: format!(
+                "{} us vs {} us: {}",
+                cell(r.get(UNCONTENDED, Impl::Ours, metric)),
+                cell(evalsha),
+                ratio_cell(ratio)
+            ),
+            met: (!med.is_nan()).then_some(med <= 1.5),
+        });
+    }
+    let gap50 = r.median(HANDOFF, Impl::Ours, "gap_p50");
+    out.push(Target {
+        name: "handoff idle gap p50 <= 1 ms".into(),
+        measured: format!("{} ms", cell(r.get(HANDOFF, Impl::Ours, "gap_p50"))),
+        met: (!gap50.is_nan()).then_some(gap50 <= 1.0),
+    });
+    let gap99 = r.median(HANDOFF, Impl::Ours, "gap_p99");
+    out.push(Target {
+        name: "handoff idle gap p99 <= 5 ms".into(),
+        measured: format!("{} ms", cell(r.get(HANDOFF, Impl::Ours, "gap_p99"))),
+        met: (!gap99.is_nan()).then_some(gap99 <= 5.0),
+    });
+    let wait_ratio = ratios(
+        r.get(HANDOFF, Impl::Ours, "wait_p99"),
+        r.get(HANDOFF, Impl::Ours, "fair_bound"),
+    );
+    let med = median_of(wait_ratio.clone());
+    out.push(Target {
+        name: format!(
+            "handoff p99 wait <= 1.5x fair-queue bound ({WRITERS} x (hold p50 + gap p50))"
+        ),
+        measured: format!(
+            "{} ms vs bound {} ms: {}",
+            cell(r.get(HANDOFF, Impl::Ours, "wait_p99")),
+            cell(r.get(HANDOFF, Impl::Ours, "fair_bound")),
+            ratio_cell(wait_ratio)
+        ),
+        met: (!med.is_nan()).then_some(med <= 1.5),
+    });
+    for scenario in [READ_HEAVY_1, READ_HEAVY_64] {
+        let ratio = ratios(
+            r.get(scenario, Impl::Ours, "acquisitions_per_s"),
+            r.get(scenario, Impl::Original, "acquisitions_per_s"),
+        );
+        let med = median_of(ratio.clone());
+        out.push(Target {
+            name: format!("{scenario}: throughput >= the original design's"),
+            measured: format!(
+                "{} vs {} acq/s: {}",
+                cell(r.get(scenario, Impl::Ours, "acquisitions_per_s")),
+                cell(r.get(scenario, Impl::Original, "acquisitions_per_s")),
+                ratio_cell(ratio)
+            ),
+            met: (!med.is_nan()).then_some(med >= 1.0),
+        });
+    }
+    let rb = r.get(REDIS_BENCHMARK, Impl::Ours, "read_script_rps");
+    let ratio = ratios(r.get(READ_HEAVY_1, Impl::Ours, "acquisitions_per_s"), rb);
+    let med = median_of(ratio.clone());
+    out.push(Target {
+        name: "read_heavy_1_lock: throughput >= 35% of redis-benchmark's pipelined read-script rate on that node".into(),
+        measured: format!(
+            "{} acq/s vs {} scripts/s: {}",
+            cell(r.get(READ_HEAVY_1, Impl::Ours, "acquisitions_per_s")),
+            cell(rb),
+            ratio_cell(ratio)
+        ),
+        met: (!med.is_nan()).then_some(med >= 0.35),
+    });
+    let scripts = r.median(WAITING, Impl::Ours, "scripts_per_waiter_s");
+    out.push(Target {
+        name: "<= 2 lock scripts per waiter per second while waiting".into(),
+        measured: format!(
+            "{} (original design: {})",
+            cell(r.get(WAITING, Impl::Ours, "scripts_per_waiter_s")),
+            cell(r.get(WAITING, Impl::Original, "scripts_per_waiter_s"))
+        ),
+        met: (!scripts.is_nan()).then_some(scripts <= 2.0),
+    });
+    out
+}
+
+fn row(out: &mut String, cells: &[String]) {
+    let _ = writeln!(out, "| {} |", cells.join(" | "));
+}
+
+fn header(out: &mut String, cells: &[&str]) {
+    let _ = writeln!(out, "| {} |", cells.join(" | "));
+    let _ = writeln!(out, "|{}", "---|".repeat(cells.len()));
+}
+
+/// The markdown report.
+pub fn markdown(b: &Bench, machine: &Machine) -> String {
+    let r = &b.results;
+    let mut o = String::new();
+    let c = |s: &str, i: Impl, m: &str| cell(r.get(s, i, m));
+    let _ = writeln!(o, "## Results\n");
+    let _ = writeln!(
+        o,
+        "{} · {} x {} · load {} -> {} · {} · `{}` · {} runs per scenario{}\n",
+        machine.date_utc,
+        machine.nproc,
+        machine.cpu,
+        machine.loadavg_start,
+        machine.loadavg_end,
+        machine
+            .redis_server
+            .split(" sha=")
+            .next()
+            .unwrap_or_default(),
+        machine.command,
+        b.cfg.runs,
+        if b.cfg.quick { " (BENCH_QUICK)" } else { "" }
+    );
+    let _ = writeln!(
+        o,
+        "Cells: median over runs (min-max). Ratios are taken run by run, against the baseline measured in the same run.\n"
+    );
+
+    let _ = writeln!(o, "### Round-trip limits (one task, the lock's master)\n");
+    header(&mut o, &["", "p50 (us)", "p99 (us)", "server us/call"]);
+    row(
+        &mut o,
+        &[
+            "PING".into(),
+            c(LIMITS, Impl::Ours, "ping_p50"),
+            c(LIMITS, Impl::Ours, "ping_p99"),
+            "-".into(),
+        ],
+    );
+    row(
+        &mut o,
+        &[
+            "EVALSHA `return 1`".into(),
+            c(LIMITS, Impl::Ours, "evalsha_p50"),
+            c(LIMITS, Impl::Ours, "evalsha_p99"),
+            c(LIMITS, Impl::Ours, "evalsha_server_us"),
+        ],
+    );
+
+    let _ = writeln!(
+        o,
+        "\n### Uncontended acquire and acquire+release (one task)\n"
+    );
+    header(
+        &mut o,
+        &[
+            "implementation",
+            "mode",
+            "acquire p50 (us)",
+            "acquire p99 (us)",
+            "interleaved EVALSHA p50 (us)",
+            "acquire / EVALSHA p50",
+            "acquire+release p50 (us)",
+            "acquire+release p99 (us)",
+            "server us/script",
+        ],
+    );
+    for imp in Impl::ALL {
+        for (mode, ev, a50, a99, p50, p99, server) in [
+            (
+                "read",
+                "read_evalsha_p50",
+                "read_acquire_p50",
+                "read_acquire_p99",
+                "read_pair_p50",
+                "read_pair_p99",
+                "read_server_us_per_script",
+            ),
+            (
+                "write",
+                "write_evalsha_p50",
+                "write_acquire_p50",
+                "write_acquire_p99",
+                "write_pair_p50",
+                "write_pair_p99",
+                "write_server_us_per_script",
+            ),
+        ] {
+            if r.get(UNCONTENDED, imp, a50).is_none() {
+                continue;
+            }
+            row(
+                &mut o,
+                &[
+                    imp.label().into(),
+                    mode.into(),
+                    c(UNCONTENDED, imp, a50),
+                    c(UNCONTENDED, imp, a99),
+                    c(UNCONTENDED, imp, ev),
+                    ratio_cell(ratios(
+                        r.get(UNCONTENDED, imp, a50),
+                        r.get(UNCONTENDED, imp, ev),
+                    )),
+                    c(UNCONTENDED, imp, p50),
+                    c(UNCONTENDED, imp, p99),
+                    c(UNCONTENDED, imp, server),
+                ],
+            );
+        }
+    }
+
+    let _ = writeln!(
+        o,
+        "\n### Read-heavy throughput ({TASKS} tasks, {}% reads / {WRITE_PERCENT}% writes, hold = one `yield_now`)\n",
+        100 - WRITE_PERCENT
+    );
+    header(
+        &mut o,
+        &[
+            "implementation",
+            "1 lock: acq/s",
+            "vs original",
+            "64 locks: acq/s",
+            "vs original",
+            "server us/script (1 lock)",
+            "server us/script (64 locks)",
+            "scripts/acq (1 lock)",
+            "(un)subscribes/acq (1 lock)",
+            "exclusion violations (1 / 64 locks)",
+        ],
+    );
+    for imp in Impl::RW {
+        row(
+            &mut o,
+            &[
+                imp.label().into(),
+                c(READ_HEAVY_1, imp, "acquisitions_per_s"),
+                ratio_cell(ratios(
+                    r.get(READ_HEAVY_1, imp, "acquisitions_per_s"),
+                    r.get(READ_HEAVY_1, Impl::Original, "acquisitions_per_s"),
+                )),
+                c(READ_HEAVY_64, imp, "acquisitions_per_s"),
+                ratio_cell(ratios(
+                    r.get(READ_HEAVY_64, imp, "acquisitions_per_s"),
+                    r.get(READ_HEAVY_64, Impl::Original, "acquisitions_per_s"),
+                )),
+                c(READ_HEAVY_1, imp, "server_us_per_script"),
+                c(READ_HEAVY_64, imp, "server_us_per_script"),
+                c(READ_HEAVY_1, imp, "scripts_per_acquisition"),
+                c(READ_HEAVY_1, imp, "subscriptions_per_acquisition"),
+                format!(
+                    "{} / {}",
+                    c(READ_HEAVY_1, imp, "violations"),
+                    c(READ_HEAVY_64, imp, "violations")
+                ),
+            ],
+        );
+    }
+    if !b.redis_benchmarks.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n`redis-benchmark`, the crate's read-acquire script (as captured with MONITOR), pipelined, same master as the one-lock scenario: {} requests/s, p50 {} ms, server {} us/script.\n",
+            c(REDIS_BENCHMARK, Impl::Ours, "read_script_rps"),
+            c(REDIS_BENCHMARK, Impl::Ours, "read_script_p50"),
+            c(REDIS_BENCHMARK, Impl::Ours, "server_us_per_script")
+        );
+        let _ = writeln!(o, "```\n{}\n```", b.redis_benchmarks[0].command_line);
+    }
+    let _ = writeln!(
+        o,
+        "\nThroughput against task count (one lock, same mix; acquisitions/s):\n"
+    );
+    let mut cols = vec!["implementation".to_owned()];
+    cols.extend(SWEEP_TASKS.iter().map(|t| format!("{t} tasks")));
+    header(&mut o, &cols.iter().map(String::as_str).collect::<Vec<_>>());
+    for imp in Impl::RW {
+        let mut cells = vec![imp.label().to_owned()];
+        for t in SWEEP_TASKS {
+            cells.push(sweep_cell(r, imp, t));
+        }
+        row(&mut o, &cells);
+    }
+
+    let _ = writeln!(
+        o,
+        "\n### Writer handoff ({WRITERS} writers, each holding {} ms)\n",
+        HANDOFF_HOLD.as_millis()
+    );
+    header(
+        &mut o,
+        &[
+            "implementation",
+            "acq/s",
+            "idle gap p50 (ms)",
+            "idle gap p99 (ms)",
+            "hold p50 (ms)",
+            "wait p50 (ms)",
+            "wait p99 (ms)",
+            "fair bound (ms)",
+            "p99 wait / bound",
+            "min / max acq per writer",
+            "scripts/acq",
+            "(un)subscribes/acq",
+            "violations",
+        ],
+    );
+    for imp in Impl::ALL {
+        row(
+            &mut o,
+            &[
+                imp.label().into(),
+                c(HANDOFF, imp, "acquisitions_per_s"),
+                c(HANDOFF, imp, "gap_p50"),
+                c(HANDOFF, imp, "gap_p99"),
+                c(HANDOFF, imp, "hold_p50"),
+                c(HANDOFF, imp, "wait_p50"),
+                c(HANDOFF, imp, "wait_p99"),
+                c(HANDOFF, imp, "fair_bound"),
+                ratio_cell(ratios(
+                    r.get(HANDOFF, imp, "wait_p99"),
+                    r.get(HANDOFF, imp, "fair_bound"),
+                )),
+                format!(
+                    "{} / {}",
+                    c(HANDOFF, imp, "min_per_writer"),
+                    c(HANDOFF, imp, "max_per_writer")
+                ),
+                c(HANDOFF, imp, "scripts_per_acquisition"),
+                c(HANDOFF, imp, "subscriptions_per_acquisition"),
+                c(HANDOFF, imp, "violations"),
+            ],
+        );
+    }
+
+    let _ = writeln!(
+        o,
+        "\n### Writer behind a continuous stream of readers ({STREAM_READERS} readers holding {} ms back to back; a writer asks every {} ms, gives up after {} s)\n",
+        STREAM_READ_HOLD.as_millis(),
+        STREAM_WRITER_EVERY.as_millis(),
+        b.cfg.stream_cap_secs
+    );
+    header(
+        &mut o,
+        &[
+            "implementation",
+            "writer wait p50 (ms)",
+            "p99 (ms)",
+            "max (ms)",
+            "writer attempts",
+            "starved (gave up)",
+            "reads/s",
+            "exclusion violations",
+        ],
+    );
+    for imp in Impl::RW {
+        row(
+            &mut o,
+            &[
+                imp.label().into(),
+                c(STREAM, imp, "writer_wait_p50"),
+                c(STREAM, imp, "writer_wait_p99"),
+                c(STREAM, imp, "writer_wait_max"),
+                c(STREAM, imp, "writer_attempts"),
+                c(STREAM, imp, "writer_starved"),
+                c(STREAM, imp, "reads_per_s"),
+                c(STREAM, imp, "violations"),
+            ],
+        );
+    }
+
+    let _ = writeln!(
+        o,
+        "\n### Cost of waiting ({WAITERS} waiters behind one writer, counted with MONITOR on every master over {} s)\n",
+        b.cfg.waiting_secs
+    );
+    header(
+        &mut o,
+        &[
+            "implementation",
+            "lock scripts sent / waiter / s",
+            "commands sent / waiter / s",
+            "commands run inside scripts / waiter / s",
+        ],
+    );
+    for imp in Impl::ALL {
+        row(
+            &mut o,
+            &[
+                imp.label().into(),
+                c(WAITING, imp, "scripts_per_waiter_s"),
+                c(WAITING, imp, "commands_per_waiter_s"),
+                c(WAITING, imp, "in_script_commands_per_waiter_s"),
+            ],
+        );
+    }
+
+    let _ = writeln!(o, "\n### Targets (issue 4)\n");
+    header(&mut o, &["target", "measured", "met"]);
+    for t in targets(b) {
+        let met = match t.met {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "n/a",
+        };
+        row(&mut o, &[t.name, t.measured, met.into()]);
+    }
+    if !b.notes.is_empty() {
+        let _ = writeln!(o, "\n### Notes from this run\n");
+        for note in &b.notes {
+            let _ = writeln!(o, "- {note}");
+        }
+    }
+    o
+}
+
+fn sweep_cell(r: &Results, imp: Impl, tasks: usize) -> String {
+    match r.sweep.get(&(imp, tasks)) {
+        None => "-".into(),
+        Some(runs) => {
+            let m = Metric {
+                scenario: "",
+                imp,
+                name: "",
+                unit: "",
+                runs: runs.clone(),
+            };
+            cell(Some(&m))
+        }
+    }
+}
+
+/// The machine-readable result file.
+pub fn json(b: &Bench, machine: &Machine) -> Value {
+    let metrics: Vec<Value> = b
+        .results
+        .metrics
+        .values()
+        .map(|m| {
+            json!({
+                "scenario": m.scenario,
+                "implementation": m.imp.id(),
+                "metric": m.name,
+                "unit": m.unit,
+                "median": m.median(),
+                "min": m.min(),
+                "max": m.max(),
+                "runs": m.runs,
+            })
+        })
+        .collect();
+    let sweep: Vec<Value> = b
+        .results
+        .sweep
+        .iter()
+        .map(|((imp, tasks), runs)| json!({"implementation": imp.id(), "tasks": tasks, "acquisitions_per_s": runs}))
+        .collect();
+    let gaps: Vec<Value> = b
+        .results
+        .handoff_gaps
+        .iter()
+        .map(|(imp, gaps)| {
+            let mut g = gaps.clone();
+            let pct: Vec<Value> = [
+                1.0, 5.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.9, 100.0,
+            ]
+            .iter()
+            .map(|&p| json!({"p": p, "ms": percentile(&mut g, p)}))
+            .collect();
+            json!({"implementation": imp.id(), "samples": gaps.len(), "percentiles": pct})
+        })
+        .collect();
+    let targets: Vec<Value> = targets(b)
+        .into_iter()
+        .map(|t| json!({"target": t.name, "measured": t.measured, "met": t.met}))
+        .collect();
+    json!({
+        "machine": machine,
+        "config": b.cfg,
+        "parameters": {
+            "read_heavy_tasks": TASKS, "write_percent": WRITE_PERCENT,
+            "handoff_writers": WRITERS, "handoff_hold_ms": HANDOFF_HOLD.as_millis() as u64,
+            "stream_readers": STREAM_READERS, "stream_read_hold_ms": STREAM_READ_HOLD.as_millis() as u64,
+            "stream_writer_every_ms": STREAM_WRITER_EVERY.as_millis() as u64,
+            "waiters": WAITERS,
+            "original": {"key_timeout_ms": Original::KEY_TIMEOUT_MS, "read_timeout_ms": Original::READ_TIMEOUT_MS,
+                         "write_timeout_ms": Original::WRITE_TIMEOUT_MS, "poll_ms": Original::POLL.as_millis() as u64},
+        },
+        "implementations": Impl::ALL.iter().map(|i| json!({"id": i.id(), "label": i.label()})).collect::<Vec<_>>(),
+        "metrics": metrics,
+        "sweep": sweep,
+        "handoff_gap_distribution": gaps,
+        "redis_benchmark": b.redis_benchmarks.iter().map(|rb| json!({"command": rb.command_line, "requests_per_sec": rb.requests_per_sec, "p50_ms": rb.p50_ms})).collect::<Vec<_>>(),
+        "targets": targets,
+        "notes": b.notes,
+    })
+}
+
+fn color(imp: Impl) -> RGBColor {
+    match imp {
+        Impl::Ours => RGBColor(0x1f, 0x77, 0xb4),
+        Impl::Original => RGBColor(0xd6, 0x27, 0x28),
+        Impl::Rslock => RGBColor(0x2c, 0xa0, 0x2c),
+        Impl::RdsLock => RGBColor(0xff, 0x7f, 0x0e),
+    }
+}
+
+type PlotResult = Result<(), Box<dyn std::error::Error>>;
+
+/// The handoff idle gap as a cumulative distribution, log time axis.
+pub fn plot_handoff(b: &Bench, path: &Path, subtitle: &str) -> PlotResult {
+    let root = SVGBackend::new(path, (900, 520)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let max = b
+        .results
+        .handoff_gaps
+        .values()
+        .flatten()
+        .copied()
+        .fold(1.0f64, f64::max)
+        * 1.2;
+    let min = b
+        .results
+        .handoff_gaps
+        .values()
+        .flatten()
+        .copied()
+        .filter(|g| *g > 0.0)
+        .fold(1.0f64, f64::min)
+        .max(0.01)
+        * 0.8;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("Writer handoff: idle gap between release and next acquire ({WRITERS} writers, {} ms holds)", HANDOFF_HOLD.as_millis()),
+            ("sans-serif", 18),
+        )
+        .margin(15)
+        .x_label_area_size(50)
+        .y_label_area_size(60)
+        .build_cartesian_2d((min..max).log_scale(), 0f64..1f64)?;
+    chart
+        .configure_mesh()
+        .x_desc(format!("idle gap, ms (log scale) — {subtitle}"))
+        .y_desc("fraction of handoffs <= x")
+        .draw()?;
+    for (imp, gaps) in &b.results.handoff_gaps {
+        let mut g: Vec<f64> = gaps.iter().map(|x| x.max(min)).collect();
+        if g.is_empty() {
+            continue;
+        }
+        g.sort_by(f64::total_cmp);
+        let n = g.len() as f64;
+        let step = (g.len() / 400).max(1);
+        let points: Vec<(f64, f64)> = g
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % step == 0 || *i == g.len() - 1)
+            .map(|(i, &x)| (x, (i + 1) as f64 / n))
+            .collect();
+        let col = color(*imp);
+        chart
+            .draw_series(LineSeries::new(points, col.stroke_width(2)))?
+            .label(format!(
+                "{} (p50 {:.2} ms)",
+                imp.label(),
+                percentile(&mut g.clone(), 50.0)
+            ))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+/// Acquisitions per second against task count, one lock, read-heavy mix.
+pub fn plot_throughput(b: &Bench, path: &Path, subtitle: &str) -> PlotResult {
+    let root = SVGBackend::new(path, (900, 520)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let top = b
+        .results
+        .sweep
+        .values()
+        .flatten()
+        .copied()
+        .fold(1.0f64, f64::max)
+        * 1.15;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "Read-heavy throughput on one lock ({}% reads / {WRITE_PERCENT}% writes)",
+                100 - WRITE_PERCENT
+            ),
+            ("sans-serif", 18),
+        )
+        .margin(15)
+        .x_label_area_size(50)
+        .y_label_area_size(70)
+        .build_cartesian_2d(
+            (0.8f64..80f64)
+                .log_scale()
+                .with_key_points(vec![1.0, 4.0, 16.0, 64.0]),
+            0f64..top,
+        )?;
+    chart
+        .configure_mesh()
+        .x_desc(format!("concurrent tasks (log scale) — {subtitle}"))
+        .y_desc("acquisitions per second")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .draw()?;
+    for imp in Impl::RW {
+        let mut points = Vec::new();
+        let mut bars = Vec::new();
+        for t in SWEEP_TASKS {
+            if let Some(runs) = b.results.sweep.get(&(imp, t)) {
+                let mut r = runs.clone();
+                let med = percentile(&mut r, 50.0);
+                let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
+                let hi = r.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                points.push((t as f64, med));
+                bars.push(ErrorBar::new_vertical(
+                    t as f64,
+                    lo,
+                    med,
+                    hi,
+                    color(imp).filled(),
+                    6,
+                ));
+            }
+        }
+        if points.is_empty() {
+            continue;
+        }
+        let col = color(imp);
+        chart
+            .draw_series(LineSeries::new(points.clone(), col.stroke_width(2)))?
+            .label(imp.label())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
+        chart.draw_series(points.iter().map(|&p| Circle::new(p, 4, col.filled())))?;
+        chart.draw_series(bars)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
