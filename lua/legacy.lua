@@ -74,9 +74,11 @@ local function show_readers(s)
   end
 end
 
-function layout.stamp_read(s)
+function layout.stamp_read(s, field, value)
   if s.foreign_reader_until then
-    redis.call('HSET', KEY, 'orig:read', int(s.foreign_reader_until))
+    redis.call('HSET', KEY, field, value, 'orig:read', int(s.foreign_reader_until))
+  else
+    redis.call('HSET', KEY, field, value)
   end
   show_readers(s)
 end
@@ -86,6 +88,7 @@ function layout.clear_read(s)
 end
 
 function layout.stamp_write(s)
+  redis.call('HSET', KEY, 'w:owner', s.writer, 'w:until', int(s.writer_until))
   redis.call('SET', WRITE_KEY, s.writer, 'PX', int(s.writer_until - s.now))
 end
 

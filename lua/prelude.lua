@@ -77,12 +77,15 @@ function layout.foreign(s, h, stale)
   end
 end
 
--- Our readers hold (acquired or renewed): show it, keeping an original reader's deadline.
-function layout.stamp_read(s)
+-- Our readers hold (acquired or renewed): writes `field`/`value` (the reader's
+-- own entry) and shows the hold, keeping an original reader's deadline.
+function layout.stamp_read(s, field, value)
   if s.foreign_reader_until then
-    redis.call('HSET', KEY, 'orig:read', int(s.foreign_reader_until))
+    redis.call('HSET', KEY, field, value, 'read', int(s.now), 'rstamp', int(s.now),
+      'orig:read', int(s.foreign_reader_until))
+  else
+    redis.call('HSET', KEY, field, value, 'read', int(s.now), 'rstamp', int(s.now))
   end
-  redis.call('HSET', KEY, 'read', int(s.now), 'rstamp', int(s.now))
 end
 
 -- Our last reader left.
@@ -92,9 +95,10 @@ function layout.clear_read(s)
   end
 end
 
--- Our writer holds (acquired or renewed).
+-- Our writer holds (acquired or renewed): writes its owner and deadline and shows
+-- the hold.
 function layout.stamp_write(s)
-  redis.call('HSET', KEY, 'write', int(s.now))
+  redis.call('HSET', KEY, 'w:owner', s.writer, 'w:until', int(s.writer_until), 'write', int(s.now))
 end
 
 -- Our writer left (released, expired or downgraded).
@@ -113,36 +117,39 @@ local function load()
   local now, now_us = server_time()
   local flat = redis.call('HGETALL', KEY)
   local h = {}
-  for i = 1, #flat, 2 do
-    h[flat[i]] = flat[i + 1]
-  end
   local s = { now = now, now_us = now_us, readers = {}, nreaders = 0, intents = {}, freed = false,
-              freed_writer = false, fence = tonumber(h['fence'] or '0'), h = h }
+              freed_writer = false, h = h }
   local stale = {}
 
-  for field, value in pairs(h) do
-    local tok = string.match(field, '^r:(.+)$')
-    if tok then
+  -- One pass: readers (`r:<token>`) and queued writers (`wait:<token>`) by prefix,
+  -- every field into `h` for the named ones.
+  for i = 1, #flat, 2 do
+    local field, value = flat[i], flat[i + 1]
+    h[field] = value
+    if string.byte(field, 2) == 58 and string.byte(field, 1) == 114 then -- 'r:'
       local deadline = tonumber(value)
       if deadline > now then
-        s.readers[tok] = deadline
+        s.readers[string.sub(field, 3)] = deadline
         s.nreaders = s.nreaders + 1
       else
         stale[#stale + 1] = field
         s.freed = true
       end
-    end
-    tok = string.match(field, '^wait:(.+)$')
-    if tok then
-      local seq, deadline = string.match(value, '^(%d+):(%d+)$')
-      if deadline and tonumber(deadline) > now then
-        s.intents[#s.intents + 1] = { token = tok, seq = tonumber(seq), deadline = tonumber(deadline) }
+    elseif string.sub(field, 1, 5) == 'wait:' then
+      local colon = string.find(value, ':', 1, true)
+      local deadline = colon and tonumber(string.sub(value, colon + 1))
+      if deadline and deadline > now then
+        s.intents[#s.intents + 1] = { token = string.sub(field, 6),
+          seq = tonumber(string.sub(value, 1, colon - 1)), deadline = deadline }
       else
         stale[#stale + 1] = field
       end
     end
   end
-  table.sort(s.intents, function(a, b) return a.seq < b.seq end)
+  if #s.intents > 1 then
+    table.sort(s.intents, function(a, b) return a.seq < b.seq end)
+  end
+  s.fence = tonumber(h['fence'] or '0')
 
   local expired_writer = false
   if h['w:owner'] then
@@ -202,14 +209,12 @@ local function hold_read(s, token, lease)
     s.nreaders = s.nreaders + 1
   end
   s.readers[token] = s.now + lease
-  redis.call('HSET', KEY, 'r:' .. token, int(s.now + lease))
-  layout.stamp_read(s)
+  layout.stamp_read(s, 'r:' .. token, int(s.now + lease))
 end
 
 -- Grants (or renews) the write hold of `lease` ms to `token`.
 local function hold_write(s, token, lease)
   s.writer, s.writer_until = token, s.now + lease
-  redis.call('HSET', KEY, 'w:owner', token, 'w:until', int(s.writer_until))
   layout.stamp_write(s)
 end
 
