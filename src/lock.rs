@@ -17,7 +17,7 @@ use crate::slot::key_slot;
 use crate::state::LockState;
 use crate::token::Token;
 use crate::waiting::{INTENT_TTL, acquire};
-use crate::wakeups::Listener;
+use crate::wakeups::{Interest, Listener};
 use crate::{Error, Fairness, FencedWrites, LockOptions, RwLockReadGuard, RwLockWriteGuard};
 
 /// A read-write lock shared by every process that names it.
@@ -497,9 +497,25 @@ impl RwLock {
             .await
     }
 
-    pub(crate) async fn listen(&self) -> Result<Listener, Error> {
+    pub(crate) async fn listen(&self, interest: Interest) -> Result<Listener, Error> {
         let channel = &self.target()?.channel;
-        Ok(self.inner.client.inner.wakeups.listen(channel).await)
+        Ok(self
+            .inner
+            .client
+            .inner
+            .wakeups
+            .listen(channel, interest)
+            .await)
+    }
+
+    pub(crate) fn listen_if_subscribed(&self, interest: Interest) -> Option<Listener> {
+        let channel = &self.target().ok()?.channel;
+        self.inner
+            .client
+            .inner
+            .wakeups
+            .listen_if_subscribed(channel, interest)
+            .ok()
     }
 }
 

@@ -1,8 +1,10 @@
 //! Waiting for the lock: one attempt, then wake-ups plus a bounded re-check timer.
 //!
-//! A refused waiter subscribes to the lock's channel (once per process and lock, see
-//! [`crate::wakeups`]), tries again at once (a release may have slipped in before
-//! the subscription), then sleeps until a message that concerns it arrives or its
+//! A waiter listens on the lock's channel (one subscription per process and lock,
+//! see [`crate::wakeups`]). If the channel is already subscribed, it starts
+//! listening before its first attempt, for free; otherwise a refused waiter
+//! subscribes and tries again at once (a release may have slipped in before the
+//! subscription). Then it sleeps until a message that concerns it arrives or its
 //! re-check timer fires. The timer follows the current holds' deadline (a crashed
 //! holder publishes nothing) but fires at most about twice a second; each re-check
 //! of a waiting writer also refreshes its place in the queue.
@@ -15,8 +17,8 @@ use tracing::Instrument;
 
 use crate::scripts::{Acquired, LockMode};
 use crate::token::Token;
-use crate::wakeups::{Listener, RESUBSCRIBED};
-use crate::{Error, Fairness, RwLock};
+use crate::wakeups::{Interest, Listener, RESUBSCRIBED};
+use crate::{Error, RwLock};
 
 /// The shortest re-check period: at most about two scripts per waiter per second.
 const MIN_RECHECK: Duration = Duration::from_millis(500);
@@ -61,18 +63,28 @@ async fn attempt_until_granted(
     let started = Instant::now();
     let deadline = lock.options().wait_timeout.map(|limit| started + limit);
     let mut pending = Pending::new(lock, Token::random());
-    let mut listener: Option<Listener> = None;
+    let interest = |token: &Token| Interest {
+        mode,
+        token: token.clone(),
+        fairness: lock.options().fairness,
+    };
+    let mut listener: Option<Listener> = if wait {
+        lock.listen_if_subscribed(interest(&pending.token))
+    } else {
+        None
+    };
     let mut attempts = 0u32;
     let mut unsettled_until: Option<Instant> = None;
     loop {
+        if let Some(listener) = listener.as_mut() {
+            listener.clear();
+        }
         let sent = Instant::now();
         attempts += 1;
         let reply = lock.acquire_token(&pending.token, mode, wait).await?;
         let holds_for = match reply {
             Acquired::Granted { fence } => {
                 tracing::debug!(
-                    lock = lock.name(),
-                    ?mode,
                     attempts,
                     waited_ms = started.elapsed().as_millis() as u64,
                     "acquired"
@@ -92,7 +104,7 @@ async fn attempt_until_granted(
             Acquired::Refused { holds_for } => holds_for,
         };
         let Some(listener) = listener.as_mut() else {
-            listener = Some(lock.listen().await?);
+            listener = Some(lock.listen(interest(&pending.token)).await?);
             continue;
         };
         let pause = if unsettled_until.is_some_and(|until| Instant::now() < until) {
@@ -107,20 +119,14 @@ async fn attempt_until_granted(
             }
             recheck = recheck.min(deadline);
         }
-        loop {
-            tokio::select! {
-                payload = listener.recv() => {
-                    if &*payload == RESUBSCRIBED {
-                        unsettled_until = Some(Instant::now() + UNSETTLED_FOR);
-                        break;
-                    }
-                    if concerns(&payload, mode, &pending.token, lock.options().fairness) {
-                        tracing::trace!(%payload, "woken by a release");
-                        break;
-                    }
+        tokio::select! {
+            payload = listener.recv() => {
+                if &*payload == RESUBSCRIBED {
+                    unsettled_until = Some(Instant::now() + UNSETTLED_FOR);
                 }
-                () = sleep_until(recheck) => break,
+                tracing::trace!(%payload, "woken");
             }
+            () = sleep_until(recheck) => {}
         }
         if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
             return pending.give_up(attempts).await;
@@ -133,18 +139,6 @@ async fn attempt_until_granted(
 fn recheck_after(holds_for: Duration) -> Duration {
     let jitter = rand::rng().random_range(Duration::ZERO..=RECHECK_JITTER);
     holds_for.clamp(MIN_RECHECK, MAX_RECHECK) + jitter
-}
-
-/// Whether a release message lets this waiter try again: `*` wakes everyone, `r`
-/// the readers, a token the writer it names (readers that do not defer to writers
-/// try on every message).
-fn concerns(payload: &str, mode: LockMode, token: &Token, fairness: Fairness) -> bool {
-    match (payload, mode) {
-        ("*", _) => true,
-        ("r", LockMode::Read) => true,
-        (_, LockMode::Read) => fairness == Fairness::ReaderPreferred,
-        (named, LockMode::Write) => named == token.as_str(),
-    }
 }
 
 /// A token that may hold something on the server until the acquire returns it: if
@@ -210,24 +204,5 @@ mod tests {
             assert!(delay >= MIN_RECHECK && delay <= MAX_RECHECK + RECHECK_JITTER);
         }
         assert!(INTENT_TTL >= 3 * MAX_RECHECK);
-    }
-
-    #[test]
-    fn messages_wake_only_who_can_proceed() {
-        let me = Token::random();
-        let other = Token::random();
-        let wp = Fairness::WriterPreferred;
-        assert!(concerns("*", LockMode::Write, &me, wp));
-        assert!(concerns(me.as_str(), LockMode::Write, &me, wp));
-        assert!(!concerns(other.as_str(), LockMode::Write, &me, wp));
-        assert!(!concerns("r", LockMode::Write, &me, wp));
-        assert!(concerns("r", LockMode::Read, &me, wp));
-        assert!(!concerns(other.as_str(), LockMode::Read, &me, wp));
-        assert!(concerns(
-            other.as_str(),
-            LockMode::Read,
-            &me,
-            Fairness::ReaderPreferred
-        ));
     }
 }

@@ -1,32 +1,56 @@
 //! Wake-ups: one subscription connection per client, shared by every waiter.
 //!
-//! Release, downgrade and purge scripts publish on the lock's channel; waiters
-//! listen here instead of polling. The connection carries nothing but subscriptions
-//! (the driver can mistake an unsolicited SUNSUBSCRIBE for another command's reply),
-//! re-subscribes when Redis drops a subscription (failover, slot migration,
-//! reconnection), and hands each waiter a [`Listener`] for its lock's channel. A
-//! channel is subscribed while at least one waiter listens on it.
+//! Release, downgrade and purge scripts publish on the lock's channel who may go
+//! next; waiters listen here instead of polling. The connection carries nothing but
+//! subscriptions (the driver can mistake an unsolicited SUNSUBSCRIBE for another
+//! command's reply), re-subscribes when Redis drops a subscription (failover, slot
+//! migration, reconnection), and hands each waiter a [`Listener`] that receives only
+//! the messages that concern it: a release naming another writer wakes nobody else.
+//! A channel stays subscribed while someone listens, and a few seconds more, so a
+//! busy lock does not subscribe and unsubscribe for every wait.
 //!
 //! Messages are hints: pub/sub is at-most-once, so waiters also keep a re-check timer.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
 
 use redis::{PushInfo, PushKind, Value};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 
-use crate::Error;
 use crate::connection::Connection;
+use crate::scripts::LockMode;
+use crate::token::Token;
+use crate::{Error, Fairness};
 
 /// Sent to a channel's listeners when its subscription was restored: messages may
 /// have been lost in between, so everyone re-checks. (Not a token: tokens are hex.)
 pub(crate) const RESUBSCRIBED: &str = "~resubscribed";
-/// What a listener that fell behind, or whose hub is gone, reads: "re-check now".
-const RECHECK: &str = "*";
 
-/// How many unread messages a listener may fall behind before it is told it lagged
-/// (a lag counts as a wake-up).
-const BACKLOG: usize = 16;
+/// How long a channel stays subscribed after its last listener left.
+const LINGER: Duration = Duration::from_secs(5);
+
+/// What a waiter waits for; decides which release messages concern it.
+pub(crate) struct Interest {
+    pub(crate) mode: LockMode,
+    pub(crate) token: Token,
+    pub(crate) fairness: Fairness,
+}
+
+impl Interest {
+    /// Whether a message lets this waiter try again: `*` wakes everyone, `r` the
+    /// readers, a token the writer it names (readers that do not defer to writers
+    /// try on every message).
+    fn wants(&self, payload: &str) -> bool {
+        match (payload, self.mode) {
+            ("*", _) => true,
+            ("r", LockMode::Read) => true,
+            (_, LockMode::Read) => self.fairness == Fairness::ReaderPreferred,
+            (named, LockMode::Write) => named == self.token.as_str(),
+        }
+    }
+}
 
 /// The subscription side of a client.
 #[derive(Clone)]
@@ -36,10 +60,17 @@ pub(crate) struct Wakeups {
 
 struct Hub {
     conn: Connection,
-    channels: Mutex<HashMap<String, broadcast::Sender<Arc<str>>>>,
+    /// Channel -> its listeners, each with what it waits for and where to send it.
+    channels: Mutex<HashMap<String, HashMap<u64, Mailbox>>>,
     /// The channels Redis confirmed; the lock also serializes (un)subscribe
     /// requests, so the last one always matches `channels`.
     subscribed: tokio::sync::Mutex<HashSet<String>>,
+    next_id: AtomicU64,
+}
+
+struct Mailbox {
+    interest: Interest,
+    sender: mpsc::UnboundedSender<Arc<str>>,
 }
 
 impl Wakeups {
@@ -54,29 +85,36 @@ impl Wakeups {
             conn,
             channels: Mutex::new(HashMap::new()),
             subscribed: tokio::sync::Mutex::new(HashSet::new()),
+            next_id: AtomicU64::new(0),
         });
         tokio::spawn(dispatch(Arc::downgrade(&hub), push_rx));
         Ok(Wakeups { hub })
     }
 
-    /// Starts listening on `channel`; messages published after this returns reach
-    /// the listener. If Redis refuses the subscription (a failover in progress), the
-    /// listener still works as a timer-only waiter and a later listener or
-    /// reconnection subscribes again.
-    pub(crate) async fn listen(&self, channel: &str) -> Listener {
-        let receiver = self
-            .hub
-            .lock()
-            .entry(channel.to_owned())
-            .or_insert_with(|| broadcast::channel(BACKLOG).0)
-            .subscribe();
-        let listener = Listener {
-            hub: self.hub.clone(),
-            channel: channel.to_owned(),
-            receiver,
-        };
-        // Every listener makes sure the subscription is in place: a concurrent
-        // first listener may still be subscribing.
+    /// A listener on `channel` at no cost, if the channel is already subscribed:
+    /// registered before the caller's first attempt, it cannot miss a release that
+    /// follows that attempt.
+    pub(crate) fn listen_if_subscribed(
+        &self,
+        channel: &str,
+        interest: Interest,
+    ) -> Result<Listener, Interest> {
+        // Holding the (un)subscribe lock keeps the subscription in place until the
+        // listener is registered; if it is busy, take the slow path.
+        match self.hub.subscribed.try_lock() {
+            Ok(subscribed) if subscribed.contains(channel) => {
+                Ok(self.hub.register(&self.hub, channel, interest))
+            }
+            _ => Err(interest),
+        }
+    }
+
+    /// Starts listening on `channel`, subscribing if needed; messages published
+    /// after this returns reach the listener. If Redis refuses the subscription (a
+    /// failover in progress), the listener still works as a timer-only waiter and a
+    /// later listener or reconnection subscribes again.
+    pub(crate) async fn listen(&self, channel: &str, interest: Interest) -> Listener {
+        let listener = self.hub.register(&self.hub, channel, interest);
         if let Err(err) = self.hub.sync(channel).await {
             tracing::warn!(channel, %err, "could not subscribe to wake-ups; waiting on the re-check timer");
         }
@@ -85,13 +123,35 @@ impl Wakeups {
 }
 
 impl Hub {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, broadcast::Sender<Arc<str>>>> {
+    fn channels(&self) -> MutexGuard<'_, HashMap<String, HashMap<u64, Mailbox>>> {
         self.channels.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn deliver(&self, channel: &str, payload: Arc<str>) {
-        if let Some(sender) = self.lock().get(channel) {
-            let _ = sender.send(payload);
+    fn register(&self, hub: &Arc<Hub>, channel: &str, interest: Interest) -> Listener {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.channels()
+            .entry(channel.to_owned())
+            .or_default()
+            .insert(id, Mailbox { interest, sender });
+        Listener {
+            hub: hub.clone(),
+            channel: channel.to_owned(),
+            id,
+            receiver,
+        }
+    }
+
+    /// Hands `payload` to the listeners of `channel` it concerns (all of them for a
+    /// restored subscription).
+    fn deliver(&self, channel: &str, payload: &str) {
+        if let Some(listeners) = self.channels().get(channel) {
+            let payload: Arc<str> = Arc::from(payload);
+            for mailbox in listeners.values() {
+                if payload.as_ref() == RESUBSCRIBED || mailbox.interest.wants(&payload) {
+                    let _ = mailbox.sender.send(payload.clone());
+                }
+            }
         }
     }
 
@@ -99,7 +159,7 @@ impl Hub {
     /// it already is.
     async fn sync(&self, channel: &str) -> redis::RedisResult<()> {
         let mut subscribed = self.subscribed.lock().await;
-        let wanted = self.lock().contains_key(channel);
+        let wanted = self.channels().contains_key(channel);
         let mut conn = self.conn.clone();
         match (wanted, subscribed.contains(channel)) {
             (true, false) => {
@@ -115,22 +175,30 @@ impl Hub {
         Ok(())
     }
 
-    fn wanted(&self) -> Vec<String> {
-        self.lock().keys().cloned().collect()
-    }
-
-    /// Subscribes `channels` again (Redis dropped them) and tells their listeners to
-    /// re-check.
-    async fn resubscribe(self: Arc<Self>, channels: Vec<String>) {
+    /// Redis dropped the subscription to `channels` (or the connection): forget them,
+    /// subscribe again those still wanted, and tell their listeners to re-check.
+    /// `None`: every channel (a lost connection).
+    async fn resubscribe(self: Arc<Self>, channels: Option<Vec<String>>) {
+        let channels = match channels {
+            Some(channels) => channels,
+            None => {
+                let mut all: HashSet<String> = std::mem::take(&mut *self.subscribed.lock().await);
+                all.extend(self.channels().keys().cloned());
+                all.into_iter().collect()
+            }
+        };
         for channel in channels {
             self.subscribed.lock().await.remove(&channel);
+            if !self.channels().contains_key(&channel) {
+                continue;
+            }
             match self.sync(&channel).await {
                 Ok(()) => tracing::debug!(channel, "wake-up subscription restored"),
                 Err(err) => {
                     tracing::warn!(channel, %err, "could not restore a wake-up subscription; waiters fall back to their re-check timers")
                 }
             }
-            self.deliver(&channel, Arc::from(RESUBSCRIBED));
+            self.deliver(&channel, RESUBSCRIBED);
         }
     }
 }
@@ -146,25 +214,18 @@ async fn dispatch(hub: Weak<Hub>, mut pushes: mpsc::UnboundedReceiver<PushInfo>)
                     && let (Some(channel), Some(payload)) = (text(channel), text(payload))
                 {
                     tracing::trace!(channel, payload, "wake-up");
-                    hub.deliver(&channel, Arc::from(payload));
+                    hub.deliver(&channel, &payload);
                 }
             }
             PushKind::SUnsubscribe | PushKind::Unsubscribe => {
-                // Redis drops sharded subscriptions on failover and slot moves.
-                let wanted: Vec<String> = push
-                    .data
-                    .first()
-                    .and_then(text)
-                    .filter(|channel| hub.lock().contains_key(channel))
-                    .into_iter()
-                    .collect();
-                if !wanted.is_empty() {
-                    tokio::spawn(hub.resubscribe(wanted));
+                // Redis drops sharded subscriptions on failover and slot moves (an
+                // unsubscribe of ours arrives here too, and changes nothing).
+                if let Some(channel) = push.data.first().and_then(text) {
+                    tokio::spawn(hub.resubscribe(Some(vec![channel])));
                 }
             }
             PushKind::Disconnection => {
-                let wanted = hub.wanted();
-                tokio::spawn(hub.resubscribe(wanted));
+                tokio::spawn(hub.resubscribe(None));
             }
             _ => {}
         }
@@ -179,41 +240,83 @@ fn text(value: &Value) -> Option<String> {
     }
 }
 
-/// One waiter's view of a channel; unsubscribes when the last listener goes.
+/// One waiter's mailbox on a channel: receives the messages that concern it.
 pub(crate) struct Listener {
     hub: Arc<Hub>,
     channel: String,
-    receiver: broadcast::Receiver<Arc<str>>,
+    id: u64,
+    receiver: mpsc::UnboundedReceiver<Arc<str>>,
 }
 
 impl Listener {
-    /// The next message; a lag or a closed hub reads as "re-check now".
+    /// Forgets the messages received so far: an attempt about to be sent sees the
+    /// state they announced.
+    pub(crate) fn clear(&mut self) {
+        while self.receiver.try_recv().is_ok() {}
+    }
+
+    /// The next message for this waiter (a closed hub reads as "re-check now").
     pub(crate) async fn recv(&mut self) -> Arc<str> {
-        match self.receiver.recv().await {
-            Ok(payload) => payload,
-            Err(_) => Arc::from(RECHECK),
-        }
+        self.receiver
+            .recv()
+            .await
+            .unwrap_or_else(|| Arc::from(RESUBSCRIBED))
     }
 }
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        let mut channels = self.hub.lock();
-        let last = channels
-            .get(&self.channel)
-            .is_some_and(|sender| sender.receiver_count() <= 1);
-        if last {
-            channels.remove(&self.channel);
-            drop(channels);
-            let hub = self.hub.clone();
-            let channel = std::mem::take(&mut self.channel);
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(async move {
-                    if let Err(err) = hub.sync(&channel).await {
-                        tracing::debug!(channel, %err, "unsubscribe failed");
-                    }
-                });
-            }
+        let mut channels = self.hub.channels();
+        let Some(listeners) = channels.get_mut(&self.channel) else {
+            return;
+        };
+        listeners.remove(&self.id);
+        if !listeners.is_empty() {
+            return;
         }
+        channels.remove(&self.channel);
+        drop(channels);
+        // The last listener left: unsubscribe unless someone listens again soon.
+        let hub = self.hub.clone();
+        let channel = std::mem::take(&mut self.channel);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                tokio::time::sleep(LINGER).await;
+                if let Err(err) = hub.sync(&channel).await {
+                    tracing::debug!(channel, %err, "unsubscribe failed");
+                }
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn interest(mode: LockMode, token: &Token, fairness: Fairness) -> Interest {
+        Interest {
+            mode,
+            token: token.clone(),
+            fairness,
+        }
+    }
+
+    #[test]
+    fn messages_concern_only_who_can_proceed() {
+        let me = Token::random();
+        let other = Token::random();
+        let wp = Fairness::WriterPreferred;
+        let writer = interest(LockMode::Write, &me, wp);
+        assert!(writer.wants("*"));
+        assert!(writer.wants(me.as_str()));
+        assert!(!writer.wants(other.as_str()));
+        assert!(!writer.wants("r"));
+        let reader = interest(LockMode::Read, &me, wp);
+        assert!(reader.wants("r"));
+        assert!(reader.wants("*"));
+        assert!(!reader.wants(other.as_str()));
+        let eager = interest(LockMode::Read, &me, Fairness::ReaderPreferred);
+        assert!(eager.wants(other.as_str()));
     }
 }
