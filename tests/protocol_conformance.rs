@@ -1,0 +1,566 @@
+//! Keeps the model honest: random sequences of script calls run against the REAL
+//! Lua scripts (prelude + operation, as `src/scripts.rs` builds them) on a real
+//! server and against the model's mirror (tests/model/lua.rs), and every reply,
+//! every wake-up message, the fencing tokens' order and every field of the hash
+//! (`HGETALL`, and the key's TTL) must agree. See docs/PROTOCOL.md.
+//!
+//! Time: the model runs each tick at a nominal instant `base + k * TICK`; the real
+//! scripts run a few milliseconds after it (the test sleeps until the nominal
+//! instant, and checks after every call that it was not more than `SLACK` late).
+//! Every lease, intent and expiry span is chosen away from a multiple of `TICK` by
+//! more than `SLACK`, so each "expired yet?" comparison comes out the same on both
+//! sides; time-valued fields are compared within `SLACK`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+mod model;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use redis::{Script, Value};
+
+use model::lua::{self, Field, Hash, Outcome, Params, Reply, Time, Tok, Val, Wake};
+
+/// One tick of model time, in ms.
+const TICK: i64 = 286;
+/// How late after its nominal instant a script may run.
+const SLACK: i64 = 60;
+const READ_LEASE: i64 = 2 * TICK + 71;
+const WRITE_LEASE: i64 = 3 * TICK + 71;
+const INTENT_TTL: i64 = 2 * TICK + 71;
+/// Original-design clients' leases; their stamps are written 1 ms before the tick.
+const ORIGINAL: i64 = 2 * TICK + 72;
+/// The `+ 1000` of `set_expiry`.
+const IDLE: i64 = 1000;
+const STEPS: usize = 220;
+const SEEDS: [u64; 4] = [1, 2, 3, 4];
+/// Tokens in play: few, so they collide (resends, releases by non-owners).
+const TOKENS: usize = 5;
+const ATTEMPTS: usize = 3;
+
+fn script(operation: &str) -> Script {
+    Script::new(&format!(
+        "{}\n{operation}",
+        include_str!("../lua/prelude.lua")
+    ))
+}
+
+struct Scripts {
+    acquire_read: Script,
+    acquire_write: Script,
+    release: Script,
+    renew: Script,
+    downgrade: Script,
+    fenced_write: Script,
+}
+
+impl Scripts {
+    fn load() -> Self {
+        Scripts {
+            acquire_read: script(include_str!("../lua/acquire_read.lua")),
+            acquire_write: script(include_str!("../lua/acquire_write.lua")),
+            release: script(include_str!("../lua/release.lua")),
+            renew: script(include_str!("../lua/renew.lua")),
+            downgrade: script(include_str!("../lua/downgrade.lua")),
+            fenced_write: script(include_str!("../lua/fenced_write.lua")),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    AcquireRead(usize),
+    AcquireWrite(usize, bool),
+    Release(usize),
+    Renew(usize, Time),
+    Downgrade(usize),
+    FencedWrite(usize),
+    /// An original-design client stamps `read` / `write` (HSET, its own clock).
+    OriginalStamp(Field),
+    /// An original-design client releases: HDEL of its field.
+    OriginalRelease(Field),
+    /// Time moves on by this many ticks.
+    Wait(i64),
+}
+
+fn random_step(rng: &mut StdRng) -> Step {
+    let t = rng.random_range(0..TOKENS);
+    match rng.random_range(0..100) {
+        0..18 => Step::AcquireRead(t),
+        18..36 => Step::AcquireWrite(t, rng.random_bool(0.8)),
+        36..52 => Step::Release(t),
+        52..62 => Step::Renew(t, [READ_LEASE, WRITE_LEASE][rng.random_range(0..2)]),
+        62..67 => Step::Downgrade(t),
+        67..71 => Step::FencedWrite(t),
+        71..74 => Step::OriginalStamp([Field::Read, Field::Write][rng.random_range(0..2)]),
+        74..76 => Step::OriginalRelease([Field::Read, Field::Write][rng.random_range(0..2)]),
+        76..98 => Step::Wait(1),
+        _ => Step::Wait(4),
+    }
+}
+
+/// Token number `i` in the model.
+fn tok(i: usize) -> Tok {
+    Tok {
+        client: i as u8,
+        generation: 0,
+    }
+}
+
+fn wall_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Why a run stopped early.
+enum Stop {
+    /// The machine was too slow to keep a script within `SLACK` of its tick.
+    Late(i64),
+    /// Model and scripts disagree.
+    Mismatch(String),
+}
+
+struct Run<'a> {
+    seed: u64,
+    key: String,
+    channel: String,
+    conn: redis::Connection,
+    scripts: &'a Scripts,
+    tokens: Vec<String>,
+    model: Hash,
+    params: Params,
+    /// Nominal instant of the current tick (ms), and of the first.
+    now: Time,
+    start: Time,
+    /// Fencing tokens seen, model -> real.
+    fences: BTreeMap<i64, i64>,
+    log: Vec<String>,
+    messages: usize,
+}
+
+impl Run<'_> {
+    fn token_of(&self, s: &str) -> Option<Tok> {
+        self.tokens.iter().position(|t| t == s).map(tok)
+    }
+
+    fn fail(&self, what: String) -> Stop {
+        let mut msg = format!(
+            "seed {}: the model and the real scripts disagree: {what}\nsteps (model time in ms from the start):\n",
+            self.seed
+        );
+        for line in self.log.iter().rev().take(40).rev() {
+            let _ = writeln!(msg, "  {line}");
+        }
+        let _ = writeln!(msg, "model hash: {}", self.model);
+        Stop::Mismatch(msg)
+    }
+
+    /// Calls `script` with the common arguments and `args`, like src/scripts.rs.
+    fn call(&mut self, script: &Script, args: &[String]) -> Result<Value, Stop> {
+        let mut invocation = script.key(&self.key);
+        invocation
+            .arg("PUBLISH")
+            .arg(self.params.original_read)
+            .arg(self.params.original_write);
+        for a in args {
+            invocation.arg(a);
+        }
+        let reply: Value = invocation
+            .invoke(&mut self.conn)
+            .map_err(|e| self.fail(format!("script error: {e}")))?;
+        let late = wall_ms() - self.now;
+        if late > SLACK - 5 {
+            return Err(Stop::Late(late));
+        }
+        Ok(reply)
+    }
+
+    fn run_step(&mut self, step: Step, pubsub: &mut redis::PubSub<'_>) -> Result<(), Stop> {
+        let p = self.params;
+        let now = self.now;
+        let (expected, real): (Option<Outcome>, Option<Value>) = match step {
+            Step::Wait(ticks) => {
+                self.now += ticks * TICK;
+                while wall_ms() < self.now {
+                    std::thread::sleep(Duration::from_millis(
+                        (self.now - wall_ms()).clamp(1, 50) as u64
+                    ));
+                }
+                (None, None)
+            }
+            Step::OriginalStamp(field) => {
+                let name = if field == Field::Read {
+                    "read"
+                } else {
+                    "write"
+                };
+                let _: () = redis::cmd("HSET")
+                    .arg(&self.key)
+                    .arg(name)
+                    .arg(now - 1)
+                    .query(&mut self.conn)
+                    .unwrap();
+                self.model.expire_if_due(now);
+                self.model.fields.insert(field, Val::Int(now - 1));
+                (None, None)
+            }
+            Step::OriginalRelease(field) => {
+                let name = if field == Field::Read {
+                    "read"
+                } else {
+                    "write"
+                };
+                let _: () = redis::cmd("HDEL")
+                    .arg(&self.key)
+                    .arg(name)
+                    .query(&mut self.conn)
+                    .unwrap();
+                self.model.expire_if_due(now);
+                self.model.fields.remove(&field);
+                if self.model.fields.is_empty() {
+                    self.model.expires = None;
+                }
+                (None, None)
+            }
+            Step::AcquireRead(t) => {
+                let out = lua::acquire_read(&mut self.model, &p, now, tok(t), READ_LEASE, true);
+                let args = [self.tokens[t].clone(), READ_LEASE.to_string(), "1".into()];
+                let s = self.scripts;
+                (Some(out), Some(self.call(&s.acquire_read, &args)?))
+            }
+            Step::AcquireWrite(t, queue) => {
+                let ttl = if queue { INTENT_TTL } else { 0 };
+                let out = lua::acquire_write(&mut self.model, &p, now, tok(t), WRITE_LEASE, ttl);
+                let args = [
+                    self.tokens[t].clone(),
+                    WRITE_LEASE.to_string(),
+                    ttl.to_string(),
+                ];
+                let s = self.scripts;
+                (Some(out), Some(self.call(&s.acquire_write, &args)?))
+            }
+            Step::Release(t) => {
+                let out = lua::release(&mut self.model, &p, now, tok(t));
+                let args = [self.tokens[t].clone()];
+                let s = self.scripts;
+                (Some(out), Some(self.call(&s.release, &args)?))
+            }
+            Step::Renew(t, lease) => {
+                let out = lua::renew(&mut self.model, &p, now, tok(t), lease);
+                let args = [self.tokens[t].clone(), lease.to_string()];
+                let s = self.scripts;
+                (Some(out), Some(self.call(&s.renew, &args)?))
+            }
+            Step::Downgrade(t) => {
+                let out = lua::downgrade(&mut self.model, &p, now, tok(t), READ_LEASE);
+                let args = [self.tokens[t].clone(), READ_LEASE.to_string()];
+                let s = self.scripts;
+                (Some(out), Some(self.call(&s.downgrade, &args)?))
+            }
+            Step::FencedWrite(t) => {
+                let out = lua::fenced_write(&mut self.model, &p, now, tok(t));
+                let args = [self.tokens[t].clone()];
+                let s = self.scripts;
+                (Some(out), Some(self.call(&s.fenced_write, &args)?))
+            }
+        };
+        let mut line = format!("t={:>5} {step:?}", now - self.start);
+        if let (Some(out), Some(real)) = (expected, real) {
+            let _ = write!(line, " -> model {:?}, real {real:?}", out.reply);
+            self.log.push(line);
+            self.compare_reply(out, &real)?;
+            self.compare_messages(out.published, pubsub)?;
+        } else {
+            self.log.push(line);
+        }
+        self.compare_hash()
+    }
+
+    /// The reply the script gave must be the model's (time-valued parts within
+    /// `SLACK`; fencing tokens by their order).
+    fn compare_reply(&mut self, out: Outcome, real: &Value) -> Result<(), Stop> {
+        let pair: Option<(i64, i64)> = redis::from_redis_value(real.clone()).ok();
+        let int: Option<i64> = redis::from_redis_value(real.clone()).ok();
+        let ok = match (out.reply, pair, int) {
+            (Reply::Granted(0), Some((1, 0)), _) => true,
+            (Reply::Granted(fence), Some((1, real)), _) => self.same_fence(fence, real)?,
+            (Reply::Refused(hint), Some((0, real)), _) => (hint - real).abs() <= SLACK,
+            (Reply::Int(0), _, Some(0)) => true,
+            (Reply::Int(n), _, Some(real)) if n <= 1 => n == real,
+            // fenced_write returns the fence.
+            (Reply::Int(fence), _, Some(real)) => self.same_fence(fence, real)?,
+            _ => false,
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(self.fail(format!("reply: model {:?}, real {real:?}", out.reply)))
+        }
+    }
+
+    /// Model fence `model` and real fence `real` name the same grant: a new pair must
+    /// rise on both sides (tokens strictly increase), a known one must match.
+    fn same_fence(&mut self, model: i64, real: i64) -> Result<bool, Stop> {
+        if let Some(&seen) = self.fences.get(&model) {
+            return Ok(seen == real);
+        }
+        let rises = self.fences.last_key_value().is_none_or(|(&m, _)| model > m)
+            && self.fences.values().all(|&r| real > r);
+        if !rises {
+            return Err(self.fail(format!(
+                "fencing token did not rise: model {model}, real {real}, seen {:?}",
+                self.fences
+            )));
+        }
+        self.fences.insert(model, real);
+        Ok(true)
+    }
+
+    /// The script published exactly what the model's `wake` did (a marker we
+    /// publish afterwards ends the script's messages).
+    fn compare_messages(
+        &mut self,
+        expected: Option<Wake>,
+        pubsub: &mut redis::PubSub<'_>,
+    ) -> Result<(), Stop> {
+        self.messages += 1;
+        let marker = format!("#marker{}", self.messages);
+        let _: i64 = redis::cmd("PUBLISH")
+            .arg(&self.channel)
+            .arg(&marker)
+            .query(&mut self.conn)
+            .unwrap();
+        let mut got = Vec::new();
+        loop {
+            let msg = pubsub.get_message().unwrap();
+            let payload: String = msg.get_payload().unwrap();
+            if payload == marker {
+                break;
+            }
+            got.push(payload);
+        }
+        let want: Vec<String> = expected
+            .map(|w| match w {
+                Wake::Writer(t) => self.tokens[t.client as usize].clone(),
+                Wake::All => "*".to_owned(),
+                Wake::Readers => "r".to_owned(),
+            })
+            .into_iter()
+            .collect();
+        if got == want {
+            Ok(())
+        } else {
+            Err(self.fail(format!("wake-ups: model {want:?}, real {got:?}")))
+        }
+    }
+
+    /// Every field of the real hash, and its TTL, match the model's.
+    fn compare_hash(&mut self) -> Result<(), Stop> {
+        self.model.expire_if_due(self.now);
+        let fields: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg(&self.key)
+            .query(&mut self.conn)
+            .unwrap();
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(&self.key)
+            .query(&mut self.conn)
+            .unwrap();
+        let late = wall_ms() - self.now;
+        if late > SLACK - 5 {
+            return Err(Stop::Late(late));
+        }
+        let mut real = BTreeMap::new();
+        for (name, value) in &fields {
+            let Some(field) = self.parse_field(name) else {
+                return Err(self.fail(format!("unknown field {name}={value}")));
+            };
+            let Some(value) = self.parse_value(field, value) else {
+                return Err(self.fail(format!("bad value {name}={value}")));
+            };
+            real.insert(field, value);
+        }
+        let model = self.model.fields.clone();
+        let keys = |m: &BTreeMap<Field, Val>| m.keys().copied().collect::<Vec<_>>();
+        if keys(&model) != keys(&real) {
+            return Err(self.fail(format!(
+                "fields: model {:?}\n  real {fields:?}",
+                keys(&model)
+            )));
+        }
+        for (field, want) in &model {
+            let got = real[field];
+            let ok = match (field, *want, got) {
+                (Field::Fence, Val::Int(m), Val::Int(r)) => self.fences.get(&m) == Some(&r),
+                (Field::Wseq, Val::Int(m), Val::Int(r)) => m == r,
+                (_, Val::Int(m), Val::Int(r)) => (m - r).abs() <= SLACK,
+                (_, Val::Tok(m), Val::Tok(r)) => m == r,
+                (_, Val::Wait(ms, md), Val::Wait(rs, rd)) => ms == rs && (md - rd).abs() <= SLACK,
+                _ => false,
+            };
+            if !ok {
+                return Err(self.fail(format!("field {field:?}: model {want:?}, real {got:?}")));
+            }
+        }
+        let want_ttl = match (self.model.fields.is_empty(), self.model.expires) {
+            (true, _) => -2,
+            (false, None) => -1,
+            (false, Some(at)) => at - self.now,
+        };
+        let ttl_ok = if want_ttl < 0 {
+            pttl == want_ttl
+        } else {
+            (pttl - want_ttl).abs() <= 2 * SLACK
+        };
+        if !ttl_ok {
+            return Err(self.fail(format!("PTTL: model {want_ttl}, real {pttl}")));
+        }
+        Ok(())
+    }
+
+    fn parse_field(&self, name: &str) -> Option<Field> {
+        Some(match name {
+            "w:owner" => Field::WOwner,
+            "w:until" => Field::WUntil,
+            "wseq" => Field::Wseq,
+            "fence" => Field::Fence,
+            "write" => Field::Write,
+            "read" => Field::Read,
+            "rstamp" => Field::Rstamp,
+            "orig:read" => Field::OrigRead,
+            _ => {
+                if let Some(t) = name.strip_prefix("r:") {
+                    Field::R(self.token_of(t)?)
+                } else {
+                    Field::Wait(self.token_of(name.strip_prefix("wait:")?)?)
+                }
+            }
+        })
+    }
+
+    fn parse_value(&self, field: Field, value: &str) -> Option<Val> {
+        Some(match field {
+            Field::WOwner => Val::Tok(self.token_of(value)?),
+            Field::Wait(_) => {
+                let (seq, deadline) = value.split_once(':')?;
+                Val::Wait(seq.parse().ok()?, deadline.parse().ok()?)
+            }
+            _ => Val::Int(value.parse().ok()?),
+        })
+    }
+}
+
+/// Runs one seed on a fresh key; `Err(Stop::Late)` when the machine was too slow.
+fn run_seed(url: &str, scripts: &Scripts, seed: u64) -> Result<usize, Stop> {
+    let client = redis::Client::open(url).unwrap();
+    let key = format!("rwlock:{{{}}}", common::unique_name("conformance"));
+    let channel = format!("{key}:released");
+    let mut sub = client.get_connection().unwrap();
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe(&channel).unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let tokens = (0..TOKENS)
+        .map(|_| format!("{:032x}", rng.random::<u128>()))
+        .collect();
+    let start = (wall_ms() / TICK + 2) * TICK;
+    let mut run = Run {
+        seed,
+        key,
+        channel,
+        conn: client.get_connection().unwrap(),
+        scripts,
+        tokens,
+        model: Hash::default(),
+        params: Params {
+            idle: IDLE,
+            us_per_unit: 1000,
+            original_read: ORIGINAL,
+            original_write: ORIGINAL,
+        },
+        now: start,
+        start,
+        fences: BTreeMap::new(),
+        log: Vec::new(),
+        messages: 0,
+    };
+    run.run_step(Step::Wait(0), &mut pubsub)?;
+    let mut calls = 0;
+    for _ in 0..STEPS {
+        let step = random_step(&mut rng);
+        if !matches!(step, Step::Wait(_)) {
+            calls += 1;
+        }
+        run.run_step(step, &mut pubsub)?;
+    }
+    Ok(calls)
+}
+
+/// The spans are far enough from multiples of a tick that a script running up to
+/// `SLACK` late decides every expiry as the model does.
+#[test]
+fn spans_keep_expiry_decisions_exact() {
+    for span in [
+        READ_LEASE,
+        WRITE_LEASE,
+        INTENT_TTL,
+        IDLE,
+        READ_LEASE + IDLE,
+        WRITE_LEASE + IDLE,
+        INTENT_TTL + IDLE,
+        ORIGINAL - 1,
+        ORIGINAL - 1 + IDLE,
+    ] {
+        let offset = span.rem_euclid(TICK);
+        assert!(
+            offset > SLACK && offset < TICK - SLACK,
+            "span {span} ms is {offset} ms past a tick"
+        );
+    }
+}
+
+#[test]
+fn real_scripts_agree_with_the_model() {
+    let url = common::shared_standalone().url();
+    let scripts = Scripts::load();
+    let results: Vec<(u64, Result<usize, String>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = SEEDS
+            .iter()
+            .map(|&seed| {
+                let (url, scripts) = (&url, &scripts);
+                scope.spawn(move || {
+                    let mut late = Vec::new();
+                    for _ in 0..ATTEMPTS {
+                        match run_seed(url, scripts, seed) {
+                            Ok(calls) => return (seed, Ok(calls)),
+                            Err(Stop::Mismatch(msg)) => return (seed, Err(msg)),
+                            Err(Stop::Late(ms)) => late.push(ms),
+                        }
+                    }
+                    (
+                        seed,
+                        Err(format!(
+                            "seed {seed}: the machine was too slow to run scripts within {SLACK} ms of their tick ({late:?} ms late)"
+                        )),
+                    )
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut failures = Vec::new();
+    for (seed, result) in results {
+        match result {
+            Ok(calls) => println!("seed {seed}: {STEPS} steps, {calls} script calls agree"),
+            Err(msg) => failures.push(msg),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
