@@ -259,11 +259,11 @@ pub struct Original {
 }
 
 static ORIGINAL_READ: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("original_acquire_read.lua")));
+    LazyLock::new(|| Script::new(include_str!("../../tests/original/hash_acquire_read.lua")));
 static ORIGINAL_WRITE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("original_acquire_write.lua")));
+    LazyLock::new(|| Script::new(include_str!("../../tests/original/hash_acquire_write.lua")));
 static ORIGINAL_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("original_release.lua")));
+    LazyLock::new(|| Script::new(include_str!("../../tests/original/hash_release.lua")));
 
 impl Original {
     pub const KEY_TIMEOUT_MS: u64 = 10_000;

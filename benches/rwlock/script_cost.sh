@@ -35,7 +35,7 @@ variants=(
     "prelude + load()|$(compose 'local s = load() return 1')"
     "acquire_read.lua (full)|$(compose "$(cat lua/acquire_read.lua)")"
 )
-original=$(cat benches/rwlock/original_acquire_read.lua)
+original=$(cat tests/original/hash_acquire_read.lua)
 
 cost() { # sha args...
     cli CONFIG RESETSTAT >/dev/null
