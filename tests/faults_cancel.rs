@@ -11,7 +11,9 @@ use rand::Rng;
 use redis_rwlock::{LockClient, LockOptions, RwLock};
 use tokio::time::{Instant, sleep, timeout};
 
-use common::{LocalRedis, Node, blocking, panics_outside_tests, unique_name, wait_for};
+use common::{
+    LocalRedis, Node, blocking, panics_outside_tests, spawn_writer, unique_name, wait_for,
+};
 
 /// How soon a cancelled waiter's queue place must be gone: far less than the life
 /// of an abandoned intent (about 3.3 s), so only a withdrawal passes.
@@ -84,15 +86,7 @@ async fn a_writer_cancelled_while_waiting_leaves_no_queue_place() {
         );
 
         // The next writer is first in line and is woken by the release.
-        let next = tokio::spawn({
-            let lock = lock.clone();
-            async move {
-                let guard = lock.write().await.unwrap();
-                let at = Instant::now();
-                guard.release().await.unwrap();
-                at
-            }
-        });
+        let next = spawn_writer(&lock);
         wait_for(&lock, |s| s.queued_writers.len() == 1).await;
         until_listening(&redis, &lock).await;
         let released = Instant::now();

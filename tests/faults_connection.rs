@@ -10,7 +10,9 @@ use rand::Rng;
 use redis_rwlock::{Error, LockClient, LockOptions, RwLock};
 use tokio::time::{Instant, sleep, timeout};
 
-use common::{LocalRedis, Node, Paused, blocking, panics_outside_tests, unique_name, wait_for};
+use common::{
+    LocalRedis, Node, Paused, blocking, panics_outside_tests, spawn_writer, unique_name, wait_for,
+};
 
 /// Long enough that a frozen master is never failed over during these tests.
 const NODE_TIMEOUT_MS: u64 = 30_000;
@@ -199,15 +201,7 @@ async fn a_waiter_is_still_woken_after_its_subscription_connection_was_killed() 
     let master: Node = blocking(|| redis.master_for_key(&key(&lock)).clone());
     let channel = format!("{}:released", key(&lock));
     let holder = lock.write().await.unwrap();
-    let waiter = tokio::spawn({
-        let lock = lock.clone();
-        async move {
-            let guard = lock.write().await.unwrap();
-            let at = Instant::now();
-            guard.release().await.unwrap();
-            at
-        }
-    });
+    let waiter = spawn_writer(&lock);
     wait_for(&lock, |s| s.queued_writers.len() == 1).await;
     let subscribed = |redis: &LocalRedis| redis.shard_subscribers(&master, &channel) > 0;
     let deadline = Instant::now() + Duration::from_secs(5);

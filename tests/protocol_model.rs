@@ -22,6 +22,10 @@ fn base(name: &'static str) -> Config {
         name,
         readers: 2,
         writers: 2,
+        original_readers: 0,
+        original_writers: 0,
+        original_key_ttl: 3,
+        original_inclusive: false,
         read_lease: 2,
         write_lease: 2,
         intent_ttl: 2,
@@ -160,7 +164,7 @@ fn queued_writer_is_served_while_readers_keep_arriving() {
     let mut cfg = base("2R+1W, readers keep arriving, a crash");
     cfg.writers = 1;
     cfg.acquisitions = 2;
-    cfg.horizon = 7;
+    cfg.horizon = 6;
     cfg.try_write = false;
     cfg.faults.crashes = 1;
     cfg.wait_bound = Some(3);
@@ -197,6 +201,58 @@ fn waiters_that_time_out_hold_nobody_up() {
     check(cfg);
 }
 
+/// Interop with clients of the original design (they see only the `read`/`write`
+/// stamps and judge them by their own timeouts): 1 reader and 1 writer of ours with
+/// an original writer, then with an original reader. An original reader whose stamp
+/// equals our readers' (same millisecond) is invisible to our scripts: a known limit,
+/// left out of the exclusion check (docs/PROTOCOL.md).
+#[test]
+fn interop_with_an_original_writer() {
+    let mut cfg = base("1R+1W + an original writer");
+    cfg.readers = 1;
+    cfg.writers = 1;
+    cfg.original_writers = 1;
+    cfg.horizon = 5;
+    cfg.acquisitions = 2;
+    cfg.faults.lost_messages = 1;
+    cfg.examples = vec!["an original-design client holds", "a writer holds"];
+    check(cfg);
+}
+
+/// Fails today: when our writer's lease ends without a release (crash, pause, a lost
+/// reply that delays the release) and an
+/// original-design writer then takes the lock, the next script of ours purges the
+/// expired `w:owner` and deletes `write` with it, although `write` is now the
+/// original writer's stamp: our readers (and original readers) enter beside it.
+/// Reported; run with `-- --ignored` to see the trace.
+#[test]
+#[ignore = "finds a known interop bug in lua/prelude.lua (load() deletes an original writer's stamp)"]
+fn interop_with_an_original_writer_after_our_writer_crashed() {
+    let mut cfg = base("1R+1W + an original writer, a crash");
+    cfg.readers = 1;
+    cfg.writers = 1;
+    cfg.original_writers = 1;
+    cfg.horizon = 4;
+    cfg.faults.crashes = 1;
+    check(cfg);
+}
+
+#[test]
+fn interop_with_an_original_reader() {
+    let mut cfg = base("1R+1W + an original reader");
+    cfg.readers = 1;
+    cfg.writers = 1;
+    cfg.original_readers = 1;
+    cfg.horizon = 4;
+    cfg.acquisitions = 2;
+    cfg.faults.crashes = 1;
+    cfg.examples = vec![
+        "an original-design client holds",
+        "one of ours and an original-design client read together",
+    ];
+    check(cfg);
+}
+
 fn env(name: &str, default: i64) -> i64 {
     std::env::var(name)
         .ok()
@@ -230,5 +286,9 @@ fn explore() {
         b => Some(b),
     };
     cfg.bound_writers_only = env("MODEL_WO", 0) == 1;
+    cfg.original_readers = env("MODEL_OR", 0) as u8;
+    cfg.original_writers = env("MODEL_OW", 0) as u8;
+    cfg.original_key_ttl = env("MODEL_OK", 3);
+    cfg.original_inclusive = env("MODEL_OI", 0) == 1;
     check(cfg);
 }

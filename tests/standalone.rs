@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis_rwlock::{Error, LockClient, LockOptions};
 use tokio::time::{Instant, timeout};
 
-use common::{shared_standalone, unique_name, wait_for};
+use common::{shared_standalone, spawn_writer, unique_name, wait_for};
 
 async fn client() -> LockClient {
     LockClient::standalone(shared_standalone().url())
@@ -36,15 +36,7 @@ async fn a_waiter_on_a_single_server_is_woken_by_the_release() {
     let client = client().await;
     let lock = client.rwlock(unique_name("standalone-wake"));
     let writer = lock.write().await.unwrap();
-    let waiter = tokio::spawn({
-        let lock = lock.clone();
-        async move {
-            let guard = lock.write().await.unwrap();
-            let at = Instant::now();
-            guard.release().await.unwrap();
-            at
-        }
-    });
+    let waiter = spawn_writer(&lock);
     wait_for(&lock, |s| s.queued_writers.len() == 1).await;
     // Let the waiter's first re-check pass, so only a message can wake it quickly.
     tokio::time::sleep(Duration::from_millis(50)).await;

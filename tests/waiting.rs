@@ -12,7 +12,7 @@ use redis::AsyncCommands;
 use redis_rwlock::{Error, Fairness, LockOptions};
 use tokio::time::{Instant, timeout};
 
-use common::{cluster_client, raw_cluster, unique_name, wait_for};
+use common::{cluster_client, raw_cluster, spawn_writer, unique_name, wait_for};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_is_not_starved_by_a_stream_of_readers() {
@@ -120,15 +120,7 @@ async fn a_waiter_is_woken_by_the_release_message_not_a_timer() {
     for trial in 0..5 {
         let lock = client.rwlock(unique_name(&format!("woken-{trial}")));
         let holder = lock.write().await.unwrap();
-        let waiter = tokio::spawn({
-            let lock = lock.clone();
-            async move {
-                let guard = lock.write().await.unwrap();
-                let at = Instant::now();
-                guard.release().await.unwrap();
-                at
-            }
-        });
+        let waiter = spawn_writer(&lock);
         wait_for(&lock, |s| s.queued_writers.len() == 1).await;
         // Release at a varying point of the waiter's re-check period.
         tokio::time::sleep(Duration::from_millis(100 + 170 * trial)).await;

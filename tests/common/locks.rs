@@ -48,6 +48,20 @@ pub async fn wait_for(lock: &RwLock, pred: impl Fn(&LockState) -> bool) {
     }
 }
 
+/// Spawns a writer on `lock` that reports when it got the lock (then releases it).
+pub fn spawn_writer(lock: &RwLock) -> tokio::task::JoinHandle<Instant> {
+    let lock = lock.clone();
+    tokio::spawn(async move {
+        let guard = lock.write().await.expect("the spawned writer's write()");
+        let at = Instant::now();
+        guard
+            .release()
+            .await
+            .expect("the spawned writer's release()");
+        at
+    })
+}
+
 /// Counts holders in this process and every violation of "a writer holds alone".
 #[derive(Default)]
 pub struct HoldChecker {

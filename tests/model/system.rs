@@ -58,6 +58,16 @@ pub struct Config {
     pub name: &'static str,
     pub readers: u8,
     pub writers: u8,
+    /// Clients of the original design (no tokens, no renewal; they see only the
+    /// `read`/`write` stamps), after ours.
+    pub original_readers: u8,
+    pub original_writers: u8,
+    /// The whole-key TTL their scripts set at every acquire.
+    pub original_key_ttl: Time,
+    /// Their peers judge a stamp live while `now - stamp <= timeout` (inclusive); our
+    /// scripts treat `stamp + timeout` as expired. False: count the original holds as
+    /// ending at `stamp + timeout` like ours (the 1 ms difference is a known finding).
+    pub original_inclusive: bool,
     pub read_lease: Time,
     pub write_lease: Time,
     /// `INTENT_TTL` of src/waiting.rs.
@@ -99,6 +109,32 @@ impl Config {
 
     fn clients(&self) -> u8 {
         self.readers + self.writers
+    }
+
+    fn all_clients(&self) -> u8 {
+        self.clients() + self.original_readers + self.original_writers
+    }
+
+    /// The mode of original client `i` (`None`: one of ours).
+    fn original(&self, i: usize) -> Option<Mode> {
+        let first = self.clients() as usize;
+        if i < first {
+            None
+        } else if i < first + self.original_readers as usize {
+            Some(Mode::Read)
+        } else {
+            Some(Mode::Write)
+        }
+    }
+
+    /// R1, W1 (ours), OR1, OW1 (original design).
+    fn name(&self, i: usize) -> String {
+        let first = self.clients() as usize;
+        match self.original(i) {
+            None => lua::client_name(self.id(i)),
+            Some(Mode::Read) => format!("OR{}", i - first + 1),
+            Some(Mode::Write) => format!("OW{}", i - first - self.original_readers as usize + 1),
+        }
     }
 
     /// Client number `i` as tokens carry it: readers 0.., writers 100.. (so tokens
@@ -143,6 +179,16 @@ pub enum Phase {
         fence: i64,
         /// A renewal, downgrade or fenced write found the hold gone.
         lost: bool,
+    },
+    /// An original-design client holds since its stamp; its peers judge the hold
+    /// live while `now - stamp <= timeout`, i.e. up to `until` inclusive.
+    Original {
+        mode: Mode,
+        stamp: Time,
+        until: Time,
+        /// An original reader stamped `read` with the value our readers' stamp had
+        /// (same millisecond): indistinguishable from ours, a known limit.
+        collided: bool,
     },
     Crashed,
 }
@@ -206,6 +252,8 @@ pub enum Action {
     Pause(u8),
     LoseWakeup(u8),
     Failover,
+    /// An original-design client acquires (when idle) or releases.
+    Original(u8),
     Tick,
 }
 
@@ -227,6 +275,12 @@ impl Client {
             Phase::Holding {
                 mode, until, lost, ..
             } if !lost && now < until => Some(mode),
+            Phase::Original {
+                mode,
+                until,
+                collided: false,
+                ..
+            } if now < until => Some(mode),
             _ => None,
         }
     }
@@ -252,7 +306,9 @@ impl Lock {
             Phase::Waiting {
                 since, recheck_at, ..
             } => self.timed_out(s, since) || s.now >= recheck_at,
-            Phase::Holding { since, .. } => s.now >= since + self.cfg.max_hold,
+            Phase::Holding { since, .. } | Phase::Original { stamp: since, .. } => {
+                s.now >= since + self.cfg.max_hold
+            }
             _ => false,
         }
     }
@@ -581,6 +637,50 @@ impl Lock {
                     c.grantable_since = None;
                 }
             }
+            Action::Original(i) => {
+                let i = i as usize;
+                let p = &self.cfg.params;
+                let c = &mut s.clients[i];
+                c.acted = true;
+                let text = match (c.phase, self.cfg.original(i)) {
+                    (Phase::Original { mode, stamp, .. }, _) => {
+                        let write = mode == Mode::Write;
+                        let done = lua::original_release(&mut s.hash, now, write, stamp);
+                        c.phase = Phase::Idle;
+                        format!(
+                            "original release: {}",
+                            if done { "deleted" } else { "stamp gone" }
+                        )
+                    }
+                    (_, Some(mode)) => {
+                        let write = mode == Mode::Write;
+                        let ttl = self.cfg.original_key_ttl;
+                        let ours = s.hash.fields.get(&lua::Field::Rstamp).copied();
+                        if lua::original_acquire(&mut s.hash, p, now, write, ttl) {
+                            let timeout = if write {
+                                p.original_write
+                            } else {
+                                p.original_read
+                            };
+                            let inclusive = i64::from(self.cfg.original_inclusive);
+                            c.acquisitions += 1;
+                            c.phase = Phase::Original {
+                                mode,
+                                stamp: now,
+                                until: now + timeout + inclusive,
+                                collided: !write && ours == Some(lua::Val::Int(now)),
+                            };
+                            "original acquire: granted".to_owned()
+                        } else {
+                            "original acquire: refused".to_owned()
+                        }
+                    }
+                    _ => return None,
+                };
+                if let Some(note) = note {
+                    note.push_str(&text);
+                }
+            }
             Action::Tick => self.advance(&mut s),
         }
         self.note_grantable(&mut s);
@@ -629,7 +729,7 @@ impl Lock {
     pub fn describe_step(&self, last: &State, action: Action) -> String {
         let mut note = String::new();
         self.step(last, action, Some(&mut note));
-        let who = |i: u8| lua::client_name(self.cfg.id(i as usize));
+        let who = |i: u8| self.cfg.name(i as usize);
         let what = match action {
             Action::Call(i, op, _) => format!("{} {}", who(i), op_name(op)),
             Action::Resend(i) => {
@@ -641,6 +741,7 @@ impl Lock {
             Action::Pause(i) => format!("{} pauses past its lease", who(i)),
             Action::LoseWakeup(i) => format!("a wake-up for {} is lost", who(i)),
             Action::Failover => "failover: the last script's writes are lost".into(),
+            Action::Original(i) => who(i),
             Action::Tick => "time passes".into(),
         };
         if note.is_empty() {
@@ -677,10 +778,25 @@ impl Lock {
             }
         }
         for (i, c) in s.clients.iter().enumerate() {
-            let name = lua::client_name(self.cfg.id(i));
+            let name = self.cfg.name(i);
             let phase = match c.phase {
                 Phase::Idle => "idle".to_owned(),
                 Phase::Crashed => "crashed".to_owned(),
+                Phase::Original {
+                    mode,
+                    stamp,
+                    until,
+                    collided,
+                } => {
+                    let note = if collided {
+                        " (its stamp equals ours: invisible)"
+                    } else {
+                        ""
+                    };
+                    format!(
+                        "holds {mode:?} (original design) with stamp {stamp} until t={until}{note}"
+                    )
+                }
                 Phase::Waiting {
                     token,
                     mode,
@@ -784,7 +900,7 @@ impl Model for Lock {
             now: 0,
             hash: Hash::default(),
             unreplicated: None,
-            clients: vec![idle; self.cfg.clients() as usize],
+            clients: vec![idle; self.cfg.all_clients() as usize],
             budget: self.cfg.faults,
             max_fence: 0,
             max_written: 0,
@@ -797,6 +913,16 @@ impl Model for Lock {
         for (i, c) in s.clients.iter().enumerate() {
             let id = i as u8;
             if c.phase == Phase::Crashed {
+                continue;
+            }
+            if self.cfg.original(i).is_some() {
+                let idle = c.phase == Phase::Idle && c.acquisitions < self.cfg.acquisitions;
+                if !c.acted && (idle || matches!(c.phase, Phase::Original { .. })) {
+                    actions.push(Action::Original(id));
+                }
+                if s.budget.crashes > 0 && c.phase != Phase::Idle {
+                    actions.push(Action::Crash(id));
+                }
                 continue;
             }
             if c.paused_until <= s.now && !c.acted {
@@ -939,6 +1065,33 @@ impl Model for Lock {
             },
         ));
         props.push(Property::sometimes(
+            "an original-design client holds",
+            |_: &Lock, s: &State| {
+                s.clients.iter().any(|c| {
+                    matches!(c.phase, Phase::Original { .. }) && c.believes(s.now).is_some()
+                })
+            },
+        ));
+        props.push(Property::sometimes(
+            "one of ours and an original-design client read together",
+            |_: &Lock, s: &State| {
+                let theirs = s.clients.iter().any(|c| {
+                    matches!(
+                        c.phase,
+                        Phase::Original {
+                            mode: Mode::Read,
+                            ..
+                        }
+                    ) && c.believes(s.now).is_some()
+                });
+                theirs
+                    && s.clients.iter().any(|c| {
+                        matches!(c.phase, Phase::Holding { .. })
+                            && c.believes(s.now) == Some(Mode::Read)
+                    })
+            },
+        ));
+        props.push(Property::sometimes(
             "a waiter gives up",
             |_: &Lock, s: &State| s.clients.iter().any(|c| c.gave_up),
         ));
@@ -1038,10 +1191,11 @@ impl Lock {
         let n = self.cfg.clients() as usize;
         let readers: Vec<usize> = (0..r).collect();
         let writers: Vec<usize> = (r..n).collect();
+        let originals: Vec<usize> = (n..self.cfg.all_clients() as usize).collect();
         let mut out = Vec::new();
         for pr in all(&readers) {
             for pw in all(&writers) {
-                out.push(pr.iter().chain(&pw).copied().collect());
+                out.push(pr.iter().chain(&pw).chain(&originals).copied().collect());
             }
         }
         out
@@ -1125,7 +1279,7 @@ impl Lock {
         let Some((first, _)) = path.first() else {
             return String::new();
         };
-        let n = self.cfg.clients() as usize;
+        let n = self.cfg.all_clients() as usize;
         // `to_concrete[i]`: the concrete index of canonical client `i`.
         let mut to_concrete: Vec<usize> = (0..n).collect();
         let mut concrete = first.clone();
@@ -1140,6 +1294,7 @@ impl Lock {
                 Action::Crash(i) => Action::Crash(map(i)),
                 Action::Pause(i) => Action::Pause(map(i)),
                 Action::LoseWakeup(i) => Action::LoseWakeup(map(i)),
+                Action::Original(i) => Action::Original(map(i)),
                 other => other,
             };
             let _ = writeln!(
