@@ -34,6 +34,8 @@ const WRITE_LEASE: i64 = 3 * TICK + 71;
 const INTENT_TTL: i64 = 2 * TICK + 71;
 /// Original-design clients' leases; their stamps are written 1 ms before the tick.
 const ORIGINAL: i64 = 2 * TICK + 72;
+/// The whole-key TTL original-design clients set.
+const ORIGINAL_KEY_TTL: i64 = 3 * TICK + 143;
 /// The `+ 1000` of `set_expiry`.
 const IDLE: i64 = 1000;
 const STEPS: usize = 220;
@@ -56,6 +58,9 @@ struct Scripts {
     renew: Script,
     downgrade: Script,
     fenced_write: Script,
+    original_read: Script,
+    original_write: Script,
+    original_release: Script,
 }
 
 impl Scripts {
@@ -67,6 +72,9 @@ impl Scripts {
             renew: script(include_str!("../lua/renew.lua")),
             downgrade: script(include_str!("../lua/downgrade.lua")),
             fenced_write: script(include_str!("../lua/fenced_write.lua")),
+            original_read: Script::new(include_str!("original/hash_acquire_read.lua")),
+            original_write: Script::new(include_str!("original/hash_acquire_write.lua")),
+            original_release: Script::new(include_str!("original/hash_release.lua")),
         }
     }
 }
@@ -79,10 +87,11 @@ enum Step {
     Renew(usize, Time),
     Downgrade(usize),
     FencedWrite(usize),
-    /// An original-design client stamps `read` / `write` (HSET, its own clock).
-    OriginalStamp(Field),
-    /// An original-design client releases: HDEL of its field.
-    OriginalRelease(Field),
+    /// An original-design client acquires (read / write), with its own clock: the
+    /// original design's script from tests/original/.
+    OriginalAcquire(bool),
+    /// It releases: deletes its field if it still holds its stamp.
+    OriginalRelease(bool),
     /// Time moves on by this many ticks.
     Wait(i64),
 }
@@ -96,8 +105,8 @@ fn random_step(rng: &mut StdRng) -> Step {
         52..62 => Step::Renew(t, [READ_LEASE, WRITE_LEASE][rng.random_range(0..2)]),
         62..67 => Step::Downgrade(t),
         67..71 => Step::FencedWrite(t),
-        71..74 => Step::OriginalStamp([Field::Read, Field::Write][rng.random_range(0..2)]),
-        74..76 => Step::OriginalRelease([Field::Read, Field::Write][rng.random_range(0..2)]),
+        71..74 => Step::OriginalAcquire(rng.random_bool(0.5)),
+        74..76 => Step::OriginalRelease(rng.random_bool(0.5)),
         76..98 => Step::Wait(1),
         _ => Step::Wait(4),
     }
@@ -138,6 +147,8 @@ struct Run<'a> {
     /// Nominal instant of the current tick (ms), and of the first.
     now: Time,
     start: Time,
+    /// The stamps of the original clients' last grants (read, write).
+    original_stamps: [Option<Time>; 2],
     /// Fencing tokens seen, model -> real.
     fences: BTreeMap<i64, i64>,
     log: Vec<String>,
@@ -181,6 +192,22 @@ impl Run<'_> {
         Ok(reply)
     }
 
+    /// Calls an original-design script: its own arguments only.
+    fn call_plain(&mut self, script: &Script, args: &[String]) -> Result<Value, Stop> {
+        let mut invocation = script.key(&self.key);
+        for a in args {
+            invocation.arg(a);
+        }
+        let reply: Value = invocation
+            .invoke(&mut self.conn)
+            .map_err(|e| self.fail(format!("script error: {e}")))?;
+        let late = wall_ms() - self.now;
+        if late > SLACK - 5 {
+            return Err(Stop::Late(late));
+        }
+        Ok(reply)
+    }
+
     fn run_step(&mut self, step: Step, pubsub: &mut redis::PubSub<'_>) -> Result<(), Stop> {
         let p = self.params;
         let now = self.now;
@@ -194,39 +221,49 @@ impl Run<'_> {
                 }
                 (None, None)
             }
-            Step::OriginalStamp(field) => {
-                let name = if field == Field::Read {
-                    "read"
-                } else {
-                    "write"
-                };
-                let _: () = redis::cmd("HSET")
-                    .arg(&self.key)
-                    .arg(name)
-                    .arg(now - 1)
-                    .query(&mut self.conn)
-                    .unwrap();
-                self.model.expire_if_due(now);
-                self.model.fields.insert(field, Val::Int(now - 1));
-                (None, None)
-            }
-            Step::OriginalRelease(field) => {
-                let name = if field == Field::Read {
-                    "read"
-                } else {
-                    "write"
-                };
-                let _: () = redis::cmd("HDEL")
-                    .arg(&self.key)
-                    .arg(name)
-                    .query(&mut self.conn)
-                    .unwrap();
-                self.model.expire_if_due(now);
-                self.model.fields.remove(&field);
-                if self.model.fields.is_empty() {
-                    self.model.expires = None;
+            Step::OriginalAcquire(write) => {
+                // The original client's clock: 1 ms behind the tick, so its stamps
+                // never equal ours.
+                let caller = now - 1;
+                let granted =
+                    lua::original_acquire(&mut self.model, &p, caller, write, ORIGINAL_KEY_TTL);
+                if granted {
+                    self.original_stamps[usize::from(write)] = Some(caller);
                 }
-                (None, None)
+                let args = [
+                    ORIGINAL_KEY_TTL.to_string(),
+                    ORIGINAL.to_string(),
+                    ORIGINAL.to_string(),
+                    caller.to_string(),
+                ];
+                let s = self.scripts;
+                let script = if write {
+                    &s.original_write
+                } else {
+                    &s.original_read
+                };
+                let out = Outcome {
+                    reply: Reply::Int(i64::from(granted)),
+                    published: None,
+                    new_grant: false,
+                };
+                (Some(out), Some(self.call_plain(script, &args)?))
+            }
+            Step::OriginalRelease(write) => {
+                let stamp = self.original_stamps[usize::from(write)].unwrap_or(now - 1);
+                let released = lua::original_release(&mut self.model, now - 1, write, stamp);
+                let field = if write { "write" } else { "read" };
+                let args = [field.to_owned(), stamp.to_string()];
+                let s = self.scripts;
+                let out = Outcome {
+                    reply: Reply::Int(i64::from(released)),
+                    published: None,
+                    new_grant: false,
+                };
+                (
+                    Some(out),
+                    Some(self.call_plain(&s.original_release, &args)?),
+                )
             }
             Step::AcquireRead(t) => {
                 let out = lua::acquire_read(&mut self.model, &p, now, tok(t), READ_LEASE, true);
@@ -487,6 +524,7 @@ fn run_seed(url: &str, scripts: &Scripts, seed: u64) -> Result<usize, Stop> {
         },
         now: start,
         start,
+        original_stamps: [None; 2],
         fences: BTreeMap::new(),
         log: Vec::new(),
         messages: 0,
@@ -517,6 +555,8 @@ fn spans_keep_expiry_decisions_exact() {
         INTENT_TTL + IDLE,
         ORIGINAL - 1,
         ORIGINAL - 1 + IDLE,
+        ORIGINAL_KEY_TTL,
+        ORIGINAL_KEY_TTL - 1,
     ] {
         let offset = span.rem_euclid(TICK);
         assert!(
