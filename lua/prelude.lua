@@ -12,6 +12,7 @@
 -- What clients of the original design see is kept by `layout` below. In the hash
 -- layout it lives in the same hash:
 --   write      ms  server time of our writer's acquire/renewal, or an original client's stamp
+--   wstamp     ms  the `write` value we wrote last (a different `write` came from an original client)
 --   read       ms  server time of the latest reader acquire/renewal
 --   rstamp     ms  the `read` value we wrote last (a different `read` came from an original client)
 --   orig:read  ms  deadline of an original reader whose `read` stamp we overwrote
@@ -48,11 +49,14 @@ local layout = {}
 
 -- Finds the original clients' holds: sets s.foreign_writer_until and
 -- s.foreign_reader_until (deadlines, or nil) and lists stale fields in `stale`.
+-- An original client holds while `now - stamp <= its timeout`, so the deadlines
+-- are inclusive.
 function layout.foreign(s, h, stale)
-  if not h['w:owner'] and h['write'] then
-    -- A `write` stamp without an owner was set by an original-design client.
+  -- `write` is ours while it equals `wstamp`; another value is an original writer's
+  -- stamp (also when our writer's lease ran out and an original writer came next).
+  if h['write'] and h['write'] ~= h['wstamp'] then
     local deadline = tonumber(h['write']) + ORIGINAL_WRITE
-    if deadline > s.now then
+    if deadline >= s.now then
       s.foreign_writer_until = deadline
     else
       stale[#stale + 1] = 'write'
@@ -64,7 +68,7 @@ function layout.foreign(s, h, stale)
   if h['read'] and h['read'] ~= h['rstamp'] then
     foreign = math.max(foreign, tonumber(h['read']) + ORIGINAL_READ)
   end
-  if foreign > s.now then
+  if foreign > 0 and foreign >= s.now then
     s.foreign_reader_until = foreign
   else
     if h['orig:read'] then
@@ -98,17 +102,21 @@ end
 -- Our writer holds (acquired or renewed): writes its owner and deadline and shows
 -- the hold.
 function layout.stamp_write(s)
-  redis.call('HSET', KEY, 'w:owner', s.writer, 'w:until', int(s.writer_until), 'write', int(s.now))
+  redis.call('HSET', KEY, 'w:owner', s.writer, 'w:until', int(s.writer_until),
+    'write', int(s.now), 'wstamp', int(s.now))
 end
 
--- Our writer left (released, expired or downgraded).
+-- Our writer left (released, expired or downgraded): its stamp goes, unless an
+-- original writer's stamp replaced it.
 function layout.clear_write(s)
-  redis.call('HDEL', KEY, 'write')
+  if s.h['write'] == s.h['wstamp'] then
+    redis.call('HDEL', KEY, 'write', 'wstamp')
+  end
 end
 
 -- Every hold ends (force release): original clients' too.
 function layout.clear_all(s)
-  redis.call('HDEL', KEY, 'write', 'read', 'rstamp', 'orig:read')
+  redis.call('HDEL', KEY, 'write', 'wstamp', 'read', 'rstamp', 'orig:read')
 end
 
 -- Reads the state, deletes every expired entry and returns the live state.

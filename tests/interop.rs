@@ -348,3 +348,50 @@ async fn legacy_waiters_are_woken_by_releases() {
     assert!(released.elapsed() < Duration::from_millis(300));
     writer.release().await.unwrap();
 }
+
+/// Found by the model (docs/PROTOCOL.md): our writer's lease runs out without a
+/// release, an original writer takes the lock, and our next script must keep the
+/// original writer's `write` stamp while it purges our expired owner.
+#[tokio::test]
+async fn an_original_writer_after_our_expired_writer_keeps_its_hold() {
+    let client = cluster_client().await;
+    let mut raw = raw_cluster().await;
+    let name = unique_name("interop-after-expiry");
+    let original = OriginalHash::new(hash_key(&name)); // write timeout 3 s
+    let lease = Duration::from_millis(400);
+    let lock = client.rwlock_with(
+        &name,
+        LockOptions::default()
+            .write_lease(lease)
+            .auto_renew(false)
+            .original_timeouts(Duration::from_secs(1), Duration::from_secs(3)),
+    );
+    let crashed = lock.write().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(3), crashed.lost())
+        .await
+        .unwrap();
+    std::mem::forget(crashed); // never released: its owner entry is only expired
+    // Something else keeps the hash alive (a queued writer, renewals of another
+    // state): here, take its expiry away, so the expired entry is still there.
+    let _: bool = raw.persist(hash_key(&name)).await.unwrap();
+    // The original client judges our stamp stale by its 3 s timeout; wait it out.
+    let stamp = loop {
+        if let Some(stamp) = original.acquire_write(&mut raw).await {
+            break stamp;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        matches!(lock.try_read().await, Err(Error::WouldBlock)),
+        "a reader entered beside the original writer"
+    );
+    assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
+    let held: Option<String> = raw.hget(hash_key(&name), "write").await.unwrap();
+    assert_eq!(
+        held,
+        Some(stamp.to_string()),
+        "the original writer's stamp was deleted"
+    );
+    original.release(&mut raw, "write", stamp).await;
+    lock.try_write().await.unwrap().release().await.unwrap();
+}

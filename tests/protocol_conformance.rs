@@ -467,6 +467,7 @@ impl Run<'_> {
             "wseq" => Field::Wseq,
             "fence" => Field::Fence,
             "write" => Field::Write,
+            "wstamp" => Field::Wstamp,
             "read" => Field::Read,
             "rstamp" => Field::Rstamp,
             "orig:read" => Field::OrigRead,

@@ -51,6 +51,7 @@ pub enum Field {
     Wseq,
     Fence,
     Write,
+    Wstamp,
     Read,
     Rstamp,
     OrigRead,
@@ -267,18 +268,27 @@ pub fn load(h: &mut Hash, p: &Params, now: Time) -> Loaded {
         h.hdel(&stale);
     }
     if expired_writer {
-        h.hdel(&[Field::Write]); // layout.clear_write
+        clear_write(h);
     }
     s
 }
 
+/// `layout.clear_write`: our writer's stamp goes, unless an original writer's stamp
+/// replaced it.
+fn clear_write(h: &mut Hash) {
+    if h.int(Field::Write) == h.int(Field::Wstamp) {
+        h.hdel(&[Field::Write, Field::Wstamp]);
+    }
+}
+
 /// `layout.foreign` of the hash layout: original-design clients' holds.
 fn layout_foreign(s: &mut Loaded, h: &Hash, p: &Params, stale: &mut Vec<Field>) {
-    if h.get(Field::WOwner).is_none()
-        && let Some(write) = h.int(Field::Write)
+    // `write` is ours while it equals `wstamp`; original holds are inclusive.
+    if let Some(write) = h.int(Field::Write)
+        && Some(write) != h.int(Field::Wstamp)
     {
         let deadline = write + p.original_write;
-        if deadline > s.now {
+        if deadline >= s.now {
             s.foreign_writer_until = Some(deadline);
         } else {
             stale.push(Field::Write);
@@ -291,7 +301,7 @@ fn layout_foreign(s: &mut Loaded, h: &Hash, p: &Params, stale: &mut Vec<Field>) 
     {
         foreign = foreign.max(read + p.original_read);
     }
-    if foreign > s.now {
+    if foreign > 0 && foreign >= s.now {
         s.foreign_reader_until = Some(foreign);
     } else {
         if h.get(Field::OrigRead).is_some() {
@@ -359,6 +369,7 @@ fn hold_write(h: &mut Hash, s: &mut Loaded, token: Tok, lease: Time) {
     h.hset(Field::WOwner, Val::Tok(token));
     h.hset(Field::WUntil, Val::Int(s.now + lease));
     h.hset(Field::Write, Val::Int(s.now)); // layout.stamp_write
+    h.hset(Field::Wstamp, Val::Int(s.now));
 }
 
 fn drop_reader(h: &mut Hash, s: &mut Loaded, token: Tok) {
@@ -372,7 +383,8 @@ fn drop_reader(h: &mut Hash, s: &mut Loaded, token: Tok) {
 }
 
 fn drop_writer(h: &mut Hash, s: &mut Loaded) {
-    h.hdel(&[Field::WOwner, Field::WUntil, Field::Write]);
+    h.hdel(&[Field::WOwner, Field::WUntil]);
+    clear_write(h);
     s.writer = None;
     (s.freed, s.freed_writer) = (true, true);
 }
@@ -570,6 +582,7 @@ impl fmt::Display for Hash {
                 Field::Wseq => write!(f, "wseq")?,
                 Field::Fence => write!(f, "fence")?,
                 Field::Write => write!(f, "write")?,
+                Field::Wstamp => write!(f, "wstamp")?,
                 Field::Read => write!(f, "read")?,
                 Field::Rstamp => write!(f, "rstamp")?,
                 Field::OrigRead => write!(f, "orig:read")?,

@@ -64,9 +64,9 @@ pub struct Config {
     pub original_writers: u8,
     /// The whole-key TTL their scripts set at every acquire.
     pub original_key_ttl: Time,
-    /// Their peers judge a stamp live while `now - stamp <= timeout` (inclusive); our
-    /// scripts treat `stamp + timeout` as expired. False: count the original holds as
-    /// ending at `stamp + timeout` like ours (the 1 ms difference is a known finding).
+    /// Their peers judge a stamp live while `now - stamp <= timeout` (inclusive), and
+    /// so do our scripts. True: the original holds end after `stamp + timeout`;
+    /// false: at it (a weaker check, kept for comparison).
     pub original_inclusive: bool,
     pub read_lease: Time,
     pub write_lease: Time,
