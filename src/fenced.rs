@@ -42,17 +42,47 @@ pub struct FencedWrites {
 
 impl FencedWrites {
     /// An empty batch: applying it only checks that the guard still holds.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_rwlock::FencedWrites;
+    ///
+    /// let batch = FencedWrites::new();
+    /// # let _ = (batch, Duration::ZERO);
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
 
     /// `SET key value`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_rwlock::FencedWrites;
+    ///
+    /// let batch = FencedWrites::new().set("cache:{inventory}", "value");
+    /// # let _ = (batch, Duration::ZERO);
+    /// ```
     pub fn set(self, key: impl Into<String>, value: impl Into<Vec<u8>>) -> Self {
         self.push(key.into(), "set", value.into(), None)
     }
 
     /// `SET key value PX expiry` (an expiry under a millisecond is rejected when the
     /// batch is applied).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_rwlock::FencedWrites;
+    ///
+    /// let batch = FencedWrites::new().set_with_expiry("cache:{inventory}", b"bytes".to_vec(), Duration::from_secs(60));
+    /// # let _ = (batch, Duration::ZERO);
+    /// ```
     pub fn set_with_expiry(
         self,
         key: impl Into<String>,
@@ -63,6 +93,16 @@ impl FencedWrites {
     }
 
     /// `DEL key`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_rwlock::FencedWrites;
+    ///
+    /// let batch = FencedWrites::new().delete("cache:{inventory}:old");
+    /// # let _ = (batch, Duration::ZERO);
+    /// ```
     pub fn delete(self, key: impl Into<String>) -> Self {
         self.push(key.into(), "del", Vec::new(), None)
     }

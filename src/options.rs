@@ -94,12 +94,32 @@ impl Default for LockOptions {
 
 impl LockOptions {
     /// How long a read hold lasts without renewal (default 10 s; 1 ms to 1 day).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_rwlock::{Fairness, LockOptions};
+    ///
+    /// let options = LockOptions::default().read_lease(Duration::from_secs(30));
+    /// # let _ = (options, Duration::ZERO, Fairness::default());
+    /// ```
     pub fn read_lease(mut self, lease: Duration) -> Self {
         self.read_lease = lease;
         self
     }
 
     /// How long a write hold lasts without renewal (default 10 s; 1 ms to 1 day).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_rwlock::{Fairness, LockOptions};
+    ///
+    /// let options = LockOptions::default().write_lease(Duration::from_secs(30));
+    /// # let _ = (options, Duration::ZERO, Fairness::default());
+    /// ```
     pub fn write_lease(mut self, lease: Duration) -> Self {
         self.write_lease = lease;
         self
@@ -107,6 +127,16 @@ impl LockOptions {
 
     /// The longest `read()`/`write()` wait before [`Error::Timeout`] (default: no
     /// limit; at most 30 days).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_rwlock::{Fairness, LockOptions};
+    ///
+    /// let options = LockOptions::default().wait_timeout(Duration::from_secs(5));
+    /// # let _ = (options, Duration::ZERO, Fairness::default());
+    /// ```
     pub fn wait_timeout(mut self, timeout: Duration) -> Self {
         self.wait_timeout = Some(timeout);
         self
@@ -114,6 +144,16 @@ impl LockOptions {
 
     /// Whether guards renew their lease in the background (default `true`, every
     /// third of the lease). Without it a hold simply ends when its lease does.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_rwlock::{Fairness, LockOptions};
+    ///
+    /// let options = LockOptions::default().auto_renew(false);
+    /// # let _ = (options, Duration::ZERO, Fairness::default());
+    /// ```
     pub fn auto_renew(mut self, renew: bool) -> Self {
         self.auto_renew = renew;
         self
@@ -121,12 +161,32 @@ impl LockOptions {
 
     /// The priority policy between readers and writers (default
     /// [`Fairness::WriterPreferred`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_rwlock::{Fairness, LockOptions};
+    ///
+    /// let options = LockOptions::default().fairness(Fairness::ReaderPreferred);
+    /// # let _ = (options, Duration::ZERO, Fairness::default());
+    /// ```
     pub fn fairness(mut self, fairness: Fairness) -> Self {
         self.fairness = fairness;
         self
     }
 
     /// The first part of the lock's key, `"{prefix}:{name}"` (default `"rwlock"`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_rwlock::{Fairness, LockOptions};
+    ///
+    /// let options = LockOptions::default().key_prefix("locks");
+    /// # let _ = (options, Duration::ZERO, Fairness::default());
+    /// ```
     pub fn key_prefix(mut self, prefix: &str) -> Self {
         prefix.clone_into(&mut self.key_prefix);
         self
@@ -134,6 +194,16 @@ impl LockOptions {
 
     /// After each acquire, wait until this many replicas have the hold (`WAIT`)
     /// before returning it (default 0: do not wait).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_rwlock::{Fairness, LockOptions};
+    ///
+    /// let options = LockOptions::default().min_replicas(1).replica_timeout(Duration::from_millis(200));
+    /// # let _ = (options, Duration::ZERO, Fairness::default());
+    /// ```
     pub fn min_replicas(mut self, replicas: u32) -> Self {
         self.min_replicas = replicas;
         self
@@ -141,6 +211,16 @@ impl LockOptions {
 
     /// How long the `WAIT` of [`min_replicas`](Self::min_replicas) may take
     /// (default 500 ms).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_rwlock::{Fairness, LockOptions};
+    ///
+    /// let options = LockOptions::default().min_replicas(1).replica_timeout(Duration::from_millis(200));
+    /// # let _ = (options, Duration::ZERO, Fairness::default());
+    /// ```
     pub fn replica_timeout(mut self, timeout: Duration) -> Self {
         self.replica_timeout = timeout;
         self
@@ -149,6 +229,16 @@ impl LockOptions {
     /// The read and write timeouts of clients that still run the original design on
     /// the same keys: their `read`/`write` stamps count as holds for that long
     /// (default: this lock's own leases).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_rwlock::{Fairness, LockOptions};
+    ///
+    /// let options = LockOptions::default().original_timeouts(Duration::from_secs(1), Duration::from_secs(3));
+    /// # let _ = (options, Duration::ZERO, Fairness::default());
+    /// ```
     pub fn original_timeouts(mut self, read: Duration, write: Duration) -> Self {
         self.original_timeouts = Some((read, write));
         self

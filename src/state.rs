@@ -6,6 +6,13 @@ use serde::{Deserialize, Serialize};
 use crate::scripts::RawState;
 
 /// Read or write.
+///
+/// # Examples
+///
+/// ```
+/// use redis_rwlock::LockMode;
+/// assert_eq!(serde_json::to_string(&LockMode::Write).unwrap(), r#""write""#);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LockMode {
@@ -16,6 +23,17 @@ pub enum LockMode {
 }
 
 /// One hold (or one queued writer) and when it ends unless renewed.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+/// for reader in &lock.state().await?.readers {
+///     let who = reader.token.as_deref().unwrap_or("an original-design client");
+///     println!("{who} reads until {}", reader.until);
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Holder {
@@ -60,6 +78,17 @@ pub struct LockState {
 
 impl LockState {
     /// Which mode the lock is held in, if any.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// use redis_rwlock::LockMode;
+    /// if lock.state().await?.mode() == Some(LockMode::Write) {
+    ///     println!("a writer holds it");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn mode(&self) -> Option<LockMode> {
         if self.writer.is_some() {
             Some(LockMode::Write)
@@ -71,6 +100,17 @@ impl LockState {
     }
 
     /// True when nobody holds the lock.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// let state = lock.state().await?;
+    /// if state.is_free() && state.queued_writers.is_empty() {
+    ///     println!("idle");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn is_free(&self) -> bool {
         self.mode().is_none()
     }
