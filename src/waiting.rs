@@ -76,8 +76,8 @@ async fn attempt_until_granted(
     let mut attempts = 0u32;
     let mut unsettled_until: Option<Instant> = None;
     loop {
-        if let Some(listener) = listener.as_mut() {
-            listener.clear();
+        if listener.as_mut().is_some_and(Listener::clear) {
+            unsettled_until = Some(Instant::now() + UNSETTLED_FOR);
         }
         let sent = Instant::now();
         attempts += 1;

@@ -249,10 +249,14 @@ pub(crate) struct Listener {
 }
 
 impl Listener {
-    /// Forgets the messages received so far: an attempt about to be sent sees the
-    /// state they announced.
-    pub(crate) fn clear(&mut self) {
-        while self.receiver.try_recv().is_ok() {}
+    /// Forgets the messages received so far (an attempt about to be sent sees the
+    /// state they announced); true if one said the subscription was restored.
+    pub(crate) fn clear(&mut self) -> bool {
+        let mut resubscribed = false;
+        while let Ok(payload) = self.receiver.try_recv() {
+            resubscribed |= payload.as_ref() == RESUBSCRIBED;
+        }
+        resubscribed
     }
 
     /// The next message for this waiter (a closed hub reads as "re-check now").
