@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rand::Rng;
 use redis_rwlock::{Error, LockClient, LockOptions};
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 
@@ -82,29 +81,7 @@ async fn moving_the_slot_of_a_held_lock_keeps_exclusion_and_holders_renew() {
         );
         tasks.push(tokio::spawn(async move {
             while stop.load(Ordering::Relaxed) == 0 {
-                let (write, hold) = {
-                    let mut rng = rand::rng();
-                    (
-                        rng.random_bool(0.3),
-                        Duration::from_millis(rng.random_range(0..8)),
-                    )
-                };
-                let result: Result<(), Error> = async {
-                    if write {
-                        let guard = lock.write().await?;
-                        checker.enter_write();
-                        sleep(hold).await;
-                        checker.leave_write();
-                        guard.release().await
-                    } else {
-                        let guard = lock.read().await?;
-                        checker.enter_read();
-                        sleep(hold).await;
-                        checker.leave_read();
-                        guard.release().await
-                    }
-                }
-                .await;
+                let result = checker.random_hold(&lock, 8).await;
                 match result {
                     Ok(()) => done_at.lock().unwrap().push(Instant::now()),
                     Err(err) => errors

@@ -9,8 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rand::Rng;
-use redis_rwlock::{Error, FencedWrites, LockClient, LockOptions, RwLock};
+use redis_rwlock::{Error, FencedWrites, LockClient, LockOptions};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout};
 
@@ -74,7 +73,7 @@ async fn script_flush_on_every_node_while_locks_are_in_use() {
         let checker = checker.clone();
         tasks.push(repeat("read/write", &stop, &errors, move || {
             let (lock, checker) = (lock.clone(), checker.clone());
-            async move { random_hold(&lock, &checker).await }
+            async move { checker.random_hold(&lock, 5).await }
         }));
     }
     // Acquires with min_replicas: the script is pipelined with WAIT.
@@ -176,28 +175,4 @@ async fn script_flush_on_every_node_while_locks_are_in_use() {
     );
     assert_eq!(report.violations, 0, "{report:?}");
     assert_eq!(panics_outside_tests(), panics, "something panicked");
-}
-
-/// One random read or write hold of a few ms, checked for exclusion.
-async fn random_hold(lock: &RwLock, checker: &HoldChecker) -> Result<(), Error> {
-    let (write, hold) = {
-        let mut rng = rand::rng();
-        (
-            rng.random_bool(0.3),
-            Duration::from_millis(rng.random_range(0..5)),
-        )
-    };
-    if write {
-        let guard = lock.write().await?;
-        checker.enter_write();
-        sleep(hold).await;
-        checker.leave_write();
-        guard.release().await
-    } else {
-        let guard = lock.read().await?;
-        checker.enter_read();
-        sleep(hold).await;
-        checker.leave_read();
-        guard.release().await
-    }
 }

@@ -7,7 +7,6 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::Rng;
 use redis_rwlock::LockClient;
 use tokio::time::Instant;
 
@@ -32,26 +31,7 @@ async fn random_readers_and_writers_never_overlap_a_writer() {
         let checker = checker.clone();
         tasks.push(tokio::spawn(async move {
             while Instant::now() < stop {
-                let (write, hold) = {
-                    let mut rng = rand::rng();
-                    (
-                        rng.random_bool(0.3),
-                        Duration::from_millis(rng.random_range(0..8)),
-                    )
-                };
-                if write {
-                    let guard = lock.write().await.unwrap();
-                    checker.enter_write();
-                    tokio::time::sleep(hold).await;
-                    checker.leave_write();
-                    guard.release().await.unwrap();
-                } else {
-                    let guard = lock.read().await.unwrap();
-                    checker.enter_read();
-                    tokio::time::sleep(hold).await;
-                    checker.leave_read();
-                    guard.release().await.unwrap();
-                }
+                checker.random_hold(&lock, 8).await.unwrap();
             }
         }));
     }

@@ -4,7 +4,8 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use redis_rwlock::{LockClient, LockState, RwLock};
+use rand::Rng;
+use redis_rwlock::{Error, LockClient, LockState, RwLock};
 use tokio::time::Instant;
 
 use super::{shared_cluster, shared_standalone};
@@ -113,6 +114,31 @@ impl HoldChecker {
             c.violations += u64::from(c.writers != 1 || c.readers > 0);
             c.writers -= 1;
         });
+    }
+
+    /// One hold on `lock`: a write (30%) or a read, kept 0 to `max_hold_ms` ms,
+    /// checked on entry and before leaving.
+    pub async fn random_hold(&self, lock: &RwLock, max_hold_ms: u64) -> Result<(), Error> {
+        let (write, hold) = {
+            let mut rng = rand::rng();
+            (
+                rng.random_bool(0.3),
+                Duration::from_millis(rng.random_range(0..max_hold_ms)),
+            )
+        };
+        if write {
+            let guard = lock.write().await?;
+            self.enter_write();
+            tokio::time::sleep(hold).await;
+            self.leave_write();
+            guard.release().await
+        } else {
+            let guard = lock.read().await?;
+            self.enter_read();
+            tokio::time::sleep(hold).await;
+            self.leave_read();
+            guard.release().await
+        }
     }
 
     pub fn report(&self) -> Counts {
