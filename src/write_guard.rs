@@ -99,7 +99,18 @@ impl RwLockWriteGuard {
     ///
     /// # Examples
     ///
-    /// See [`FencedWrites`].
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// use redis_rwlock::{Error, FencedWrites};
+    ///
+    /// let writer = lock.write().await?; // lock "inventory"
+    /// match writer.fenced_write(FencedWrites::new().set("cache:{inventory}", "fresh")).await {
+    ///     Ok(()) => writer.release().await?,
+    ///     Err(Error::LeaseLost) => eprintln!("too late: a newer holder owns the cache"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn fenced_write(&self, writes: FencedWrites) -> Result<(), Error> {
         self.lease.fenced_write(&writes).await
     }
