@@ -39,7 +39,8 @@ pub enum Fairness {
 /// Settings of one lock, given to [`LockClient::rwlock_with`](crate::LockClient::rwlock_with).
 ///
 /// Built from [`Default`] with consuming builder methods, or deserialized (every field
-/// optional, durations in milliseconds, unknown fields rejected):
+/// optional; durations as milliseconds, as text like `"30s"`, or as serde's
+/// `{"secs", "nanos"}`; unknown fields rejected). Durations serialize as milliseconds.
 ///
 /// ```
 /// use std::time::Duration;
@@ -305,37 +306,61 @@ pub(crate) fn check_name(what: &str, name: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// Durations as whole milliseconds.
+/// A duration as configuration files write it: whole milliseconds (`1500`), a human
+/// string (`"1.5s"`, `"2m"`, `"500ms"`), or serde's own `{"secs", "nanos"}`.
+/// Durations are always written back as whole milliseconds.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Span {
+    Millis(u64),
+    Text(String),
+    Std(Duration),
+}
+
+impl Span {
+    fn into_duration<E: serde::de::Error>(self) -> Result<Duration, E> {
+        match self {
+            Span::Millis(ms) => Ok(Duration::from_millis(ms)),
+            Span::Std(d) => Ok(d),
+            Span::Text(text) => humantime::parse_duration(&text)
+                .map_err(|err| E::custom(format!("{text:?} is not a duration: {err}"))),
+        }
+    }
+}
+
+fn as_millis(d: &Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 mod millis {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer, Serializer};
 
     pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        s.serialize_u64(super::as_millis(d))
     }
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        u64::deserialize(d).map(Duration::from_millis)
+        super::Span::deserialize(d)?.into_duration()
     }
 }
 
 mod opt_millis {
     use std::time::Duration;
 
-    use serde::{Deserialize, Deserializer, Serializer};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
     pub(super) fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-        match d {
-            Some(d) => super::millis::serialize(d, s),
-            None => s.serialize_none(),
-        }
+        d.as_ref().map(super::as_millis).serialize(s)
     }
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(
         d: D,
     ) -> Result<Option<Duration>, D::Error> {
-        Ok(Option::<u64>::deserialize(d)?.map(Duration::from_millis))
+        Option::<super::Span>::deserialize(d)?
+            .map(super::Span::into_duration)
+            .transpose()
     }
 }
 
@@ -348,20 +373,17 @@ mod opt_pair_millis {
         d: &Option<(Duration, Duration)>,
         s: S,
     ) -> Result<S::Ok, S::Error> {
-        d.map(|(r, w)| {
-            (
-                u64::try_from(r.as_millis()).unwrap_or(u64::MAX),
-                u64::try_from(w.as_millis()).unwrap_or(u64::MAX),
-            )
-        })
-        .serialize(s)
+        d.map(|(r, w)| (super::as_millis(&r), super::as_millis(&w)))
+            .serialize(s)
     }
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(
         d: D,
     ) -> Result<Option<(Duration, Duration)>, D::Error> {
-        Ok(Option::<(u64, u64)>::deserialize(d)?
-            .map(|(r, w)| (Duration::from_millis(r), Duration::from_millis(w))))
+        match Option::<(super::Span, super::Span)>::deserialize(d)? {
+            Some((read, write)) => Ok(Some((read.into_duration()?, write.into_duration()?))),
+            None => Ok(None),
+        }
     }
 }
 
@@ -414,6 +436,25 @@ mod tests {
             LockOptions::default()
         );
         assert!(serde_json::from_str::<LockOptions>(r#"{"read_leese": 1}"#).is_err());
+    }
+
+    #[test]
+    fn durations_read_as_milliseconds_human_text_or_serde_structs() {
+        let json = r#"{"read_lease": 1500, "write_lease": "2m", "wait_timeout": {"secs": 3, "nanos": 0},
+                      "original_timeouts": ["1s", 3000]}"#;
+        let opts: LockOptions = serde_json::from_str(json).unwrap();
+        assert_eq!(opts.read_lease, Duration::from_millis(1500));
+        assert_eq!(opts.write_lease, Duration::from_secs(120));
+        assert_eq!(opts.wait_timeout, Some(Duration::from_secs(3)));
+        assert_eq!(
+            opts.original_timeouts,
+            Some((Duration::from_secs(1), Duration::from_secs(3)))
+        );
+        let err = serde_json::from_str::<LockOptions>(r#"{"read_lease": "soon"}"#).unwrap_err();
+        assert!(
+            err.to_string().contains("\"soon\" is not a duration"),
+            "{err}"
+        );
     }
 
     #[test]
