@@ -54,12 +54,14 @@ impl Scripts {
     }
 }
 
-/// How often a call is retried while its slot moves between nodes.
-const SLOT_MOVE_RETRIES: u32 = 8;
+/// How often a call is retried while its slot moves between nodes (about 3 s in
+/// all): while a slot is half migrated, concurrent calls of one client can keep
+/// bouncing (redis-rs sends ASKING apart from the command it belongs to).
+const SLOT_MOVE_RETRIES: u32 = 16;
 /// The pause before the first such retry; it doubles (with jitter, so concurrent
 /// calls spread out) up to [`SLOT_MOVE_MAX_PAUSE`].
 const SLOT_MOVE_PAUSE: Duration = Duration::from_millis(10);
-const SLOT_MOVE_MAX_PAUSE: Duration = Duration::from_millis(200);
+const SLOT_MOVE_MAX_PAUSE: Duration = Duration::from_millis(250);
 
 /// Errors that mean "ask again shortly": the slot is migrating or failing over.
 fn is_slot_moving(err: &redis::RedisError) -> bool {
