@@ -7,8 +7,22 @@
 -- Returns {1, 0} granted (also when this token already holds: a resent command),
 --         {0, ms} refused; ms = time until the current holds end unless renewed.
 local token, lease, writer_preferred = ARGV[4], tonumber(ARGV[5]), ARGV[6] == '1'
-local s = load()
 
+-- Only our readers (or nobody) hold: join them without reading the others.
+local q = quick(token, writer_preferred)
+if q then
+  local now = server_time()
+  if q.mine then
+    redis.call('HSET', KEY, 'r:' .. token, int(now + lease), 'read', int(now), 'rstamp', int(now))
+  else
+    redis.call('HSET', KEY, 'r:' .. token, int(now + lease), 'read', int(now), 'rstamp', int(now),
+      'readers', q.readers + 1)
+  end
+  outlive(lease + IDLE)
+  return { 1, 0 }
+end
+
+local s = load()
 local held = s.readers[token] ~= nil
 local blocked = s.writer or s.foreign_writer_until or (writer_preferred and #s.intents > 0)
 if blocked and not held then

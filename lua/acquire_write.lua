@@ -27,6 +27,7 @@ if not is_free(s) or (first and first.token ~= token) then
     if not seq then
       seq = redis.call('HINCRBY', KEY, 'wseq', 1)
       s.intents[#s.intents + 1] = { token = token, seq = seq, deadline = s.now + intent_ttl }
+      count('waiters', #s.intents)
     end
     redis.call('HSET', KEY, 'wait:' .. token, int(seq) .. ':' .. int(s.now + intent_ttl))
   end

@@ -9,6 +9,10 @@
 --   wseq       last queue sequence number
 --   fence      last fencing token issued: max(fence + 1, server time in microseconds),
 --              so tokens keep rising after the key expired and was recreated
+--   readers    how many `r:` fields there are (live or not yet purged); absent: none
+--   waiters    how many `wait:` fields there are; absent: none
+-- The two counts let the common reader paths (`quick` below) run in constant time
+-- however many readers hold.
 -- What clients of the original design see is kept by `layout` below. In the hash
 -- layout it lives in the same hash:
 --   write      ms  server time of our writer's acquire/renewal, or an original client's stamp
@@ -30,6 +34,9 @@ local PUBLISH = ARGV[1]
 local ORIGINAL_READ = tonumber(ARGV[2])
 local ORIGINAL_WRITE = tonumber(ARGV[3])
 local FIRST_USER_KEY = 2
+-- How long (ms) a key outlives its last deadline: an idle lock keeps its fencing
+-- counter that much longer, then disappears.
+local IDLE = 1000
 
 -- Integers as exact decimal strings (Lua prints large doubles as 1.7e+15).
 local function int(n)
@@ -43,9 +50,20 @@ local function server_time()
   return math.floor(micros / 1000), micros
 end
 
+-- Stores one of the counts (`readers`, `waiters`); a zero count is no field.
+local function count(field, n)
+  if n > 0 then
+    redis.call('HSET', KEY, field, n)
+  else
+    redis.call('HDEL', KEY, field)
+  end
+end
+
 -- How the lock shows itself to clients of the original design: the `read`/`write`
 -- stamps of the hash. legacy.lua replaces these with the two-key layout.
 local layout = {}
+-- Whether the constant-time reader paths apply (they keep the stamps of this layout).
+layout.quick = true
 
 -- Finds the original clients' holds: sets s.foreign_writer_until and
 -- s.foreign_reader_until (deadlines, or nil) and lists stale fields in `stale`.
@@ -178,7 +196,46 @@ local function load()
   if expired_writer then
     layout.clear_write(s)
   end
+  if s.nreaders ~= tonumber(h['readers'] or '0') then
+    count('readers', s.nreaders)
+  end
+  if #s.intents ~= tonumber(h['waiters'] or '0') then
+    count('waiters', #s.intents)
+  end
   return s
+end
+
+-- The constant-time start of a reader's acquire or release: reads only the named
+-- fields. Returns nil when the lock shows more than our readers (a writer entry, a
+-- `write` stamp, an original reader's trace, or, with `queue_blocks`, a queued
+-- writer): then the script takes the full path, which also purges expired entries.
+-- Otherwise returns the count of `r:` fields, whether a writer queues, the deadline
+-- of `token`'s read hold (nil: none) and how many of the fields such a hash may have
+-- are there (compared with HLEN, it tells whether any other field exists).
+local function quick(token, queue_blocks)
+  if not layout.quick then
+    return nil
+  end
+  local v = redis.call('HMGET', KEY, 'w:owner', 'write', 'orig:read', 'read', 'rstamp',
+    'waiters', 'readers', 'r:' .. token, 'fence', 'wseq')
+  if v[1] or v[2] or v[3] or v[4] ~= v[5] or (queue_blocks and v[6]) then
+    return nil
+  end
+  local named = 0
+  for i = 4, #v do
+    if v[i] then
+      named = named + 1
+    end
+  end
+  return { readers = tonumber(v[7] or '0'), queued = v[6] ~= false,
+           mine = v[8] and tonumber(v[8]) or nil, named = named }
+end
+
+-- Makes the key live at least `ms` more; never shortens it.
+local function outlive(ms)
+  if redis.call('PTTL', KEY) < ms then
+    redis.call('PEXPIRE', KEY, int(ms))
+  end
 end
 
 -- True when neither our holders nor an original client's hold the lock.
@@ -201,20 +258,20 @@ local function retry_hint(s)
   return math.max(holds_until(s) - s.now, 1)
 end
 
--- The hash lives at least as long as its longest deadline; an idle lock keeps its
--- fencing counter for a second more, then disappears.
+-- The hash lives IDLE ms longer than its longest deadline.
 local function set_expiry(s)
   local t = holds_until(s)
   for _, intent in ipairs(s.intents) do
     t = math.max(t, intent.deadline)
   end
-  redis.call('PEXPIRE', KEY, int(math.max(t - s.now, 0) + 1000))
+  redis.call('PEXPIRE', KEY, int(math.max(t - s.now, 0) + IDLE))
 end
 
 -- Grants (or renews) a read hold of `lease` ms to `token`.
 local function hold_read(s, token, lease)
   if not s.readers[token] then
     s.nreaders = s.nreaders + 1
+    count('readers', s.nreaders)
   end
   s.readers[token] = s.now + lease
   layout.stamp_read(s, 'r:' .. token, int(s.now + lease))
@@ -232,6 +289,7 @@ local function drop_reader(s, token)
   redis.call('HDEL', KEY, 'r:' .. token)
   s.readers[token] = nil
   s.nreaders = s.nreaders - 1
+  count('readers', s.nreaders)
   if s.nreaders == 0 then
     layout.clear_read(s)
   end
@@ -250,6 +308,7 @@ local function drop_intent(s, token)
     if intent.token == token then
       table.remove(s.intents, i)
       redis.call('HDEL', KEY, 'wait:' .. token)
+      count('waiters', #s.intents)
       return true
     end
   end

@@ -6,8 +6,27 @@
 -- Returns 1 when a hold was removed, 0 when this token held nothing (already
 -- released, expired, or a resent command): either way the token no longer holds.
 local token = ARGV[4]
-local s = load()
 
+-- A reader leaves a lock that only our readers hold.
+local q = quick(token, false)
+if q and q.mine and q.mine > server_time() then
+  -- Others remain: nobody needs waking.
+  if q.readers > 1 then
+    redis.call('HDEL', KEY, 'r:' .. token)
+    redis.call('HSET', KEY, 'readers', q.readers - 1)
+    return 1
+  end
+  -- The last one, by the count and by the fields there are, and nobody queues: the
+  -- lock is free. (With writers queued, the full path picks the one to wake.)
+  if not q.queued and redis.call('HLEN', KEY) == q.named then
+    redis.call('HDEL', KEY, 'r:' .. token, 'readers', 'read', 'rstamp')
+    redis.call('PEXPIRE', KEY, IDLE)
+    redis.call(PUBLISH, CHANNEL, '*')
+    return 1
+  end
+end
+
+local s = load()
 local removed = 0
 if s.writer == token then
   drop_writer(s)

@@ -115,3 +115,52 @@ async fn names_with_braces_or_empty_are_invalid() {
         assert!(matches!(lock.state().await, Err(Error::InvalidOptions(_))));
     }
 }
+
+#[tokio::test]
+async fn the_readers_count_follows_the_reader_entries() {
+    let client = cluster_client().await;
+    let mut raw = raw_cluster().await;
+    let lock = client.rwlock(unique_name("count"));
+    let key = format!("rwlock:{{{}}}", lock.name());
+    let mut guards = Vec::new();
+    for n in 1..=3 {
+        guards.push(lock.read().await.unwrap());
+        let counted: i64 = raw.hget(&key, "readers").await.unwrap();
+        assert_eq!(counted, n);
+    }
+    guards.pop().unwrap().release().await.unwrap();
+    let counted: i64 = raw.hget(&key, "readers").await.unwrap();
+    assert_eq!(counted, 2);
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    let fields: Vec<String> = raw.hkeys(&key).await.unwrap();
+    assert!(
+        fields.is_empty(),
+        "the last reader left fields behind: {fields:?}"
+    );
+}
+
+/// The constant-time release trusts the `readers` count only as far as the hash
+/// agrees: a reader entry the count misses (written by hand here) keeps the lock held.
+#[tokio::test]
+async fn a_reader_entry_the_count_misses_still_holds_the_lock() {
+    let client = cluster_client().await;
+    let mut raw = raw_cluster().await;
+    let lock = client.rwlock(unique_name("uncounted"));
+    let key = format!("rwlock:{{{}}}", lock.name());
+    let reader = lock.read().await.unwrap();
+    let far = 4_000_000_000_000u64; // year 2096, in ms
+    let _: () = raw.hset(&key, "r:uncounted", far).await.unwrap();
+
+    reader.release().await.unwrap();
+    let entry: Option<u64> = raw.hget(&key, "r:uncounted").await.unwrap();
+    assert_eq!(entry, Some(far), "the uncounted reader's entry went");
+    let ttl: i64 = raw.pttl(&key).await.unwrap();
+    assert!(
+        ttl > 5_000,
+        "the key was set to expire while a reader holds: {ttl}"
+    );
+    assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
+    let _: () = raw.del(&key).await.unwrap();
+}

@@ -55,6 +55,10 @@ pub enum Field {
     Read,
     Rstamp,
     OrigRead,
+    /// `readers`: how many `r:` fields there are.
+    Readers,
+    /// `waiters`: how many `wait:` fields there are.
+    Waiters,
 }
 
 /// A field's value: the Lua scripts store strings; these are the shapes they use.
@@ -197,6 +201,22 @@ impl Hash {
         }
     }
 
+    /// PTTL: -2 for a missing key, -1 for one without expiry.
+    fn pttl(&self, now: Time) -> Time {
+        match (self.fields.is_empty(), self.expires) {
+            (true, _) => -2,
+            (false, None) => -1,
+            (false, Some(at)) => at - now,
+        }
+    }
+
+    /// `readers` and `waiters` count the `r:` and `wait:` fields (absent: none).
+    pub fn counts_agree(&self) -> bool {
+        let n = |f: fn(&Field) -> bool| self.fields.keys().filter(|k| f(k)).count() as i64;
+        self.int(Field::Readers).unwrap_or(0) == n(|k| matches!(k, Field::R(_)))
+            && self.int(Field::Waiters).unwrap_or(0) == n(|k| matches!(k, Field::Wait(_)))
+    }
+
     /// Lazy (and active) expiry: Redis drops the key once `now > expires`.
     pub fn expire_if_due(&mut self, now: Time) {
         if self.expires.is_some_and(|at| now > at) {
@@ -206,6 +226,15 @@ impl Hash {
 }
 
 // ---- prelude.lua ----------------------------------------------------------------
+
+/// `count`: stores a count; a zero count is no field.
+fn count(h: &mut Hash, field: Field, n: i64) {
+    if n > 0 {
+        h.hset(field, Val::Int(n));
+    } else {
+        h.hdel(&[field]);
+    }
+}
 
 /// `load()` with the hash layout's `layout.foreign`: reads the hash, deletes every
 /// expired entry, returns the live state.
@@ -270,7 +299,63 @@ pub fn load(h: &mut Hash, p: &Params, now: Time) -> Loaded {
     if expired_writer {
         clear_write(h);
     }
+    if s.nreaders != h.int(Field::Readers).unwrap_or(0) {
+        count(h, Field::Readers, s.nreaders);
+    }
+    if s.intents.len() as i64 != h.int(Field::Waiters).unwrap_or(0) {
+        count(h, Field::Waiters, s.intents.len() as i64);
+    }
     s
+}
+
+/// What `quick` returns: the reader paths may run in constant time.
+struct Quick {
+    readers: i64,
+    queued: bool,
+    /// The deadline of the token's `r:` field.
+    mine: Option<Time>,
+    /// How many of the fields such a hash may have are there.
+    named: usize,
+}
+
+/// `quick`: `None` when the lock shows more than our readers (a writer entry, a
+/// `write` stamp, an original reader's trace, or with `queue_blocks` a queued writer).
+fn quick(h: &mut Hash, now: Time, token: Tok, queue_blocks: bool) -> Option<Quick> {
+    h.expire_if_due(now);
+    let present = |field| h.get(field).is_some();
+    if present(Field::WOwner)
+        || present(Field::Write)
+        || present(Field::OrigRead)
+        || h.int(Field::Read) != h.int(Field::Rstamp)
+        || (queue_blocks && present(Field::Waiters))
+    {
+        return None;
+    }
+    let named = [
+        Field::Read,
+        Field::Rstamp,
+        Field::Waiters,
+        Field::Readers,
+        Field::R(token),
+        Field::Fence,
+        Field::Wseq,
+    ]
+    .into_iter()
+    .filter(|&field| present(field))
+    .count();
+    Some(Quick {
+        readers: h.int(Field::Readers).unwrap_or(0),
+        queued: present(Field::Waiters),
+        mine: h.int(Field::R(token)),
+        named,
+    })
+}
+
+/// `outlive`: the key lives at least `span` more; never shortened.
+fn outlive(h: &mut Hash, now: Time, span: Time) {
+    if h.pttl(now) < span {
+        h.pexpire(now, span);
+    }
 }
 
 /// `layout.clear_write`: our writer's stamp goes, unless an original writer's stamp
@@ -358,6 +443,7 @@ fn stamp_read(h: &mut Hash, s: &Loaded) {
 fn hold_read(h: &mut Hash, s: &mut Loaded, token: Tok, lease: Time) {
     if !s.readers.contains_key(&token) {
         s.nreaders += 1;
+        count(h, Field::Readers, s.nreaders);
     }
     s.readers.insert(token, s.now + lease);
     h.hset(Field::R(token), Val::Int(s.now + lease));
@@ -376,6 +462,7 @@ fn drop_reader(h: &mut Hash, s: &mut Loaded, token: Tok) {
     h.hdel(&[Field::R(token)]);
     s.readers.remove(&token);
     s.nreaders -= 1;
+    count(h, Field::Readers, s.nreaders);
     if s.nreaders == 0 && s.foreign_reader_until.is_none() {
         h.hdel(&[Field::Read, Field::Rstamp]); // layout.clear_read
     }
@@ -395,6 +482,7 @@ fn drop_intent(h: &mut Hash, s: &mut Loaded, token: Tok) -> bool {
     };
     s.intents.remove(i);
     h.hdel(&[Field::Wait(token)]);
+    count(h, Field::Waiters, s.intents.len() as i64);
     true
 }
 
@@ -434,6 +522,16 @@ pub fn acquire_read(
     lease: Time,
     writer_preferred: bool,
 ) -> Outcome {
+    if let Some(q) = quick(h, now, token, writer_preferred) {
+        h.hset(Field::R(token), Val::Int(now + lease));
+        h.hset(Field::Read, Val::Int(now));
+        h.hset(Field::Rstamp, Val::Int(now));
+        if q.mine.is_none() {
+            h.hset(Field::Readers, Val::Int(q.readers + 1));
+        }
+        outlive(h, now, lease + p.idle);
+        return done(Reply::Granted(0), None);
+    }
     let mut s = load(h, p, now);
     let held = s.readers.contains_key(&token);
     let blocked = s.writer.is_some()
@@ -473,6 +571,7 @@ pub fn acquire_write(
                         seq,
                         deadline: now + intent_ttl,
                     });
+                    count(h, Field::Waiters, s.intents.len() as i64);
                     seq
                 }
             };
@@ -495,6 +594,20 @@ pub fn acquire_write(
 
 /// release.lua
 pub fn release(h: &mut Hash, p: &Params, now: Time, token: Tok) -> Outcome {
+    if let Some(q) = quick(h, now, token, false)
+        && q.mine.is_some_and(|until| until > now)
+    {
+        if q.readers > 1 {
+            h.hdel(&[Field::R(token)]);
+            h.hset(Field::Readers, Val::Int(q.readers - 1));
+            return done(Reply::Int(1), None);
+        }
+        if !q.queued && h.fields.len() == q.named {
+            h.hdel(&[Field::R(token), Field::Readers, Field::Read, Field::Rstamp]);
+            h.pexpire(now, p.idle);
+            return done(Reply::Int(1), Some(Wake::All));
+        }
+    }
     let mut s = load(h, p, now);
     let mut removed = 0;
     if s.writer_is(token) {
@@ -586,6 +699,8 @@ impl fmt::Display for Hash {
                 Field::Read => write!(f, "read")?,
                 Field::Rstamp => write!(f, "rstamp")?,
                 Field::OrigRead => write!(f, "orig:read")?,
+                Field::Readers => write!(f, "readers")?,
+                Field::Waiters => write!(f, "waiters")?,
             }
             match value {
                 Val::Int(n) => write!(f, "={n}")?,

@@ -993,6 +993,10 @@ impl Model for Lock {
                 "no new reader enters while a writer is queued",
                 |_: &Lock, s: &State| s.violations & READER_PASSED_QUEUED_WRITER == 0,
             ),
+            Property::always(
+                "the readers and waiters counts match their entries",
+                |_: &Lock, s: &State| s.hash.counts_agree(),
+            ),
             Property::sometimes("a writer holds", |_: &Lock, s: &State| {
                 s.clients
                     .iter()
