@@ -5,21 +5,30 @@
 -- ARGV[5]  read lease (ms)
 -- ARGV[6]  '1' when queued writers keep new readers out (writer preference), else '0'
 -- Returns {1, 0} granted (also when this token already holds: a resent command),
---         {0, ms} refused; ms = time until the current holds end unless renewed.
+--         {0, ms} refused; ms = a time to retry by: when the current holds end
+--         unless renewed, or when the queued writers' places lapse.
 local token, lease, writer_preferred = ARGV[4], tonumber(ARGV[5]), ARGV[6] == '1'
 
--- Only our readers (or nobody) hold: join them without reading the others.
-local q = quick(token, writer_preferred)
-if q then
+-- Decided without reading the other readers' entries when the lock shows no original
+-- client's trace and this token has no entry; an expired writer or queue entry
+-- takes the full path, which purges it.
+local q = quick(token)
+if q and not q.mine then
   local now = server_time()
-  if q.mine then
-    redis.call('HSET', KEY, 'r:' .. token, int(now + lease), 'read', int(now), 'rstamp', int(now))
+  if q.writer then
+    if q.writer_until > now then
+      return { 0, q.writer_until - now }
+    end
+  elseif writer_preferred and q.queue_until then
+    if q.queue_until > now then
+      return { 0, q.queue_until - now }
+    end
   else
     redis.call('HSET', KEY, 'r:' .. token, int(now + lease), 'read', int(now), 'rstamp', int(now),
       'readers', q.readers + 1)
+    outlive(lease + IDLE)
+    return { 1, 0 }
   end
-  outlive(lease + IDLE)
-  return { 1, 0 }
 end
 
 local s = load()

@@ -21,15 +21,15 @@ if not is_free(s) or (first and first.token ~= token) then
     local seq = nil
     for _, intent in ipairs(s.intents) do
       if intent.token == token then
-        seq = intent.seq
+        seq, intent.deadline = intent.seq, s.now + intent_ttl
       end
     end
     if not seq then
       seq = redis.call('HINCRBY', KEY, 'wseq', 1)
       s.intents[#s.intents + 1] = { token = token, seq = seq, deadline = s.now + intent_ttl }
-      count('waiters', #s.intents)
     end
     redis.call('HSET', KEY, 'wait:' .. token, int(seq) .. ':' .. int(s.now + intent_ttl))
+    mark_queue(s)
   end
   set_expiry(s)
   wake(s)

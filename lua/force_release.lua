@@ -9,7 +9,7 @@ local removed = s.nreaders
 for token in pairs(s.readers) do
   redis.call('HDEL', KEY, 'r:' .. token)
 end
-count('readers', 0)
+count_readers(0)
 if s.writer or s.foreign_writer_until then
   removed = removed + 1
 end

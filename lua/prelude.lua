@@ -10,9 +10,9 @@
 --   fence      last fencing token issued: max(fence + 1, server time in microseconds),
 --              so tokens keep rising after the key expired and was recreated
 --   readers    how many `r:` fields there are (live or not yet purged); absent: none
---   waiters    how many `wait:` fields there are; absent: none
--- The two counts let the common reader paths (`quick` below) run in constant time
--- however many readers hold.
+--   queue_until  the latest deadline among the `wait:` fields; absent: none
+-- These two let the reader paths (`quick` below) run in constant time however many
+-- readers hold: a writer queues while `queue_until` is in the future.
 -- What clients of the original design see is kept by `layout` below. In the hash
 -- layout it lives in the same hash:
 --   write      ms  server time of our writer's acquire/renewal, or an original client's stamp
@@ -50,12 +50,31 @@ local function server_time()
   return math.floor(micros / 1000), micros
 end
 
--- Stores one of the counts (`readers`, `waiters`); a zero count is no field.
-local function count(field, n)
+-- Stores `readers` (a zero count is no field).
+local function count_readers(n)
   if n > 0 then
-    redis.call('HSET', KEY, field, n)
+    redis.call('HSET', KEY, 'readers', n)
   else
-    redis.call('HDEL', KEY, field)
+    redis.call('HDEL', KEY, 'readers')
+  end
+end
+
+-- The latest deadline among the queued writers (0: none).
+local function latest_intent(s)
+  local t = 0
+  for _, intent in ipairs(s.intents) do
+    t = math.max(t, intent.deadline)
+  end
+  return t
+end
+
+-- Stores `queue_until` after the queue changed (no field while nobody queues).
+local function mark_queue(s)
+  local t = latest_intent(s)
+  if t > 0 then
+    redis.call('HSET', KEY, 'queue_until', int(t))
+  else
+    redis.call('HDEL', KEY, 'queue_until')
   end
 end
 
@@ -197,38 +216,41 @@ local function load()
     layout.clear_write(s)
   end
   if s.nreaders ~= tonumber(h['readers'] or '0') then
-    count('readers', s.nreaders)
+    count_readers(s.nreaders)
   end
-  if #s.intents ~= tonumber(h['waiters'] or '0') then
-    count('waiters', #s.intents)
+  if latest_intent(s) ~= tonumber(h['queue_until'] or '0') then
+    mark_queue(s)
   end
   return s
 end
 
 -- The constant-time start of a reader's acquire or release: reads only the named
--- fields. Returns nil when the lock shows more than our readers (a writer entry, a
--- `write` stamp, an original reader's trace, or, with `queue_blocks`, a queued
--- writer): then the script takes the full path, which also purges expired entries.
--- Otherwise returns the count of `r:` fields, whether a writer queues, the deadline
--- of `token`'s read hold (nil: none) and how many of the fields such a hash may have
--- are there (compared with HLEN, it tells whether any other field exists).
-local function quick(token, queue_blocks)
+-- fields. Returns nil in the legacy layout or when original-design clients left a
+-- trace (a `write` stamp not ours, `orig:read`, a `read` stamp not ours): then the
+-- script takes the full path. Otherwise returns the writer's token and deadline (if
+-- any), `queue_until` (nil: nobody queues), the count of `r:` fields, the deadline
+-- of `token`'s read hold (nil: none) and how many fields it found (compared with
+-- HLEN, it tells whether any other field exists).
+local function quick(token)
   if not layout.quick then
     return nil
   end
-  local v = redis.call('HMGET', KEY, 'w:owner', 'write', 'orig:read', 'read', 'rstamp',
-    'waiters', 'readers', 'r:' .. token, 'fence', 'wseq')
-  if v[1] or v[2] or v[3] or v[4] ~= v[5] or (queue_blocks and v[6]) then
+  local v = redis.call('HMGET', KEY, 'write', 'wstamp', 'orig:read', 'read', 'rstamp',
+    'w:owner', 'w:until', 'queue_until', 'readers', 'r:' .. token, 'fence', 'wseq')
+  if v[1] ~= v[2] or v[3] or v[4] ~= v[5] then
     return nil
   end
-  local named = 0
-  for i = 4, #v do
+  local found = 0
+  for i = 1, #v do
     if v[i] then
-      named = named + 1
+      found = found + 1
     end
   end
-  return { readers = tonumber(v[7] or '0'), queued = v[6] ~= false,
-           mine = v[8] and tonumber(v[8]) or nil, named = named }
+  local function number(i)
+    return v[i] and tonumber(v[i]) or nil
+  end
+  return { writer = v[6] or nil, writer_until = number(7) or 0, queue_until = number(8),
+           readers = number(9) or 0, mine = number(10), found = found }
 end
 
 -- Makes the key live at least `ms` more; never shortens it.
@@ -271,7 +293,7 @@ end
 local function hold_read(s, token, lease)
   if not s.readers[token] then
     s.nreaders = s.nreaders + 1
-    count('readers', s.nreaders)
+    count_readers(s.nreaders)
   end
   s.readers[token] = s.now + lease
   layout.stamp_read(s, 'r:' .. token, int(s.now + lease))
@@ -289,7 +311,7 @@ local function drop_reader(s, token)
   redis.call('HDEL', KEY, 'r:' .. token)
   s.readers[token] = nil
   s.nreaders = s.nreaders - 1
-  count('readers', s.nreaders)
+  count_readers(s.nreaders)
   if s.nreaders == 0 then
     layout.clear_read(s)
   end
@@ -308,7 +330,7 @@ local function drop_intent(s, token)
     if intent.token == token then
       table.remove(s.intents, i)
       redis.call('HDEL', KEY, 'wait:' .. token)
-      count('waiters', #s.intents)
+      mark_queue(s)
       return true
     end
   end

@@ -7,8 +7,8 @@
 -- released, expired, or a resent command): either way the token no longer holds.
 local token = ARGV[4]
 
--- A reader leaves a lock that only our readers hold.
-local q = quick(token, false)
+-- A reader leaves without reading the other readers' entries.
+local q = quick(token)
 if q and q.mine and q.mine > server_time() then
   -- Others remain: nobody needs waking.
   if q.readers > 1 then
@@ -16,9 +16,10 @@ if q and q.mine and q.mine > server_time() then
     redis.call('HSET', KEY, 'readers', q.readers - 1)
     return 1
   end
-  -- The last one, by the count and by the fields there are, and nobody queues: the
-  -- lock is free. (With writers queued, the full path picks the one to wake.)
-  if not q.queued and redis.call('HLEN', KEY) == q.named then
+  -- The last one, by the count and by the fields there are, with no writer entry and
+  -- nobody queued: the lock is free. (With writers queued, the full path picks the
+  -- one to wake.)
+  if not q.writer and not q.queue_until and redis.call('HLEN', KEY) == q.found then
     redis.call('HDEL', KEY, 'r:' .. token, 'readers', 'read', 'rstamp')
     redis.call('PEXPIRE', KEY, IDLE)
     redis.call(PUBLISH, CHANNEL, '*')

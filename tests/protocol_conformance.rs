@@ -434,7 +434,7 @@ impl Run<'_> {
             let got = real[field];
             let ok = match (field, *want, got) {
                 (Field::Fence, Val::Int(m), Val::Int(r)) => self.fences.get(&m) == Some(&r),
-                (Field::Wseq | Field::Readers | Field::Waiters, Val::Int(m), Val::Int(r)) => m == r,
+                (Field::Wseq | Field::Readers, Val::Int(m), Val::Int(r)) => m == r,
                 (_, Val::Int(m), Val::Int(r)) => (m - r).abs() <= SLACK,
                 (_, Val::Tok(m), Val::Tok(r)) => m == r,
                 (_, Val::Wait(ms, md), Val::Wait(rs, rd)) => ms == rs && (md - rd).abs() <= SLACK,
@@ -472,7 +472,7 @@ impl Run<'_> {
             "rstamp" => Field::Rstamp,
             "orig:read" => Field::OrigRead,
             "readers" => Field::Readers,
-            "waiters" => Field::Waiters,
+            "queue_until" => Field::QueueUntil,
             _ => {
                 if let Some(t) = name.strip_prefix("r:") {
                     Field::R(self.token_of(t)?)

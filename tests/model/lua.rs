@@ -57,8 +57,8 @@ pub enum Field {
     OrigRead,
     /// `readers`: how many `r:` fields there are.
     Readers,
-    /// `waiters`: how many `wait:` fields there are.
-    Waiters,
+    /// `queue_until`: the latest deadline among the `wait:` fields.
+    QueueUntil,
 }
 
 /// A field's value: the Lua scripts store strings; these are the shapes they use.
@@ -210,11 +210,24 @@ impl Hash {
         }
     }
 
-    /// `readers` and `waiters` count the `r:` and `wait:` fields (absent: none).
-    pub fn counts_agree(&self) -> bool {
-        let n = |f: fn(&Field) -> bool| self.fields.keys().filter(|k| f(k)).count() as i64;
-        self.int(Field::Readers).unwrap_or(0) == n(|k| matches!(k, Field::R(_)))
-            && self.int(Field::Waiters).unwrap_or(0) == n(|k| matches!(k, Field::Wait(_)))
+    /// `readers` counts the `r:` fields and `queue_until` is the latest `wait:`
+    /// deadline (both absent: none).
+    pub fn summaries_agree(&self) -> bool {
+        let readers = self
+            .fields
+            .keys()
+            .filter(|k| matches!(k, Field::R(_)))
+            .count();
+        let queue_until = self
+            .fields
+            .values()
+            .filter_map(|v| match v {
+                Val::Wait(_, deadline) => Some(*deadline),
+                _ => None,
+            })
+            .max();
+        self.int(Field::Readers).unwrap_or(0) == readers as i64
+            && self.int(Field::QueueUntil) == queue_until
     }
 
     /// Lazy (and active) expiry: Redis drops the key once `now > expires`.
@@ -227,12 +240,25 @@ impl Hash {
 
 // ---- prelude.lua ----------------------------------------------------------------
 
-/// `count`: stores a count; a zero count is no field.
-fn count(h: &mut Hash, field: Field, n: i64) {
+/// `count_readers`: a zero count is no field.
+fn count_readers(h: &mut Hash, n: i64) {
     if n > 0 {
-        h.hset(field, Val::Int(n));
+        h.hset(Field::Readers, Val::Int(n));
     } else {
-        h.hdel(&[field]);
+        h.hdel(&[Field::Readers]);
+    }
+}
+
+/// `latest_intent` (0: nobody queues).
+fn latest_intent(s: &Loaded) -> Time {
+    s.intents.iter().map(|i| i.deadline).max().unwrap_or(0)
+}
+
+/// `mark_queue`: stores `queue_until` after the queue changed.
+fn mark_queue(h: &mut Hash, s: &Loaded) {
+    match latest_intent(s) {
+        0 => h.hdel(&[Field::QueueUntil]),
+        t => h.hset(Field::QueueUntil, Val::Int(t)),
     }
 }
 
@@ -300,54 +326,60 @@ pub fn load(h: &mut Hash, p: &Params, now: Time) -> Loaded {
         clear_write(h);
     }
     if s.nreaders != h.int(Field::Readers).unwrap_or(0) {
-        count(h, Field::Readers, s.nreaders);
+        count_readers(h, s.nreaders);
     }
-    if s.intents.len() as i64 != h.int(Field::Waiters).unwrap_or(0) {
-        count(h, Field::Waiters, s.intents.len() as i64);
+    if latest_intent(&s) != h.int(Field::QueueUntil).unwrap_or(0) {
+        mark_queue(h, &s);
     }
     s
 }
 
-/// What `quick` returns: the reader paths may run in constant time.
+/// What `quick` returns: the reader paths may decide in constant time.
 struct Quick {
+    writer: bool,
+    writer_until: Time,
+    queue_until: Option<Time>,
     readers: i64,
-    queued: bool,
     /// The deadline of the token's `r:` field.
     mine: Option<Time>,
-    /// How many of the fields such a hash may have are there.
-    named: usize,
+    /// How many of the fields it read are there.
+    found: usize,
 }
 
-/// `quick`: `None` when the lock shows more than our readers (a writer entry, a
-/// `write` stamp, an original reader's trace, or with `queue_blocks` a queued writer).
-fn quick(h: &mut Hash, now: Time, token: Tok, queue_blocks: bool) -> Option<Quick> {
+/// `quick`: `None` when original-design clients left a trace (a `write` stamp not
+/// ours, `orig:read`, a `read` stamp not ours).
+fn quick(h: &mut Hash, now: Time, token: Tok) -> Option<Quick> {
     h.expire_if_due(now);
-    let present = |field| h.get(field).is_some();
-    if present(Field::WOwner)
-        || present(Field::Write)
-        || present(Field::OrigRead)
+    if h.int(Field::Write) != h.int(Field::Wstamp)
+        || h.get(Field::OrigRead).is_some()
         || h.int(Field::Read) != h.int(Field::Rstamp)
-        || (queue_blocks && present(Field::Waiters))
     {
         return None;
     }
-    let named = [
+    let found = [
+        Field::Write,
+        Field::Wstamp,
+        Field::OrigRead,
         Field::Read,
         Field::Rstamp,
-        Field::Waiters,
+        Field::WOwner,
+        Field::WUntil,
+        Field::QueueUntil,
         Field::Readers,
         Field::R(token),
         Field::Fence,
         Field::Wseq,
     ]
     .into_iter()
-    .filter(|&field| present(field))
+    .filter(|&field| h.get(field).is_some())
     .count();
     Some(Quick {
+        writer: h.get(Field::WOwner).is_some(),
+        writer_until: h.int(Field::WUntil).unwrap_or(0),
+        queue_until: h.int(Field::QueueUntil),
         readers: h.int(Field::Readers).unwrap_or(0),
-        queued: present(Field::Waiters),
         mine: h.int(Field::R(token)),
-        named,
+        found,
     })
 }
 
@@ -443,7 +475,7 @@ fn stamp_read(h: &mut Hash, s: &Loaded) {
 fn hold_read(h: &mut Hash, s: &mut Loaded, token: Tok, lease: Time) {
     if !s.readers.contains_key(&token) {
         s.nreaders += 1;
-        count(h, Field::Readers, s.nreaders);
+        count_readers(h, s.nreaders);
     }
     s.readers.insert(token, s.now + lease);
     h.hset(Field::R(token), Val::Int(s.now + lease));
@@ -462,7 +494,7 @@ fn drop_reader(h: &mut Hash, s: &mut Loaded, token: Tok) {
     h.hdel(&[Field::R(token)]);
     s.readers.remove(&token);
     s.nreaders -= 1;
-    count(h, Field::Readers, s.nreaders);
+    count_readers(h, s.nreaders);
     if s.nreaders == 0 && s.foreign_reader_until.is_none() {
         h.hdel(&[Field::Read, Field::Rstamp]); // layout.clear_read
     }
@@ -482,7 +514,7 @@ fn drop_intent(h: &mut Hash, s: &mut Loaded, token: Tok) -> bool {
     };
     s.intents.remove(i);
     h.hdel(&[Field::Wait(token)]);
-    count(h, Field::Waiters, s.intents.len() as i64);
+    mark_queue(h, s);
     true
 }
 
@@ -522,15 +554,25 @@ pub fn acquire_read(
     lease: Time,
     writer_preferred: bool,
 ) -> Outcome {
-    if let Some(q) = quick(h, now, token, writer_preferred) {
-        h.hset(Field::R(token), Val::Int(now + lease));
-        h.hset(Field::Read, Val::Int(now));
-        h.hset(Field::Rstamp, Val::Int(now));
-        if q.mine.is_none() {
+    if let Some(q) = quick(h, now, token)
+        && q.mine.is_none()
+    {
+        if q.writer {
+            if q.writer_until > now {
+                return done(Reply::Refused(q.writer_until - now), None);
+            }
+        } else if let Some(until) = q.queue_until.filter(|_| writer_preferred) {
+            if until > now {
+                return done(Reply::Refused(until - now), None);
+            }
+        } else {
+            h.hset(Field::R(token), Val::Int(now + lease));
+            h.hset(Field::Read, Val::Int(now));
+            h.hset(Field::Rstamp, Val::Int(now));
             h.hset(Field::Readers, Val::Int(q.readers + 1));
+            outlive(h, now, lease + p.idle);
+            return done(Reply::Granted(0), None);
         }
-        outlive(h, now, lease + p.idle);
-        return done(Reply::Granted(0), None);
     }
     let mut s = load(h, p, now);
     let held = s.readers.contains_key(&token);
@@ -562,8 +604,11 @@ pub fn acquire_write(
     let first = s.intents.first().copied();
     if !is_free(&s) || first.is_some_and(|i| i.token != token) {
         if intent_ttl > 0 {
-            let seq = match s.intents.iter().find(|i| i.token == token) {
-                Some(intent) => intent.seq,
+            let seq = match s.intents.iter_mut().find(|i| i.token == token) {
+                Some(intent) => {
+                    intent.deadline = now + intent_ttl;
+                    intent.seq
+                }
                 None => {
                     let seq = h.hincrby(Field::Wseq);
                     s.intents.push(Intent {
@@ -571,11 +616,11 @@ pub fn acquire_write(
                         seq,
                         deadline: now + intent_ttl,
                     });
-                    count(h, Field::Waiters, s.intents.len() as i64);
                     seq
                 }
             };
             h.hset(Field::Wait(token), Val::Wait(seq, now + intent_ttl));
+            mark_queue(h, &s);
         }
         set_expiry(h, &s, p);
         return done(Reply::Refused(retry_hint(&s)), wake(&s));
@@ -594,7 +639,7 @@ pub fn acquire_write(
 
 /// release.lua
 pub fn release(h: &mut Hash, p: &Params, now: Time, token: Tok) -> Outcome {
-    if let Some(q) = quick(h, now, token, false)
+    if let Some(q) = quick(h, now, token)
         && q.mine.is_some_and(|until| until > now)
     {
         if q.readers > 1 {
@@ -602,7 +647,7 @@ pub fn release(h: &mut Hash, p: &Params, now: Time, token: Tok) -> Outcome {
             h.hset(Field::Readers, Val::Int(q.readers - 1));
             return done(Reply::Int(1), None);
         }
-        if !q.queued && h.fields.len() == q.named {
+        if !q.writer && q.queue_until.is_none() && h.fields.len() == q.found {
             h.hdel(&[Field::R(token), Field::Readers, Field::Read, Field::Rstamp]);
             h.pexpire(now, p.idle);
             return done(Reply::Int(1), Some(Wake::All));
@@ -700,7 +745,7 @@ impl fmt::Display for Hash {
                 Field::Rstamp => write!(f, "rstamp")?,
                 Field::OrigRead => write!(f, "orig:read")?,
                 Field::Readers => write!(f, "readers")?,
-                Field::Waiters => write!(f, "waiters")?,
+                Field::QueueUntil => write!(f, "queue_until")?,
             }
             match value {
                 Val::Int(n) => write!(f, "={n}")?,
