@@ -55,7 +55,14 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let outcome = runtime.block_on(run(&cluster, quick));
+    // Everything runs in a spawned task, as an application's lock calls do: from the
+    // thread that called `block_on`, every task a call spawns (a guard's renewal) is
+    // handed to a sleeping worker thread, which costs a wake-up per call.
+    let cluster = std::sync::Arc::new(cluster);
+    let shared = cluster.clone();
+    let outcome = runtime
+        .block_on(runtime.spawn(async move { run(&shared, quick).await }))
+        .unwrap_or_else(|err| Err(format!("the benchmark task failed: {err}")));
     // Background tasks (drop-releases, subscriptions) end with the runtime, before
     // the cluster goes away.
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
