@@ -9,23 +9,29 @@
 --         unless renewed, or when the queued writers' places lapse.
 local token, lease, writer_preferred = ARGV[4], tonumber(ARGV[5]), ARGV[6] == '1'
 
--- Decided without reading the other readers' entries when the lock shows no original
--- client's trace and this token has no entry; an expired writer or queue entry
--- takes the full path, which purges it.
+-- Decided without reading the other readers' entries unless the lock shows an original
+-- client's trace; an expired writer or queue entry takes the full path, which purges
+-- it.
 local q = quick(token)
-if q and not q.mine then
+if q then
   local now = server_time()
+  local held = q.mine ~= nil and q.mine > now
   if q.writer then
-    if q.writer_until > now then
+    if q.writer_until > now and not held then
       return { 0, q.writer_until - now }
     end
-  elseif writer_preferred and q.queue_until then
+  elseif writer_preferred and q.queue_until and not held then
     if q.queue_until > now then
       return { 0, q.queue_until - now }
     end
   else
-    redis.call('HSET', KEY, 'r:' .. token, int(now + lease), 'read', int(now), 'rstamp', int(now),
-      'readers', q.readers + 1)
+    local stamp = int(now)
+    if q.mine then
+      redis.call('HSET', KEY, 'r:' .. token, int(now + lease), 'read', stamp, 'rstamp', stamp)
+    else
+      redis.call('HSET', KEY, 'r:' .. token, int(now + lease), 'read', stamp, 'rstamp', stamp,
+        'readers', q.readers + 1)
+    end
     outlive(lease + IDLE)
     return { 1, 0 }
   end

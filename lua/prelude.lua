@@ -246,11 +246,9 @@ local function quick(token)
       found = found + 1
     end
   end
-  local function number(i)
-    return v[i] and tonumber(v[i]) or nil
-  end
-  return { writer = v[6] or nil, writer_until = number(7) or 0, queue_until = number(8),
-           readers = number(9) or 0, mine = number(10), found = found }
+  return { writer = v[6] or nil, writer_until = tonumber(v[7] or '0'),
+           queue_until = v[8] and tonumber(v[8]) or nil, readers = tonumber(v[9] or '0'),
+           mine = v[10] and tonumber(v[10]) or nil, found = found }
 end
 
 -- Makes the key live at least `ms` more; never shortens it.

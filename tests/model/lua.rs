@@ -554,14 +554,13 @@ pub fn acquire_read(
     lease: Time,
     writer_preferred: bool,
 ) -> Outcome {
-    if let Some(q) = quick(h, now, token)
-        && q.mine.is_none()
-    {
+    if let Some(q) = quick(h, now, token) {
+        let held = q.mine.is_some_and(|until| until > now);
         if q.writer {
-            if q.writer_until > now {
+            if q.writer_until > now && !held {
                 return done(Reply::Refused(q.writer_until - now), None);
             }
-        } else if let Some(until) = q.queue_until.filter(|_| writer_preferred) {
+        } else if let Some(until) = q.queue_until.filter(|_| writer_preferred && !held) {
             if until > now {
                 return done(Reply::Refused(until - now), None);
             }
@@ -569,7 +568,9 @@ pub fn acquire_read(
             h.hset(Field::R(token), Val::Int(now + lease));
             h.hset(Field::Read, Val::Int(now));
             h.hset(Field::Rstamp, Val::Int(now));
-            h.hset(Field::Readers, Val::Int(q.readers + 1));
+            if q.mine.is_none() {
+                h.hset(Field::Readers, Val::Int(q.readers + 1));
+            }
             outlive(h, now, lease + p.idle);
             return done(Reply::Granted(0), None);
         }
