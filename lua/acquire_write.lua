@@ -9,6 +9,18 @@
 --         {0, ms} refused; ms = time until the current holds end unless renewed.
 -- Writers are served in arrival order: a refused writer keeps its place in the queue.
 local token, lease, intent_ttl = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+
+-- Nobody holds or queues: granted without reading the whole hash.
+local q = quick(token)
+if q and not q.writer and no_readers_nor_queue(q) then
+  local now, now_us = server_time()
+  local fence = math.max(q.fence + 1, now_us)
+  redis.call('HSET', KEY, 'fence', int(fence), 'w:owner', token, 'w:until', int(now + lease),
+    'write', int(now), 'wstamp', int(now))
+  redis.call('PEXPIRE', KEY, int(lease + IDLE))
+  return { 1, fence }
+end
+
 local s = load()
 
 if s.writer == token then

@@ -229,8 +229,9 @@ end
 -- trace (a `write` stamp not ours, `orig:read`, a `read` stamp not ours): then the
 -- script takes the full path. Otherwise returns the writer's token and deadline (if
 -- any), `queue_until` (nil: nobody queues), the count of `r:` fields, the deadline
--- of `token`'s read hold (nil: none) and how many fields it found (compared with
--- HLEN, it tells whether any other field exists).
+-- of `token`'s read hold (nil: none), whether a `read` stamp is there, the fence, and
+-- how many fields it found (compared with HLEN, it tells whether any other field
+-- exists).
 local function quick(token)
   if not layout.quick then
     return nil
@@ -248,7 +249,15 @@ local function quick(token)
   end
   return { writer = v[6] or nil, writer_until = tonumber(v[7] or '0'),
            queue_until = v[8] and tonumber(v[8]) or nil, readers = tonumber(v[9] or '0'),
-           mine = v[10] and tonumber(v[10]) or nil, found = found }
+           mine = v[10] and tonumber(v[10]) or nil, read_stamp = v[4] ~= false,
+           fence = tonumber(v[11] or '0'), found = found }
+end
+
+-- True when, besides what `q` shows, the hash has no reader, queue or stamp of one
+-- and no field it did not read: a writer's acquire or release can decide alone.
+local function no_readers_nor_queue(q)
+  return q.readers == 0 and not q.mine and not q.read_stamp and not q.queue_until
+    and redis.call('HLEN', KEY) == q.found
 end
 
 -- Makes the key live at least `ms` more; never shortens it.

@@ -27,6 +27,14 @@ if q and q.mine and q.mine > server_time() then
   end
 end
 
+-- The writer leaves with nobody queued: the lock is free.
+if q and q.writer == token and q.writer_until > server_time() and no_readers_nor_queue(q) then
+  redis.call('HDEL', KEY, 'w:owner', 'w:until', 'write', 'wstamp')
+  redis.call('PEXPIRE', KEY, IDLE)
+  redis.call(PUBLISH, CHANNEL, '*')
+  return 1
+end
+
 local s = load()
 local removed = 0
 if s.writer == token then

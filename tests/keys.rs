@@ -141,8 +141,8 @@ async fn the_readers_count_follows_the_reader_entries() {
     );
 }
 
-/// The constant-time release trusts the `readers` count only as far as the hash
-/// agrees: a reader entry the count misses (written by hand here) keeps the lock held.
+/// The constant-time paths trust the `readers` count only as far as the hash agrees
+/// (HLEN): a reader entry the count misses (written by hand here) keeps the lock held.
 #[tokio::test]
 async fn a_reader_entry_the_count_misses_still_holds_the_lock() {
     let client = cluster_client().await;
@@ -161,6 +161,12 @@ async fn a_reader_entry_the_count_misses_still_holds_the_lock() {
         ttl > 5_000,
         "the key was set to expire while a reader holds: {ttl}"
     );
+    assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
+    // A writer, too, looks further than a count and stamps that say nobody reads.
+    let _: () = raw
+        .hdel(&key, &["readers", "read", "rstamp"])
+        .await
+        .unwrap();
     assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
     let _: () = raw.del(&key).await.unwrap();
 }

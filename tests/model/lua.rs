@@ -336,14 +336,26 @@ pub fn load(h: &mut Hash, p: &Params, now: Time) -> Loaded {
 
 /// What `quick` returns: the reader paths may decide in constant time.
 struct Quick {
-    writer: bool,
+    writer: Option<Tok>,
     writer_until: Time,
     queue_until: Option<Time>,
     readers: i64,
     /// The deadline of the token's `r:` field.
     mine: Option<Time>,
+    read_stamp: bool,
+    fence: i64,
     /// How many of the fields it read are there.
     found: usize,
+}
+
+/// `no_readers_nor_queue`: besides what `q` shows, no reader, queue or stamp of one,
+/// and no field `quick` did not read (HLEN).
+fn no_readers_nor_queue(h: &Hash, q: &Quick) -> bool {
+    q.readers == 0
+        && q.mine.is_none()
+        && !q.read_stamp
+        && q.queue_until.is_none()
+        && h.fields.len() == q.found
 }
 
 /// `quick`: `None` when original-design clients left a trace (a `write` stamp not
@@ -374,11 +386,16 @@ fn quick(h: &mut Hash, now: Time, token: Tok) -> Option<Quick> {
     .filter(|&field| h.get(field).is_some())
     .count();
     Some(Quick {
-        writer: h.get(Field::WOwner).is_some(),
+        writer: match h.get(Field::WOwner) {
+            Some(Val::Tok(owner)) => Some(owner),
+            _ => None,
+        },
         writer_until: h.int(Field::WUntil).unwrap_or(0),
         queue_until: h.int(Field::QueueUntil),
         readers: h.int(Field::Readers).unwrap_or(0),
         mine: h.int(Field::R(token)),
+        read_stamp: h.get(Field::Read).is_some(),
+        fence: h.int(Field::Fence).unwrap_or(0),
         found,
     })
 }
@@ -556,7 +573,7 @@ pub fn acquire_read(
 ) -> Outcome {
     if let Some(q) = quick(h, now, token) {
         let held = q.mine.is_some_and(|until| until > now);
-        if q.writer {
+        if q.writer.is_some() {
             if q.writer_until > now && !held {
                 return done(Reply::Refused(q.writer_until - now), None);
             }
@@ -598,6 +615,23 @@ pub fn acquire_write(
     lease: Time,
     intent_ttl: Time,
 ) -> Outcome {
+    if let Some(q) = quick(h, now, token)
+        && q.writer.is_none()
+        && no_readers_nor_queue(h, &q)
+    {
+        let fence = (q.fence + 1).max(now * p.us_per_unit);
+        h.hset(Field::Fence, Val::Int(fence));
+        h.hset(Field::WOwner, Val::Tok(token));
+        h.hset(Field::WUntil, Val::Int(now + lease));
+        h.hset(Field::Write, Val::Int(now));
+        h.hset(Field::Wstamp, Val::Int(now));
+        h.pexpire(now, lease + p.idle);
+        return Outcome {
+            reply: Reply::Granted(fence),
+            published: None,
+            new_grant: true,
+        };
+    }
     let mut s = load(h, p, now);
     if s.writer_is(token) {
         return done(Reply::Granted(s.fence), None);
@@ -648,11 +682,20 @@ pub fn release(h: &mut Hash, p: &Params, now: Time, token: Tok) -> Outcome {
             h.hset(Field::Readers, Val::Int(q.readers - 1));
             return done(Reply::Int(1), None);
         }
-        if !q.writer && q.queue_until.is_none() && h.fields.len() == q.found {
+        if q.writer.is_none() && q.queue_until.is_none() && h.fields.len() == q.found {
             h.hdel(&[Field::R(token), Field::Readers, Field::Read, Field::Rstamp]);
             h.pexpire(now, p.idle);
             return done(Reply::Int(1), Some(Wake::All));
         }
+    }
+    if let Some(q) = quick(h, now, token)
+        && q.writer == Some(token)
+        && q.writer_until > now
+        && no_readers_nor_queue(h, &q)
+    {
+        h.hdel(&[Field::WOwner, Field::WUntil, Field::Write, Field::Wstamp]);
+        h.pexpire(now, p.idle);
+        return done(Reply::Int(1), Some(Wake::All));
     }
     let mut s = load(h, p, now);
     let mut removed = 0;
