@@ -32,7 +32,7 @@ if q then
       redis.call('HSET', KEY, 'r:' .. token, int(now + lease), 'read', stamp, 'rstamp', stamp,
         'readers', q.readers + 1)
     end
-    outlive(lease + IDLE)
+    outlive(lease, q.found == 0)
     return { 1, 0 }
   end
 end

@@ -260,10 +260,12 @@ local function no_readers_nor_queue(q)
     and redis.call('HLEN', KEY) == q.found
 end
 
--- Makes the key live at least `ms` more; never shortens it.
-local function outlive(ms)
-  if redis.call('PTTL', KEY) < ms then
-    redis.call('PEXPIRE', KEY, int(ms))
+-- Makes the key outlive a hold of `lease` ms from now by at least IDLE / 2: when it
+-- would not, sets its TTL to lease + IDLE (so most calls in a row leave it alone).
+-- Never shortens it. `created`: the key did not exist before this script.
+local function outlive(lease, created)
+  if created or redis.call('PTTL', KEY) < lease + IDLE / 2 then
+    redis.call('PEXPIRE', KEY, int(lease + IDLE))
   end
 end
 

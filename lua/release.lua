@@ -21,7 +21,9 @@ if q and q.mine and q.mine > server_time() then
   -- one to wake.)
   if not q.writer and not q.queue_until and redis.call('HLEN', KEY) == q.found then
     redis.call('HDEL', KEY, 'r:' .. token, 'readers', 'read', 'rstamp')
-    redis.call('PEXPIRE', KEY, IDLE)
+    if q.found > 4 then -- else those were all its fields: the key is gone
+      redis.call('PEXPIRE', KEY, IDLE)
+    end
     redis.call(PUBLISH, CHANNEL, '*')
     return 1
   end

@@ -400,10 +400,11 @@ fn quick(h: &mut Hash, now: Time, token: Tok) -> Option<Quick> {
     })
 }
 
-/// `outlive`: the key lives at least `span` more; never shortened.
-fn outlive(h: &mut Hash, now: Time, span: Time) {
-    if h.pttl(now) < span {
-        h.pexpire(now, span);
+/// `outlive`: the key outlives a hold of `lease` by at least `idle / 2`; when it
+/// would not, its TTL becomes `lease + idle`. Never shortened.
+fn outlive(h: &mut Hash, p: &Params, now: Time, lease: Time, created: bool) {
+    if created || h.pttl(now) < lease + p.idle / 2 {
+        h.pexpire(now, lease + p.idle);
     }
 }
 
@@ -588,7 +589,7 @@ pub fn acquire_read(
             if q.mine.is_none() {
                 h.hset(Field::Readers, Val::Int(q.readers + 1));
             }
-            outlive(h, now, lease + p.idle);
+            outlive(h, p, now, lease, q.found == 0);
             return done(Reply::Granted(0), None);
         }
     }
@@ -684,7 +685,9 @@ pub fn release(h: &mut Hash, p: &Params, now: Time, token: Tok) -> Outcome {
         }
         if q.writer.is_none() && q.queue_until.is_none() && h.fields.len() == q.found {
             h.hdel(&[Field::R(token), Field::Readers, Field::Read, Field::Rstamp]);
-            h.pexpire(now, p.idle);
+            if q.found > 4 {
+                h.pexpire(now, p.idle);
+            }
             return done(Reply::Int(1), Some(Wake::All));
         }
     }
