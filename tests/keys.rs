@@ -149,6 +149,9 @@ async fn a_reader_entry_the_count_misses_still_holds_the_lock() {
     let mut raw = raw_cluster().await;
     let lock = client.rwlock(unique_name("uncounted"));
     let key = format!("rwlock:{{{}}}", lock.name());
+    // Written once: the hash keeps its `fence`, so a wrongly freed lock would get the
+    // idle TTL rather than vanish.
+    lock.write().await.unwrap().release().await.unwrap();
     let reader = lock.read().await.unwrap();
     let far = 4_000_000_000_000u64; // year 2096, in ms
     let _: () = raw.hset(&key, "r:uncounted", far).await.unwrap();
