@@ -9,6 +9,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use crate::slot::key_slot;
 use redis_rwlock::redis;
 
 /// How long the launcher may take to print `READY`.
@@ -171,7 +172,7 @@ impl Topology {
 
     /// Index of the master that serves `key`.
     pub fn master_of(&self, key: &str) -> usize {
-        let slot = key_slot(key);
+        let slot = key_slot(key.as_bytes());
         self.masters
             .iter()
             .position(|m| m.slots.iter().any(|&(a, b)| a <= slot && slot <= b))
@@ -192,30 +193,6 @@ impl Topology {
             .map(|i| self.name_on(i % self.masters.len(), &format!("{base}-{i}")))
             .collect()
     }
-}
-
-/// The cluster slot of `key` (CRC16/XMODEM of the hash tag, or of the whole key).
-pub fn key_slot(key: &str) -> u16 {
-    let bytes = key.as_bytes();
-    let hashed = match key.find('{') {
-        Some(open) => match key[open + 1..].find('}') {
-            Some(len) if len > 0 => &bytes[open + 1..open + 1 + len],
-            _ => bytes,
-        },
-        None => bytes,
-    };
-    let mut crc: u16 = 0;
-    for &b in hashed {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc % 16384
 }
 
 /// Plain connections to every master, for `INFO commandstats`.
@@ -367,7 +344,7 @@ pub fn redis_benchmark(
     })
 }
 
-/// Checks [`key_slot`] against the server's `CLUSTER KEYSLOT`.
+/// Checks the crate's [`key_slot`] against the server's `CLUSTER KEYSLOT`.
 pub async fn check_key_slot(seed: &str) -> Result<(), String> {
     let client = redis::Client::open(seed).map_err(|e| e.to_string())?;
     let mut conn = client
@@ -381,10 +358,10 @@ pub async fn check_key_slot(seed: &str) -> Result<(), String> {
             .query_async(&mut conn)
             .await
             .map_err(|e| e.to_string())?;
-        if slot != key_slot(key) {
+        if slot != key_slot(key.as_bytes()) {
             return Err(format!(
                 "slot of {key}: server {slot}, ours {}",
-                key_slot(key)
+                key_slot(key.as_bytes())
             ));
         }
     }

@@ -20,6 +20,11 @@ mod cluster;
 mod locks;
 mod report;
 mod scenarios;
+/// The crate's own slot computation (crate-private), compiled in here as well; its
+/// unit tests do not run under `harness = false`, which leaves their import unused.
+#[path = "../../src/slot.rs"]
+#[allow(unused_imports)]
+mod slot;
 mod stats;
 
 use std::path::PathBuf;
