@@ -16,7 +16,7 @@
 local READ_KEY, WRITE_KEY = KEYS[2], KEYS[3]
 local MARK = 'rwlock'
 FIRST_USER_KEY = 4
--- The read key must follow every reader's deadline: no constant-time reader paths.
+-- The read key must follow every reader's deadline: no constant-time paths.
 layout.quick = false
 
 -- When a key expires in ms (now + PTTL); a key without expiry counts `fallback` ms.

@@ -11,8 +11,8 @@
 --              so tokens keep rising after the key expired and was recreated
 --   readers    how many `r:` fields there are (live or not yet purged); absent: none
 --   queue_until  the latest deadline among the `wait:` fields; absent: none
--- These two let the reader paths (`quick` below) run in constant time however many
--- readers hold: a writer queues while `queue_until` is in the future.
+-- These two let the common paths (`quick` below) decide in constant time however
+-- many readers hold: a writer queues while `queue_until` is in the future.
 -- What clients of the original design see is kept by `layout` below. In the hash
 -- layout it lives in the same hash:
 --   write      ms  server time of our writer's acquire/renewal, or an original client's stamp
@@ -81,7 +81,7 @@ end
 -- How the lock shows itself to clients of the original design: the `read`/`write`
 -- stamps of the hash. legacy.lua replaces these with the two-key layout.
 local layout = {}
--- Whether the constant-time reader paths apply (they keep the stamps of this layout).
+-- Whether the constant-time paths (`quick`) apply: they keep the stamps of this layout.
 layout.quick = true
 
 -- Finds the original clients' holds: sets s.foreign_writer_until and
@@ -224,7 +224,7 @@ local function load()
   return s
 end
 
--- The constant-time start of a reader's acquire or release: reads only the named
+-- The constant-time start of an acquire or a release: reads only the named
 -- fields. Returns nil in the legacy layout or when original-design clients left a
 -- trace (a `write` stamp not ours, `orig:read`, a `read` stamp not ours): then the
 -- script takes the full path. Otherwise returns the writer's token and deadline (if
@@ -291,10 +291,7 @@ end
 
 -- The hash lives IDLE ms longer than its longest deadline.
 local function set_expiry(s)
-  local t = holds_until(s)
-  for _, intent in ipairs(s.intents) do
-    t = math.max(t, intent.deadline)
-  end
+  local t = math.max(holds_until(s), latest_intent(s))
   redis.call('PEXPIRE', KEY, int(math.max(t - s.now, 0) + IDLE))
 end
 

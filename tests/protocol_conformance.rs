@@ -174,25 +174,15 @@ impl Run<'_> {
 
     /// Calls `script` with the common arguments and `args`, like src/scripts.rs.
     fn call(&mut self, script: &Script, args: &[String]) -> Result<Value, Stop> {
-        let mut invocation = script.key(&self.key);
-        invocation
-            .arg("PUBLISH")
-            .arg(self.params.original_read)
-            .arg(self.params.original_write);
-        for a in args {
-            invocation.arg(a);
-        }
-        let reply: Value = invocation
-            .invoke(&mut self.conn)
-            .map_err(|e| self.fail(format!("script error: {e}")))?;
-        let late = wall_ms() - self.now;
-        if late > SLACK - 5 {
-            return Err(Stop::Late(late));
-        }
-        Ok(reply)
+        let common = [
+            "PUBLISH".to_owned(),
+            self.params.original_read.to_string(),
+            self.params.original_write.to_string(),
+        ];
+        self.call_plain(script, &[&common[..], args].concat())
     }
 
-    /// Calls an original-design script: its own arguments only.
+    /// Calls a script with `args` only (the original design's take no common ones).
     fn call_plain(&mut self, script: &Script, args: &[String]) -> Result<Value, Stop> {
         let mut invocation = script.key(&self.key);
         for a in args {

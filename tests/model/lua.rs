@@ -475,10 +475,7 @@ fn retry_hint(s: &Loaded) -> Time {
 }
 
 fn set_expiry(h: &mut Hash, s: &Loaded, p: &Params) {
-    let mut t = holds_until(s);
-    for intent in &s.intents {
-        t = t.max(intent.deadline);
-    }
+    let t = holds_until(s).max(latest_intent(s));
     h.pexpire(s.now, (t - s.now).max(0) + p.idle);
 }
 
