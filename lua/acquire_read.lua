@@ -43,7 +43,10 @@ local blocked = s.writer or s.foreign_writer_until or (writer_preferred and #s.i
 if blocked and not held then
   set_expiry(s)
   wake(s)
-  return { 0, retry_hint(s) }
+  if s.writer or s.foreign_writer_until then
+    return { 0, retry_hint(s) }
+  end
+  return { 0, queue_hint(s) }
 end
 
 hold_read(s, token, lease)

@@ -24,6 +24,8 @@ end
 local s = load()
 
 if s.writer == token then
+  set_expiry(s)
+  wake(s)
   return { 1, s.fence }
 end
 

@@ -9,6 +9,8 @@ local token, lease = ARGV[4], tonumber(ARGV[5])
 local s = load()
 
 if s.readers[token] and s.writer ~= token then
+  set_expiry(s)
+  wake(s)
   return 1
 end
 if s.writer ~= token then

@@ -8,10 +8,10 @@
 -- then, per key to write, in order, three arguments:
 --   'set' or 'del';  the value ('' for del);  expiry in ms ('0': none)
 -- Returns the hold's fencing token when the writes were made, 0 when the hold is gone
--- (nothing was written).
+-- or an original-design client holds beside it (nothing was written).
 local token = ARGV[4]
 local s = load()
-if s.writer ~= token then
+if s.writer ~= token or original_beside(s, true) then
   set_expiry(s)
   wake(s)
   return 0

@@ -163,7 +163,7 @@ local function load()
   local flat = redis.call('HGETALL', KEY)
   local h = {}
   local s = { now = now, now_us = now_us, readers = {}, nreaders = 0, intents = {}, freed = false,
-              freed_writer = false, h = h }
+              freed_writer = false, dequeued = false, h = h }
   local stale = {}
 
   -- One pass: readers (`r:<token>`) and queued writers (`wait:<token>`) by prefix,
@@ -188,6 +188,7 @@ local function load()
           seq = tonumber(string.sub(value, 1, colon - 1)), deadline = deadline }
       else
         stale[#stale + 1] = field
+        s.dequeued = true
       end
     end
   end
@@ -269,6 +270,14 @@ local function outlive(lease, created)
   end
 end
 
+-- True when an original-design client holds in a mode that conflicts with our hold
+-- in mode `write` (true: write, false: read). It can only have entered after judging
+-- our stamp stale, so our hold no longer excludes it: renewals and fenced writes
+-- report the hold lost instead of going on beside it.
+local function original_beside(s, write)
+  return s.foreign_writer_until ~= nil or (write and s.foreign_reader_until ~= nil)
+end
+
 -- True when neither our holders nor an original client's hold the lock.
 local function is_free(s)
   return not s.writer and not s.foreign_writer_until and s.nreaders == 0
@@ -287,6 +296,12 @@ end
 -- Milliseconds a refused caller may sleep before the holds could have expired.
 local function retry_hint(s)
   return math.max(holds_until(s) - s.now, 1)
+end
+
+-- Milliseconds a reader that only the writers' queue keeps out may sleep before the
+-- queued places could have lapsed.
+local function queue_hint(s)
+  return math.max(latest_intent(s) - s.now, 1)
 end
 
 -- The hash lives IDLE ms longer than its longest deadline.
@@ -331,28 +346,33 @@ local function drop_writer(s)
   s.freed, s.freed_writer = true, true
 end
 
+-- Takes `token` out of the writers' queue; false when it was not queued.
 local function drop_intent(s, token)
   for i, intent in ipairs(s.intents) do
     if intent.token == token then
       table.remove(s.intents, i)
       redis.call('HDEL', KEY, 'wait:' .. token)
       mark_queue(s)
+      s.dequeued = true
       return true
     end
   end
   return false
 end
 
--- Wakes who can proceed after holds ended: the first queued writer, or everyone
--- ('*') when no writer queues; readers only ('r') when a writer left but readers hold.
+-- Wakes who can proceed after holds ended or queued writers left (withdrawn or
+-- lapsed): the first queued writer, or everyone ('*') when no writer queues, if the
+-- lock is free; the readers ('r') when no writer holds any more and either a writer
+-- left or the queue that kept them out (writer preference) is now empty.
 local function wake(s)
-  if not s.freed then
+  if not (s.freed or s.dequeued) then
     return
   end
   if is_free(s) then
     local first = s.intents[1]
     redis.call(PUBLISH, CHANNEL, first and first.token or '*')
-  elseif s.freed_writer and not s.writer and not s.foreign_writer_until then
+  elseif not s.writer and not s.foreign_writer_until
+    and (s.freed_writer or (s.dequeued and #s.intents == 0)) then
     redis.call(PUBLISH, CHANNEL, 'r')
   end
 end

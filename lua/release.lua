@@ -46,9 +46,7 @@ elseif s.readers[token] then
   drop_reader(s, token)
   removed = 1
 end
-if drop_intent(s, token) then
-  s.freed = true
-end
+drop_intent(s, token)
 set_expiry(s)
 wake(s)
 return removed

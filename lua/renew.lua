@@ -1,18 +1,25 @@
--- renew.lua: extend this token's live hold and refresh the `read`/`write` stamp
--- that original-design clients look at.
+-- renew.lua: extend this token's live hold in one mode and refresh the `read`/`write`
+-- stamp that original-design clients look at.
 -- KEYS[1]  the lock's state hash
 -- ARGV[1..3] common (see prelude.lua)
--- ARGV[4]  token of the hold (read or write)
+-- ARGV[4]  token of the hold
 -- ARGV[5]  lease (ms) from now
--- Returns 1 renewed, 0 the hold is gone (expired or released): the lease is lost.
-local token, lease = ARGV[4], tonumber(ARGV[5])
+-- ARGV[6]  'write' or 'read': the mode the caller holds in. A hold of the other mode
+--          is not touched (a write renewal that arrives after a downgrade must not
+--          re-lease the read hold with the write lease).
+-- Returns 1 renewed, 0 the lease is lost: the hold is gone (expired, released, or
+--         now in the other mode), or an original-design client holds beside it (it
+--         judged our stamp stale and entered; renewing would overwrite its stamp).
+local token, lease, write = ARGV[4], tonumber(ARGV[5]), ARGV[6] == 'write'
 local s = load()
 
 local renewed = 0
-if s.writer == token then
+if original_beside(s, write) then
+  renewed = 0
+elseif write and s.writer == token then
   hold_write(s, token, lease)
   renewed = 1
-elseif s.readers[token] then
+elseif not write and s.readers[token] then
   hold_read(s, token, lease)
   renewed = 1
 end

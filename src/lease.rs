@@ -35,8 +35,10 @@ struct Held {
 struct Status {
     /// Turns true, once, when the lease is known lost.
     lost: watch::Sender<bool>,
-    /// The local monotonic deadline: when the last acquire/renewal was sent, plus the
-    /// lease. Redis's deadline is never earlier.
+    /// The local monotonic deadline: when the last acquire/renewal was sent, plus
+    /// [`RwLock::held_for`] (the lease, or the original clients' shorter timeout).
+    /// Redis's deadline is never earlier, nor is the moment an original client may
+    /// judge the hold's stamp stale.
     deadline: Mutex<Instant>,
 }
 
@@ -65,7 +67,7 @@ impl Lease {
         let (lost, _) = watch::channel(false);
         let status = Arc::new(Status {
             lost,
-            deadline: Mutex::new(sent + lock.lease(mode)),
+            deadline: Mutex::new(sent + lock.held_for(mode)),
         });
         let runtime = Handle::current();
         let renewal = runtime.spawn(renew(lock.clone(), token.clone(), mode, status.clone()));
@@ -94,9 +96,10 @@ impl Lease {
     }
 
     /// Applies `writes` if this hold is still the lock's writer; a refusal means the
-    /// lease is gone, and marks it lost.
+    /// lease is gone, and marks it lost. Refused without I/O once the guard no longer
+    /// believes it holds.
     pub(crate) async fn fenced_write(&self, writes: &FencedWrites) -> Result<(), Error> {
-        let Some(held) = &self.held else {
+        let Some(held) = self.held.as_ref().filter(|held| held.status.is_held()) else {
             return Err(Error::LeaseLost);
         };
         if held.lock.fenced_write(&held.token, writes).await? {
@@ -131,32 +134,38 @@ impl Lease {
     }
 
     /// Turns a write hold into a read hold, atomically.
+    ///
+    /// The hold stays in `self` until the downgrade is known done, so an error or a
+    /// dropped future releases it in the background (in whichever mode it is then)
+    /// through `Drop`. The write renewal is stopped first: no renewal of this guard
+    /// is sent after the downgrade (one already sent is refused by the script, which
+    /// renews only the mode it is asked for).
     pub(crate) async fn downgrade(mut self) -> Result<Lease, Error> {
-        let Some(held) = self.held.take() else {
+        let Some(held) = self.held.as_mut() else {
             return Err(Error::LeaseLost);
         };
-        held.renewal.abort();
+        held.stop_renewal().await;
         if !held.status.is_held() {
-            held.release_in_background();
             return Err(Error::LeaseLost);
         }
         let sent = Instant::now();
-        match held.lock.downgrade_token(&held.token).await {
-            Ok(true) => Ok(Lease::start(held.lock, held.token, LockMode::Read, sent)),
-            Ok(false) => {
-                held.release_in_background();
-                Err(Error::LeaseLost)
-            }
-            Err(err) => {
-                // The downgrade may or may not have run: release either hold.
-                held.release_in_background();
-                Err(err)
-            }
+        match held.lock.downgrade_token(&held.token).await? {
+            true => match self.held.take() {
+                Some(held) => Ok(Lease::start(held.lock, held.token, LockMode::Read, sent)),
+                None => Err(Error::LeaseLost),
+            },
+            false => Err(Error::LeaseLost),
         }
     }
 }
 
 impl Held {
+    /// Stops the renewal task and waits until it has stopped.
+    async fn stop_renewal(&mut self) {
+        self.renewal.abort();
+        let _ = (&mut self.renewal).await;
+    }
+
     /// The drop fallback: release on the runtime captured at acquire time, never
     /// blocking; on failure the hold ends when its lease does.
     fn release_in_background(self) {
@@ -194,7 +203,6 @@ impl Drop for Lease {
 /// clients must see fresh stamps) until the hold is lost or the guard goes.
 /// Without auto-renewal it only marks the lease lost when it runs out.
 async fn renew(lock: RwLock, token: Token, mode: LockMode, status: Arc<Status>) {
-    let lease = lock.lease(mode);
     if !lock.options().auto_renew {
         sleep_until(status.deadline()).await;
         status.mark_lost();
@@ -215,9 +223,9 @@ async fn renew(lock: RwLock, token: Token, mode: LockMode, status: Arc<Status>) 
                 status.mark_lost();
                 return;
             }
-            match timeout(deadline - sent, lock.renew_token(&token, lease)).await {
+            match timeout(deadline - sent, lock.renew_token(&token, mode)).await {
                 Ok(Ok(true)) => {
-                    status.extend(sent + lease);
+                    status.extend(sent + lock.held_for(mode));
                     tracing::trace!(lock = lock.name(), ?mode, "renewed");
                     break;
                 }
@@ -225,7 +233,7 @@ async fn renew(lock: RwLock, token: Token, mode: LockMode, status: Arc<Status>) 
                     tracing::warn!(
                         lock = lock.name(),
                         ?mode,
-                        "lease lost: the hold was gone at renewal"
+                        "lease lost: at renewal the hold was gone, or a client of the original design held beside it"
                     );
                     status.mark_lost();
                     return;

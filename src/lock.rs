@@ -385,14 +385,25 @@ impl RwLock {
         }
     }
 
-    /// How often a hold in `mode` renews: every third of its lease, and more often
-    /// than original clients' timeouts so they never judge it stale.
-    pub(crate) fn renew_period(&self, mode: LockMode) -> Duration {
-        let mut period = self.lease(mode) / 3;
-        if let Some((read, write)) = self.inner.options.original_timeouts {
-            period = period.min(read.min(write) / 2);
+    /// How long after sending the request that granted or renewed a hold in `mode`
+    /// the guard may believe it holds: the lease, cut to the original-design clients'
+    /// timeout for the stamp they judge that mode by (`write` for a write hold,
+    /// `read` for a read hold). After that, an original client may judge the stamp
+    /// stale and enter, so the hold no longer excludes it.
+    pub(crate) fn held_for(&self, mode: LockMode) -> Duration {
+        let lease = self.lease(mode);
+        match (self.inner.options.original_timeouts, mode) {
+            (Some((read, _)), LockMode::Read) => lease.min(read),
+            (Some((_, write)), LockMode::Write) => lease.min(write),
+            (None, _) => lease,
         }
-        period.max(Duration::from_millis(1))
+    }
+
+    /// How often a hold in `mode` renews: every third of the time it counts as held
+    /// ([`held_for`](Self::held_for)), so original clients never judge its stamp stale
+    /// while renewals succeed.
+    pub(crate) fn renew_period(&self, mode: LockMode) -> Duration {
+        (self.held_for(mode) / 3).max(Duration::from_millis(1))
     }
 
     /// One acquire attempt. With `min_replicas`, a granted hold that too few
@@ -476,8 +487,10 @@ impl RwLock {
         }
     }
 
-    pub(crate) async fn renew_token(&self, token: &Token, lease: Duration) -> Result<bool, Error> {
-        self.target()?.renew(self.conn(), token, lease).await
+    /// Renews `token`'s hold in `mode` for a full lease.
+    pub(crate) async fn renew_token(&self, token: &Token, mode: LockMode) -> Result<bool, Error> {
+        let lease = self.lease(mode);
+        self.target()?.renew(self.conn(), token, mode, lease).await
     }
 
     pub(crate) async fn downgrade_token(&self, token: &Token) -> Result<bool, Error> {

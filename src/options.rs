@@ -12,6 +12,11 @@ const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
 const MAX_WAIT: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 /// The most replicas `min_replicas` may ask for.
 const MAX_REPLICAS: u32 = 64;
+/// The longest `replica_timeout` accepted: half the 2 s a reply may take, so the
+/// `WAIT` ends with [`Error::NotReplicated`] rather than a timeout, and the process's
+/// other requests to that node (renewals, releases), which queue behind a blocked
+/// `WAIT` on the shared connection, are held up at most this long.
+const MAX_REPLICA_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Who goes first when readers and writers both wait.
 ///
@@ -211,7 +216,8 @@ impl LockOptions {
     }
 
     /// How long the `WAIT` of [`min_replicas`](Self::min_replicas) may take
-    /// (default 500 ms).
+    /// (default 500 ms; 1 ms to 1 s). While it waits, the process's other requests
+    /// to the same node queue behind it.
     ///
     /// # Examples
     ///
@@ -230,6 +236,11 @@ impl LockOptions {
     /// The read and write timeouts of clients that still run the original design on
     /// the same keys: their `read`/`write` stamps count as holds for that long
     /// (default: this lock's own leases).
+    ///
+    /// They judge our stamps by the same timeouts, so a guard counts its hold for at
+    /// most the matching timeout (write for a write hold, read for a read hold) after
+    /// the request that granted or renewed it, even with a longer lease, and renews
+    /// every third of that.
     ///
     /// # Examples
     ///
@@ -263,7 +274,7 @@ impl LockOptions {
             )));
         }
         if self.min_replicas > 0 {
-            check_span("replica_timeout", self.replica_timeout, MAX_LEASE)?;
+            check_span("replica_timeout", self.replica_timeout, MAX_REPLICA_TIMEOUT)?;
         }
         check_name("key_prefix", &self.key_prefix)
     }

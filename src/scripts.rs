@@ -63,6 +63,16 @@ const SLOT_MOVE_RETRIES: u32 = 16;
 const SLOT_MOVE_PAUSE: Duration = Duration::from_millis(10);
 const SLOT_MOVE_MAX_PAUSE: Duration = Duration::from_millis(250);
 
+/// A pipeline's failure as its failing command's own error. The driver gives a
+/// pipeline failure an error code only for the codes it knows, so WRONGTYPE raised
+/// by the script in front of WAIT would otherwise lose its code.
+fn unpipelined(err: redis::RedisError) -> redis::RedisError {
+    match err.clone().into_server_errors().as_deref() {
+        Some([(_, failed)]) => failed.clone().into(),
+        _ => err,
+    }
+}
+
 /// Errors that mean "ask again shortly": the slot is migrating or failing over.
 fn is_slot_moving(err: &redis::RedisError) -> bool {
     matches!(
@@ -171,15 +181,14 @@ impl Target {
                     .query_async::<T>(&mut conn)
                     .await
                     .map(|reply| (reply, 0)),
-                Some(Replicas { count, timeout }) => {
-                    redis::pipe()
-                        .add_command(cmd)
-                        .cmd("WAIT")
-                        .arg(count)
-                        .arg(millis(timeout))
-                        .query_async::<(T, u32)>(&mut conn)
-                        .await
-                }
+                Some(Replicas { count, timeout }) => redis::pipe()
+                    .add_command(cmd)
+                    .cmd("WAIT")
+                    .arg(count)
+                    .arg(millis(timeout))
+                    .query_async::<(T, u32)>(&mut conn)
+                    .await
+                    .map_err(unpipelined),
             };
             match reply {
                 Err(err) if err.code() == Some("NOSCRIPT") && !by_source => by_source = true,
@@ -256,16 +265,23 @@ impl Target {
         Ok(removed == 1)
     }
 
-    /// Extends `token`'s hold to `lease` from now; false when the hold is gone.
+    /// Extends `token`'s hold in `mode` to `lease` from now; false when the lease is
+    /// lost (the hold is gone or in the other mode, or an original-design client holds
+    /// beside it).
     pub(crate) async fn renew(
         &self,
         conn: &Connection,
         token: &Token,
+        mode: LockMode,
         lease: Duration,
     ) -> Result<bool, Error> {
+        let mode = match mode {
+            LockMode::Read => "read",
+            LockMode::Write => "write",
+        };
         let renewed: i64 = self
             .run(conn, &self.scripts.renew, |cmd| {
-                cmd.arg(token.as_str()).arg(millis(lease));
+                cmd.arg(token.as_str()).arg(millis(lease)).arg(mode);
             })
             .await?;
         Ok(renewed == 1)

@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 use rand::Rng;
+use tokio::runtime::Handle;
 use tokio::time::{Instant, sleep_until};
 use tracing::Instrument;
 
@@ -143,11 +144,13 @@ fn recheck_after(holds_for: Duration) -> Duration {
 
 /// A token that may hold something on the server until the acquire returns it: if
 /// the caller gives up (timeout, error, the future dropped mid-request), its queue
-/// place and any hold a lost reply granted are released in the background.
+/// place and any hold a lost reply granted are released in the background, on the
+/// runtime the attempt started on (the future may be dropped outside any runtime).
 struct Pending<'a> {
     lock: &'a RwLock,
     token: Token,
     armed: bool,
+    runtime: Handle,
 }
 
 impl<'a> Pending<'a> {
@@ -156,6 +159,7 @@ impl<'a> Pending<'a> {
             lock,
             token,
             armed: true,
+            runtime: Handle::current(),
         }
     }
 
@@ -183,13 +187,11 @@ impl Drop for Pending<'_> {
         }
         let lock = self.lock.clone();
         let token = self.token.clone();
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                if let Err(err) = lock.release_token(&token).await {
-                    tracing::debug!(lock = lock.name(), %err, "could not withdraw an abandoned acquire");
-                }
-            });
-        }
+        self.runtime.spawn(async move {
+            if let Err(err) = lock.release_token(&token).await {
+                tracing::debug!(lock = lock.name(), %err, "could not withdraw an abandoned acquire");
+            }
+        });
     }
 }
 

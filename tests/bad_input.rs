@@ -32,6 +32,11 @@ fn bad_options() -> Vec<(&'static str, LockOptions)> {
         ),
         ("absurd replica count", d().min_replicas(10_000)),
         (
+            "replica timeout beyond the reply limit",
+            d().min_replicas(1)
+                .replica_timeout(Duration::from_millis(1001)),
+        ),
+        (
             "zero original timeout",
             d().original_timeouts(Duration::ZERO, Duration::from_secs(3)),
         ),

@@ -5,6 +5,8 @@
 
 mod common;
 
+use std::future::Future;
+use std::task::Poll;
 use std::time::Duration;
 
 use rand::Rng;
@@ -12,7 +14,7 @@ use redis_rwlock::{LockClient, LockOptions, RwLock};
 use tokio::time::{Instant, sleep, timeout};
 
 use common::{
-    LocalRedis, Node, blocking, panics_outside_tests, spawn_writer, unique_name, wait_for,
+    LocalRedis, Node, Paused, blocking, panics_outside_tests, spawn_writer, unique_name, wait_for,
 };
 
 /// How soon a cancelled waiter's queue place must be gone: far less than the life
@@ -199,4 +201,80 @@ async fn acquires_cancelled_at_random_points_leave_nothing_behind() {
     lock.try_read().await.unwrap().release().await.unwrap();
     assert!(started.elapsed() < Duration::from_millis(500));
     assert_eq!(panics_outside_tests(), panics, "something panicked");
+}
+
+/// A downgrade dropped at any point (before its first poll, after it, while its
+/// script waits on a frozen master, to run after the future is gone) releases the
+/// hold in the background, in whichever mode it is by then: the lock is free soon
+/// after, long before the 30 s lease would end it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downgrade_dropped_midway_releases_the_hold() {
+    let redis = blocking(LocalRedis::cluster);
+    let client = LockClient::cluster(redis.urls()).await.unwrap();
+    let lease = Duration::from_secs(30);
+    for point in ["unpolled", "first poll", "in flight"] {
+        let lock = client.rwlock_with(
+            unique_name("cancel-downgrade"),
+            LockOptions::default().read_lease(lease).write_lease(lease),
+        );
+        let writer = lock.write().await.unwrap();
+        let mut downgrade = Box::pin(writer.downgrade());
+        match point {
+            "first poll" => {
+                std::future::poll_fn(|cx| {
+                    let _ = downgrade.as_mut().poll(cx);
+                    Poll::Ready(())
+                })
+                .await;
+                drop(downgrade);
+            }
+            "in flight" => {
+                let master = blocking(|| redis.master_for_key(&lock_key(&lock)).clone());
+                let frozen = Paused::new(master.pid);
+                let sent = timeout(Duration::from_millis(300), &mut downgrade).await;
+                assert!(sent.is_err(), "the downgrade finished on a frozen master");
+                drop(downgrade);
+                frozen.resume();
+            }
+            _ => drop(downgrade),
+        }
+        let freed = until_idle(&lock, Duration::from_secs(6)).await;
+        println!("{point}: free {freed:?} after the downgrade was dropped");
+    }
+}
+
+/// An acquire future that queued and is then dropped on a thread outside any
+/// runtime still withdraws its queue place, on the runtime it started on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_dropped_outside_a_runtime_withdraws_its_queue_place() {
+    let redis = blocking(LocalRedis::cluster);
+    let client = LockClient::cluster(redis.urls()).await.unwrap();
+    let lock = client.rwlock_with(
+        unique_name("cancel-elsewhere"),
+        LockOptions::default().write_lease(Duration::from_secs(30)),
+    );
+    let holder = lock.write().await.unwrap();
+    let mut waiter = Box::pin(lock.write());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while lock.state().await.unwrap().queued_writers.is_empty() {
+        assert!(
+            timeout(Duration::from_millis(20), &mut waiter)
+                .await
+                .is_err(),
+            "the waiter got the lock"
+        );
+        assert!(Instant::now() < deadline, "the waiter never queued");
+    }
+    std::thread::spawn(move || drop(waiter)).join().unwrap();
+    let withdrawn = until_idle_queue(&lock).await;
+    assert!(
+        withdrawn < WITHDRAWN_WITHIN,
+        "withdrawn after {withdrawn:?}"
+    );
+    holder.release().await.unwrap();
+}
+
+/// The lock's Redis key.
+fn lock_key(lock: &RwLock) -> String {
+    format!("rwlock:{{{}}}", lock.name())
 }

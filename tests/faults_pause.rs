@@ -339,3 +339,60 @@ async fn a_frozen_master_does_not_stall_script_loading_on_another_master() {
     guard.release().await.unwrap();
     assert!(took < Duration::from_secs(1), "took {took:?}");
 }
+
+/// Under `min_replicas`, a replica that does not answer (SIGSTOP) makes each acquire
+/// fail with `NotReplicated` once `replica_timeout` (at most 1 s) has passed, never
+/// with a reply timeout, and the hold is released. A guard renewing on the same node
+/// meanwhile, whose renewals queue behind those `WAIT`s, keeps its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_replica_gives_not_replicated_in_time() {
+    let (redis, master) = blocking(start);
+    let replica = blocking(|| redis.replica_of(&master).cloned()).expect("a replica");
+    let client = LockClient::cluster(redis.urls()).await.unwrap();
+    let (name, other) = blocking(|| {
+        (
+            redis.name_on_master("paused-replica", &master),
+            redis.name_on_master("paused-replica-neighbour", &master),
+        )
+    });
+    let neighbour = client
+        .rwlock_with(
+            &other,
+            LockOptions::default().write_lease(Duration::from_secs(3)),
+        )
+        .write()
+        .await
+        .unwrap();
+    let lock = client.rwlock_with(
+        &name,
+        LockOptions::default()
+            .min_replicas(1)
+            .replica_timeout(Duration::from_secs(1)),
+    );
+    let frozen = Paused::new(replica.pid);
+    for _ in 0..4 {
+        let started = Instant::now();
+        match lock.write().await {
+            Err(Error::NotReplicated {
+                acknowledged: 0,
+                required: 1,
+            }) => {}
+            other => panic!("expected NotReplicated, got {other:?}"),
+        }
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_secs(1) && took < Duration::from_millis(1900),
+            "the acquire took {took:?}"
+        );
+    }
+    assert!(
+        neighbour.is_held(),
+        "a renewal queued behind the WAITs lost its lease"
+    );
+    frozen.resume();
+    assert!(
+        lock.state().await.unwrap().is_free(),
+        "an unreplicated hold stayed"
+    );
+    neighbour.release().await.unwrap();
+}

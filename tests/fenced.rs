@@ -90,7 +90,7 @@ async fn an_acquire_waits_for_a_replica_when_asked() {
         unique_name("replicated"),
         LockOptions::default()
             .min_replicas(1)
-            .replica_timeout(Duration::from_secs(2)),
+            .replica_timeout(Duration::from_secs(1)),
     );
     let writer = lock.write().await.unwrap();
     writer.release().await.unwrap();

@@ -395,3 +395,162 @@ async fn an_original_writer_after_our_expired_writer_keeps_its_hold() {
     original.release(&mut raw, "write", stamp).await;
     lock.try_write().await.unwrap().release().await.unwrap();
 }
+
+// ---- original clients with timeouts shorter than our leases ----
+
+/// Original clients that time out sooner than our leases last (read 1 s, write 3 s
+/// beside 10 s leases): our guard stops believing it holds by the time an original
+/// client may judge its stamp stale. An original writer that then enters keeps its
+/// hold: our release reports the lease lost and our readers stay out.
+#[tokio::test]
+async fn a_hold_ends_for_us_when_original_clients_may_judge_it_stale() {
+    let client = cluster_client().await;
+    let mut raw = raw_cluster().await;
+    let name = unique_name("interop-short");
+    let original = OriginalHash::new(hash_key(&name)); // read 1 s, write 3 s
+    let lock = client.rwlock_with(
+        &name,
+        LockOptions::default()
+            .auto_renew(false)
+            .original_timeouts(Duration::from_secs(1), Duration::from_secs(3)),
+    );
+    for (mode, original_timeout) in [("write", 3_000), ("read", 1_000)] {
+        let acquired = tokio::time::Instant::now();
+        let hold = if mode == "write" {
+            Hold::Write(lock.write().await.unwrap())
+        } else {
+            Hold::Read(lock.read().await.unwrap())
+        };
+        assert!(hold.is_held(), "{mode}: not held right after the acquire");
+        tokio::time::sleep_until(acquired + Duration::from_millis(original_timeout + 200)).await;
+        assert!(
+            !hold.is_held(),
+            "{mode}: our guard still believes it holds past the original timeout"
+        );
+        let stamp = original.acquire_write(&mut raw).await.unwrap_or_else(|| {
+            panic!("{mode}: our stale stamp still kept the original writer out")
+        });
+        assert!(
+            matches!(hold.release().await, Err(Error::LeaseLost)),
+            "{mode}: the release did not report the lease lost"
+        );
+        assert!(
+            matches!(lock.try_read().await, Err(Error::WouldBlock)),
+            "{mode}: our reader entered beside the original writer"
+        );
+        original.release(&mut raw, "write", stamp).await;
+    }
+}
+
+/// An original client's stamp, in a later millisecond than every stamp of ours on
+/// the lock (a stamp equal to ours cannot be told apart from it: a known limit).
+async fn later_stamp(raw: &mut redis::cluster_async::ClusterConnection, name: &str) -> i64 {
+    let ours: Vec<Option<i64>> = redis::cmd("HMGET")
+        .arg(hash_key(name))
+        .arg(&["wstamp", "rstamp"])
+        .query_async(raw)
+        .await
+        .unwrap();
+    let latest = ours.into_iter().flatten().max().unwrap_or(0);
+    client_now_ms().max(latest + 1)
+}
+
+/// A read or write guard, for tests that treat both alike.
+enum Hold {
+    Read(redis_rwlock::RwLockReadGuard),
+    Write(redis_rwlock::RwLockWriteGuard),
+}
+
+impl Hold {
+    fn is_held(&self) -> bool {
+        match self {
+            Hold::Read(guard) => guard.is_held(),
+            Hold::Write(guard) => guard.is_held(),
+        }
+    }
+
+    async fn release(self) -> Result<(), Error> {
+        match self {
+            Hold::Read(guard) => guard.release().await,
+            Hold::Write(guard) => guard.release().await,
+        }
+    }
+
+    async fn lost(&self) {
+        match self {
+            Hold::Read(guard) => guard.lost().await,
+            Hold::Write(guard) => guard.lost().await,
+        }
+    }
+}
+
+/// An original writer that entered beside our hold (it judged our stamp stale, e.g.
+/// after a renewal was delayed past its timeout): our next renewal reports the lease
+/// lost instead of renewing, leaves the original writer's stamp alone, and our
+/// clients stay out until the original writer's hold ends.
+#[tokio::test]
+async fn a_renewal_that_finds_an_original_writer_beside_our_hold_reports_it_lost() {
+    let client = cluster_client().await;
+    let mut raw = raw_cluster().await;
+    for mode in ["write", "read"] {
+        let name = unique_name("interop-beside");
+        let lock = client.rwlock_with(
+            &name,
+            LockOptions::default()
+                .original_timeouts(Duration::from_secs(1), Duration::from_secs(3)),
+        );
+        let hold = if mode == "write" {
+            Hold::Write(lock.write().await.unwrap())
+        } else {
+            Hold::Read(lock.read().await.unwrap())
+        };
+        // The original writer's acquire, as if our stamp had been judged stale.
+        let theirs = later_stamp(&mut raw, &name).await;
+        let _: () = raw.hset(hash_key(&name), "write", theirs).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(3), hold.lost())
+            .await
+            .unwrap_or_else(|_| panic!("{mode}: the renewal did not report the lease lost"));
+        let write: i64 = raw.hget(hash_key(&name), "write").await.unwrap();
+        assert_eq!(
+            write, theirs,
+            "{mode}: our renewal overwrote the original writer's stamp"
+        );
+        assert!(matches!(hold.release().await, Err(Error::LeaseLost)));
+        assert!(
+            matches!(lock.try_read().await, Err(Error::WouldBlock)),
+            "{mode}: our reader entered beside the original writer"
+        );
+    }
+}
+
+/// A fenced write refuses to write while an original client holds beside our writer.
+#[tokio::test]
+async fn a_fenced_write_is_refused_while_an_original_client_holds_beside_ours() {
+    let client = cluster_client().await;
+    let mut raw = raw_cluster().await;
+    for field in ["write", "read"] {
+        let name = unique_name("interop-fenced");
+        let lock = client.rwlock_with(
+            &name,
+            LockOptions::default()
+                .original_timeouts(Duration::from_secs(1), Duration::from_secs(3)),
+        );
+        let writer = lock.write().await.unwrap();
+        let theirs = later_stamp(&mut raw, &name).await;
+        let _: () = raw.hset(hash_key(&name), field, theirs).await.unwrap();
+        let cache = format!("cache:{{{name}}}");
+        let result = writer
+            .fenced_write(redis_rwlock::FencedWrites::new().set(&cache, "stale"))
+            .await;
+        assert!(
+            matches!(result, Err(Error::LeaseLost)),
+            "{field}: {result:?}"
+        );
+        let written: bool = raw.exists(&cache).await.unwrap();
+        assert!(
+            !written,
+            "{field}: the fenced write landed beside an original client"
+        );
+        assert!(!writer.is_held());
+    }
+}

@@ -63,12 +63,16 @@ async fn a_key_of_another_type_gives_wrong_type_and_is_left_alone() {
     let key = format!("rwlock:{{{name}}}");
     let _: () = raw.set(&key, "not a lock").await.unwrap();
     let lock = client.rwlock(&name);
+    // With `min_replicas` the script runs in a pipeline with WAIT.
+    let replicated = client.rwlock_with(&name, LockOptions::default().min_replicas(1));
     for result in [
         lock.read().await.map(drop),
         lock.write().await.map(drop),
         lock.try_read().await.map(drop),
         lock.try_write().await.map(drop),
         lock.state().await.map(drop),
+        replicated.try_read().await.map(drop),
+        replicated.write().await.map(drop),
     ] {
         match result {
             Err(Error::WrongType { key: reported }) => assert_eq!(reported, key),

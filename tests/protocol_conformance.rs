@@ -32,8 +32,11 @@ const SLACK: i64 = 60;
 const READ_LEASE: i64 = 2 * TICK + 71;
 const WRITE_LEASE: i64 = 3 * TICK + 71;
 const INTENT_TTL: i64 = 2 * TICK + 71;
-/// Original-design clients' leases; their stamps are written 1 ms before the tick.
-const ORIGINAL: i64 = 2 * TICK + 72;
+/// Original-design clients' read and write timeouts, shorter than our leases (as in a
+/// fleet that kept the original's short timeouts); their stamps are written 1 ms
+/// before the tick.
+const ORIGINAL_READ: i64 = TICK + 72;
+const ORIGINAL_WRITE: i64 = 2 * TICK + 72;
 /// The whole-key TTL original-design clients set.
 const ORIGINAL_KEY_TTL: i64 = 3 * TICK + 143;
 /// The `+ 1000` of `set_expiry`.
@@ -84,7 +87,8 @@ enum Step {
     AcquireRead(usize),
     AcquireWrite(usize, bool),
     Release(usize),
-    Renew(usize, Time),
+    /// Renews in the write mode (true) or the read mode.
+    Renew(usize, bool),
     Downgrade(usize),
     FencedWrite(usize),
     /// An original-design client acquires (read / write), with its own clock: the
@@ -102,7 +106,7 @@ fn random_step(rng: &mut StdRng) -> Step {
         0..18 => Step::AcquireRead(t),
         18..36 => Step::AcquireWrite(t, rng.random_bool(0.8)),
         36..52 => Step::Release(t),
-        52..62 => Step::Renew(t, [READ_LEASE, WRITE_LEASE][rng.random_range(0..2)]),
+        52..62 => Step::Renew(t, rng.random_bool(0.5)),
         62..67 => Step::Downgrade(t),
         67..71 => Step::FencedWrite(t),
         71..74 => Step::OriginalAcquire(rng.random_bool(0.5)),
@@ -222,8 +226,8 @@ impl Run<'_> {
                 }
                 let args = [
                     ORIGINAL_KEY_TTL.to_string(),
-                    ORIGINAL.to_string(),
-                    ORIGINAL.to_string(),
+                    ORIGINAL_READ.to_string(),
+                    ORIGINAL_WRITE.to_string(),
                     caller.to_string(),
                 ];
                 let s = self.scripts;
@@ -278,9 +282,11 @@ impl Run<'_> {
                 let s = self.scripts;
                 (Some(out), Some(self.call(&s.release, &args)?))
             }
-            Step::Renew(t, lease) => {
-                let out = lua::renew(&mut self.model, &p, now, tok(t), lease);
-                let args = [self.tokens[t].clone(), lease.to_string()];
+            Step::Renew(t, write) => {
+                let lease = if write { WRITE_LEASE } else { READ_LEASE };
+                let out = lua::renew(&mut self.model, &p, now, tok(t), lease, write);
+                let mode = if write { "write" } else { "read" };
+                let args = [self.tokens[t].clone(), lease.to_string(), mode.into()];
                 let s = self.scripts;
                 (Some(out), Some(self.call(&s.renew, &args)?))
             }
@@ -512,8 +518,8 @@ fn run_seed(url: &str, scripts: &Scripts, seed: u64) -> Result<usize, Stop> {
         params: Params {
             idle: IDLE,
             us_per_unit: 1000,
-            original_read: ORIGINAL,
-            original_write: ORIGINAL,
+            original_read: ORIGINAL_READ,
+            original_write: ORIGINAL_WRITE,
         },
         now: start,
         start,
@@ -546,8 +552,10 @@ fn spans_keep_expiry_decisions_exact() {
         READ_LEASE + IDLE,
         WRITE_LEASE + IDLE,
         INTENT_TTL + IDLE,
-        ORIGINAL - 1,
-        ORIGINAL - 1 + IDLE,
+        ORIGINAL_READ - 1,
+        ORIGINAL_READ - 1 + IDLE,
+        ORIGINAL_WRITE - 1,
+        ORIGINAL_WRITE - 1 + IDLE,
         ORIGINAL_KEY_TTL,
         ORIGINAL_KEY_TTL - 1,
     ] {

@@ -251,6 +251,63 @@ fn interop_with_an_original_reader() {
     check(cfg);
 }
 
+/// A mixed fleet whose original clients time out sooner than our leases last (the
+/// migration guide's 1 s / 3 s beside 10 s leases): an original client judges our
+/// stamp stale after its own timeout, so our guards must stop believing they hold by
+/// then, and a renewal or fenced write that finds an original client beside it must
+/// report the hold lost instead of taking the lock back.
+#[test]
+fn interop_with_original_timeouts_shorter_than_our_leases() {
+    for (name, original_readers, original_writers) in [
+        (
+            "1R+1W + an original writer, original timeouts < leases",
+            0,
+            1,
+        ),
+        (
+            "1R+1W + an original reader, original timeouts < leases",
+            1,
+            0,
+        ),
+    ] {
+        let mut cfg = base(name);
+        cfg.readers = 1;
+        cfg.writers = 1;
+        cfg.original_readers = original_readers;
+        cfg.original_writers = original_writers;
+        cfg.read_lease = 3;
+        cfg.write_lease = 3;
+        cfg.max_hold = 3;
+        cfg.params.original_read = 1;
+        cfg.params.original_write = 1;
+        cfg.horizon = 5;
+        cfg.fenced_writes = true;
+        cfg.faults.late_renewals = 1;
+        cfg.examples = vec!["an original-design client holds", "a writer holds"];
+        check(cfg);
+    }
+}
+
+/// Two operations of one client at once: the renewal task's write renewal is still
+/// on its way when the guard downgrades (or releases). With a write lease shorter
+/// than the read lease, such a renewal must not re-lease the new read hold with the
+/// write lease, or the server frees it while the guard believes it reads.
+#[test]
+fn a_late_renewal_does_not_touch_a_downgraded_hold() {
+    let mut cfg = base("1R+2W, a renewal that arrives after the downgrade");
+    cfg.readers = 1;
+    cfg.read_lease = 4;
+    cfg.write_lease = 2;
+    cfg.params.original_read = 4;
+    cfg.params.original_write = 2;
+    cfg.max_hold = 3;
+    cfg.horizon = 4;
+    cfg.try_write = false;
+    cfg.faults.late_renewals = 1;
+    cfg.examples = vec!["a writer holds", "a holder learns its lease is lost"];
+    check(cfg);
+}
+
 fn env(name: &str, default: i64) -> i64 {
     std::env::var(name)
         .ok()
@@ -275,6 +332,7 @@ fn explore() {
         lost_replies: env("MODEL_FR", 0) as u8,
         lost_messages: env("MODEL_FM", 0) as u8,
         failovers: env("MODEL_FF", 0) as u8,
+        late_renewals: env("MODEL_FL", 0) as u8,
     };
     cfg.fenced_writes = env("MODEL_FW", 0) == 1;
     cfg.exclusion = cfg.faults.failovers == 0;

@@ -12,7 +12,7 @@ use redis::AsyncCommands;
 use redis_rwlock::{Error, Fairness, LockOptions};
 use tokio::time::{Instant, timeout};
 
-use common::{cluster_client, raw_cluster, spawn_writer, unique_name, wait_for};
+use common::{cluster_client, raw_cluster, spawn_writer, unique_name, until_subscribers, wait_for};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_is_not_starved_by_a_stream_of_readers() {
@@ -227,4 +227,41 @@ async fn fencing_tokens_strictly_increase_also_across_key_expiry() {
         last = writer.fencing_token();
         writer.release().await.unwrap();
     }
+}
+
+/// Readers that only a queued writer kept out (writer preference) are woken as soon
+/// as that writer leaves the queue (here: its task is aborted), not by their re-check
+/// timer (half a second or more after their last attempt).
+#[tokio::test]
+async fn readers_kept_out_by_a_queued_writer_are_woken_when_the_queue_empties() {
+    let client = cluster_client().await;
+    let other = cluster_client().await;
+    let name = unique_name("queue-empties");
+    let lock = client.rwlock(&name);
+    let first = lock.read().await.unwrap();
+    let writer = spawn_writer(&lock);
+    wait_for(&lock, |s| s.queued_writers.len() == 1).await;
+    let reader = tokio::spawn({
+        let lock = other.rwlock(&name);
+        async move {
+            let guard = lock.read().await.unwrap();
+            (Instant::now(), guard)
+        }
+    });
+    // The reader has been refused, subscribed and refused again: its timer is set.
+    until_subscribers(&lock, 2).await;
+    writer.abort();
+    let withdrawn = Instant::now();
+    let (granted, second) = timeout(Duration::from_secs(5), reader)
+        .await
+        .unwrap()
+        .unwrap();
+    let gap = granted.saturating_duration_since(withdrawn);
+    println!("the reader got in {gap:?} after the queued writer left");
+    assert!(
+        gap < Duration::from_millis(250),
+        "the reader waited {gap:?} after the queue emptied"
+    );
+    second.release().await.unwrap();
+    first.release().await.unwrap();
 }

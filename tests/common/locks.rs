@@ -145,3 +145,28 @@ impl HoldChecker {
         *self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
+
+/// Waits until `n` clients subscribe to the lock's wake-up channel on the shared
+/// cluster (their waiters were refused and are listening), then 100 ms more: a
+/// waiter that subscribed tries once more at once, and only then sets its re-check
+/// timer (at least half a second later).
+pub async fn until_subscribers(lock: &RwLock, n: u64) {
+    let key = format!("rwlock:{{{}}}", lock.name());
+    let channel = format!("{key}:released");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (key, channel) = (key.clone(), channel.clone());
+        let subscribers = tokio::task::spawn_blocking(move || {
+            let cluster = shared_cluster();
+            cluster.shard_subscribers(cluster.master_for_key(&key), &channel)
+        })
+        .await
+        .expect("count the subscribers");
+        if subscribers >= n {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            return;
+        }
+        assert!(Instant::now() < deadline, "{subscribers} of {n} subscribed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

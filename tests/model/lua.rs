@@ -141,6 +141,8 @@ pub struct Loaded {
     pub intents: Vec<Intent>,
     pub freed: bool,
     pub freed_writer: bool,
+    /// A queued writer left (withdrawn or lapsed).
+    pub dequeued: bool,
     pub fence: i64,
     pub writer: Option<(Tok, Time)>,
     pub foreign_writer_until: Option<Time>,
@@ -274,6 +276,7 @@ pub fn load(h: &mut Hash, p: &Params, now: Time) -> Loaded {
         intents: Vec::new(),
         freed: false,
         freed_writer: false,
+        dequeued: false,
         fence: h.int(Field::Fence).unwrap_or(0),
         writer: None,
         foreign_writer_until: None,
@@ -300,6 +303,7 @@ pub fn load(h: &mut Hash, p: &Params, now: Time) -> Loaded {
                     });
                 } else {
                     stale.push(field);
+                    s.dequeued = true;
                 }
             }
             _ => {}
@@ -448,6 +452,12 @@ fn layout_foreign(s: &mut Loaded, h: &Hash, p: &Params, stale: &mut Vec<Field>) 
     }
 }
 
+/// `original_beside`: an original-design client holds in a mode that conflicts with
+/// our hold in mode `write`: it judged our stamp stale and entered.
+fn original_beside(s: &Loaded, write: bool) -> bool {
+    s.foreign_writer_until.is_some() || (write && s.foreign_reader_until.is_some())
+}
+
 fn is_free(s: &Loaded) -> bool {
     s.writer.is_none()
         && s.foreign_writer_until.is_none()
@@ -472,6 +482,10 @@ fn holds_until(s: &Loaded) -> Time {
 
 fn retry_hint(s: &Loaded) -> Time {
     (holds_until(s) - s.now).max(1)
+}
+
+fn queue_hint(s: &Loaded) -> Time {
+    (latest_intent(s) - s.now).max(1)
 }
 
 fn set_expiry(h: &mut Hash, s: &Loaded, p: &Params) {
@@ -530,11 +544,12 @@ fn drop_intent(h: &mut Hash, s: &mut Loaded, token: Tok) -> bool {
     s.intents.remove(i);
     h.hdel(&[Field::Wait(token)]);
     mark_queue(h, s);
+    s.dequeued = true;
     true
 }
 
 fn wake(s: &Loaded) -> Option<Wake> {
-    if !s.freed {
+    if !(s.freed || s.dequeued) {
         return None;
     }
     if is_free(s) {
@@ -543,7 +558,10 @@ fn wake(s: &Loaded) -> Option<Wake> {
                 .first()
                 .map_or(Wake::All, |i| Wake::Writer(i.token)),
         )
-    } else if s.freed_writer && s.writer.is_none() && s.foreign_writer_until.is_none() {
+    } else if s.writer.is_none()
+        && s.foreign_writer_until.is_none()
+        && (s.freed_writer || (s.dequeued && s.intents.is_empty()))
+    {
         Some(Wake::Readers)
     } else {
         None
@@ -597,7 +615,12 @@ pub fn acquire_read(
         || (writer_preferred && !s.intents.is_empty());
     if blocked && !held {
         set_expiry(h, &s, p);
-        return done(Reply::Refused(retry_hint(&s)), wake(&s));
+        let hint = if s.writer.is_some() || s.foreign_writer_until.is_some() {
+            retry_hint(&s)
+        } else {
+            queue_hint(&s)
+        };
+        return done(Reply::Refused(hint), wake(&s));
     }
     hold_read(h, &mut s, token, lease);
     set_expiry(h, &s, p);
@@ -632,7 +655,8 @@ pub fn acquire_write(
     }
     let mut s = load(h, p, now);
     if s.writer_is(token) {
-        return done(Reply::Granted(s.fence), None);
+        set_expiry(h, &s, p);
+        return done(Reply::Granted(s.fence), wake(&s));
     }
     let first = s.intents.first().copied();
     if !is_free(&s) || first.is_some_and(|i| i.token != token) {
@@ -706,21 +730,21 @@ pub fn release(h: &mut Hash, p: &Params, now: Time, token: Tok) -> Outcome {
         drop_reader(h, &mut s, token);
         removed = 1;
     }
-    if drop_intent(h, &mut s, token) {
-        s.freed = true;
-    }
+    drop_intent(h, &mut s, token);
     set_expiry(h, &s, p);
     done(Reply::Int(removed), wake(&s))
 }
 
-/// renew.lua
-pub fn renew(h: &mut Hash, p: &Params, now: Time, token: Tok, lease: Time) -> Outcome {
+/// renew.lua; `write`: the mode of the hold the caller renews.
+pub fn renew(h: &mut Hash, p: &Params, now: Time, token: Tok, lease: Time, write: bool) -> Outcome {
     let mut s = load(h, p, now);
     let mut renewed = 0;
-    if s.writer_is(token) {
+    if original_beside(&s, write) {
+        // The hold no longer excludes an original client: lost.
+    } else if write && s.writer_is(token) {
         hold_write(h, &mut s, token, lease);
         renewed = 1;
-    } else if s.readers.contains_key(&token) {
+    } else if !write && s.readers.contains_key(&token) {
         hold_read(h, &mut s, token, lease);
         renewed = 1;
     }
@@ -732,7 +756,8 @@ pub fn renew(h: &mut Hash, p: &Params, now: Time, token: Tok, lease: Time) -> Ou
 pub fn downgrade(h: &mut Hash, p: &Params, now: Time, token: Tok, lease: Time) -> Outcome {
     let mut s = load(h, p, now);
     if s.readers.contains_key(&token) && !s.writer_is(token) {
-        return done(Reply::Int(1), None);
+        set_expiry(h, &s, p);
+        return done(Reply::Int(1), wake(&s));
     }
     if !s.writer_is(token) {
         set_expiry(h, &s, p);
@@ -748,7 +773,7 @@ pub fn downgrade(h: &mut Hash, p: &Params, now: Time, token: Tok, lease: Time) -
 /// reply is the fence when the token holds the write lock, else 0 (nothing written).
 pub fn fenced_write(h: &mut Hash, p: &Params, now: Time, token: Tok) -> Outcome {
     let s = load(h, p, now);
-    if !s.writer_is(token) {
+    if !s.writer_is(token) || original_beside(&s, true) {
         set_expiry(h, &s, p);
         return done(Reply::Int(0), wake(&s));
     }
@@ -759,7 +784,7 @@ pub fn fenced_write(h: &mut Hash, p: &Params, now: Time, token: Tok) -> Outcome 
 pub fn live_view(h: &Hash, p: &Params, now: Time) -> (Loaded, Option<i64>) {
     let mut copy = h.clone();
     let mut s = load(&mut copy, p, now);
-    (s.freed, s.freed_writer) = (false, false);
+    (s.freed, s.freed_writer, s.dequeued) = (false, false, false);
     (s, copy.int(Field::Wseq))
 }
 

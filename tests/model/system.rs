@@ -50,6 +50,10 @@ pub struct Faults {
     pub lost_messages: u8,
     /// The master fails and the promoted replica lacks the last script's writes.
     pub failovers: u8,
+    /// A renewal the renewal task sent reaches the server late (a driver retry, a
+    /// slow node): at any later tick, also after the guard moved on (downgraded,
+    /// released) and its renewal task was stopped.
+    pub late_renewals: u8,
 }
 
 /// What the checker explores.
@@ -105,6 +109,17 @@ impl Config {
             Mode::Read => self.read_lease,
             Mode::Write => self.write_lease,
         }
+    }
+
+    /// How long a client believes a hold after sending the request that granted or
+    /// renewed it (`RwLock::held_for`): the lease, cut to the original clients'
+    /// timeout for the stamp they judge that mode by, since after it they may enter.
+    fn held_for(&self, mode: Mode) -> Time {
+        let original = match mode {
+            Mode::Read => self.params.original_read,
+            Mode::Write => self.params.original_write,
+        };
+        self.lease(mode).min(original)
     }
 
     fn clients(&self) -> u8 {
@@ -201,10 +216,20 @@ pub struct Inflight {
     pub sent: Time,
 }
 
+/// A renewal on its way to the server (fault `late_renewals`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Late {
+    pub token: Tok,
+    pub mode: Mode,
+    pub sent: Time,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Client {
     pub phase: Phase,
     pub inflight: Option<Inflight>,
+    /// A renewal sent by the renewal task that has not reached the server yet.
+    pub late: Option<Late>,
     /// Takes no step before this tick.
     pub paused_until: Time,
     /// A wake-up message that concerns it arrived.
@@ -254,6 +279,10 @@ pub enum Action {
     Failover,
     /// An original-design client acquires (when idle) or releases.
     Original(u8),
+    /// The renewal task sends a renewal that will reach the server late.
+    SendLateRenewal(u8),
+    /// That renewal reaches the server now.
+    LateRenewalArrives(u8),
     Tick,
 }
 
@@ -361,7 +390,14 @@ impl Lock {
                 let ttl = if wait { cfg.intent_ttl } else { 0 };
                 lua::acquire_write(&mut s.hash, p, now, token, cfg.write_lease, ttl)
             }
-            Op::Renew => lua::renew(&mut s.hash, p, now, token, cfg.lease(mode)),
+            Op::Renew => lua::renew(
+                &mut s.hash,
+                p,
+                now,
+                token,
+                cfg.lease(mode),
+                mode == Mode::Write,
+            ),
             Op::Release => lua::release(&mut s.hash, p, now, token),
             Op::Downgrade => lua::downgrade(&mut s.hash, p, now, token, cfg.read_lease),
             Op::FencedWrite => lua::fenced_write(&mut s.hash, p, now, token),
@@ -436,7 +472,7 @@ impl Lock {
                     token,
                     mode,
                     since: now,
-                    until: sent + cfg.lease(mode),
+                    until: sent + cfg.held_for(mode),
                     fence,
                     lost: false,
                 };
@@ -484,8 +520,8 @@ impl Lock {
             ) => {
                 let ok = reply != Reply::Int(0);
                 let (mode, until) = match (op, ok) {
-                    (Op::Renew, true) => (mode, sent + cfg.lease(mode)),
-                    (Op::Downgrade, true) => (Mode::Read, sent + cfg.read_lease),
+                    (Op::Renew, true) => (mode, sent + cfg.held_for(mode)),
+                    (Op::Downgrade, true) => (Mode::Read, sent + cfg.held_for(Mode::Read)),
                     _ => (mode, until),
                 };
                 c.phase = Phase::Holding {
@@ -526,7 +562,8 @@ impl Lock {
             }
             Phase::Holding { mode, .. } => {
                 let believes = c.believes(s.now).is_some();
-                if believes {
+                // One renewal at a time: the renewal task awaits each.
+                if believes && c.late.is_none() {
                     out.push(Op::Renew);
                 }
                 out.push(Op::Release);
@@ -681,6 +718,44 @@ impl Lock {
                     note.push_str(&text);
                 }
             }
+            Action::SendLateRenewal(i) => {
+                s.budget.late_renewals -= 1;
+                let c = &mut s.clients[i as usize];
+                let Phase::Holding { token, mode, .. } = c.phase else {
+                    return None;
+                };
+                c.late = Some(Late {
+                    token,
+                    mode,
+                    sent: now,
+                });
+            }
+            Action::LateRenewalArrives(i) => {
+                let i = i as usize;
+                let late = s.clients[i].late.take()?;
+                let out = self.exec(&mut s, Op::Renew, late.token, late.mode);
+                if let Some(note) = note {
+                    let _ = write!(note, "{}", describe(Op::Renew, &out));
+                }
+                // The renewal task still awaits it only if the guard holds in that
+                // mode; it gave up (lease lost) at the local deadline.
+                if let Phase::Holding {
+                    token,
+                    mode,
+                    until,
+                    lost,
+                    ..
+                } = &mut s.clients[i].phase
+                    && *token == late.token
+                    && *mode == late.mode
+                {
+                    if out.reply == Reply::Int(1) && now < *until {
+                        *until = late.sent + self.cfg.held_for(late.mode);
+                    } else {
+                        *lost = true;
+                    }
+                }
+            }
             Action::Tick => self.advance(&mut s),
         }
         self.note_grantable(&mut s);
@@ -742,6 +817,11 @@ impl Lock {
             Action::LoseWakeup(i) => format!("a wake-up for {} is lost", who(i)),
             Action::Failover => "failover: the last script's writes are lost".into(),
             Action::Original(i) => who(i),
+            Action::SendLateRenewal(i) => format!(
+                "{}'s renewal task sends a renewal that will arrive late",
+                who(i)
+            ),
+            Action::LateRenewalArrives(i) => format!("{}'s late renewal arrives", who(i)),
             Action::Tick => "time passes".into(),
         };
         if note.is_empty() {
@@ -834,6 +914,13 @@ impl Lock {
             if let Some(f) = c.inflight {
                 let _ = write!(extra, ", awaiting a resend of {}", op_name(f.op));
             }
+            if let Some(late) = c.late {
+                let _ = write!(
+                    extra,
+                    ", a {:?} renewal of {} sent at t={} on its way",
+                    late.mode, late.token, late.sent
+                );
+            }
             let _ = writeln!(out, "    {name}: {phase}{extra}");
         }
         out
@@ -889,6 +976,7 @@ impl Model for Lock {
         let idle = Client {
             phase: Phase::Idle,
             inflight: None,
+            late: None,
             paused_until: 0,
             woken: false,
             acquisitions: 0,
@@ -953,6 +1041,16 @@ impl Model for Lock {
             }
             if s.budget.lost_messages > 0 && c.woken {
                 actions.push(Action::LoseWakeup(id));
+            }
+            if c.late.is_some() {
+                actions.push(Action::LateRenewalArrives(id));
+            } else if s.budget.late_renewals > 0
+                && c.paused_until <= s.now
+                && c.inflight.is_none()
+                && matches!(c.phase, Phase::Holding { .. })
+                && c.believes(s.now).is_some()
+            {
+                actions.push(Action::SendLateRenewal(id));
             }
         }
         if s.now < self.cfg.horizon {
@@ -1259,6 +1357,9 @@ impl Lock {
             if let Some(f) = &mut c.inflight {
                 f.token = self.rename_tok(perm, f.token);
             }
+            if let Some(late) = &mut c.late {
+                late.token = self.rename_tok(perm, late.token);
+            }
             out.clients[perm[i]] = c;
         }
         out
@@ -1299,6 +1400,8 @@ impl Lock {
                 Action::Pause(i) => Action::Pause(map(i)),
                 Action::LoseWakeup(i) => Action::LoseWakeup(map(i)),
                 Action::Original(i) => Action::Original(map(i)),
+                Action::SendLateRenewal(i) => Action::SendLateRenewal(map(i)),
+                Action::LateRenewalArrives(i) => Action::LateRenewalArrives(map(i)),
                 other => other,
             };
             let _ = writeln!(
