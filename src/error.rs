@@ -92,5 +92,35 @@ impl Error {
     }
 }
 
+/// An error with its whole chain of sources, `"a: b: c"`, for log lines (an
+/// [`Error::Redis`] alone only says that a request failed).
+pub(crate) struct Chain<'a>(pub(crate) &'a dyn std::error::Error);
+
+impl std::fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(err) = source {
+            write!(f, ": {err}")?;
+            source = err.source();
+        }
+        Ok(())
+    }
+}
+
 /// Shorthand for results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chain_shows_every_source() {
+        let io = std::io::Error::new(std::io::ErrorKind::TimedOut, "no reply in 2 s");
+        let err = Error::Redis(RedisError::from(io));
+        let shown = Chain(&err).to_string();
+        assert!(shown.starts_with("redis request failed: "), "{shown}");
+        assert!(shown.contains("no reply in 2 s"), "{shown}");
+    }
+}

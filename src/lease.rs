@@ -9,6 +9,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 
+use crate::error::Chain;
 use crate::scripts::LockMode;
 use crate::token::Token;
 use crate::{Error, FencedWrites, RwLock};
@@ -47,8 +48,11 @@ impl Status {
         *self.deadline.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Moves the deadline to `deadline` if that is later (two renewals may finish
+    /// out of order: the later send decides).
     fn extend(&self, deadline: Instant) {
-        *self.deadline.lock().unwrap_or_else(PoisonError::into_inner) = deadline;
+        let mut current = self.deadline.lock().unwrap_or_else(PoisonError::into_inner);
+        *current = (*current).max(deadline);
     }
 
     fn mark_lost(&self) {
@@ -112,6 +116,27 @@ impl Lease {
 
     pub(crate) fn token(&self) -> Option<&Token> {
         self.held.as_ref().map(|held| &held.token)
+    }
+
+    /// The lock's name (empty once released: guards never show that state).
+    pub(crate) fn name(&self) -> &str {
+        self.held.as_ref().map_or("", |held| held.lock.name())
+    }
+
+    /// The local deadline: the hold counts as held until then unless renewed.
+    pub(crate) fn deadline(&self) -> std::time::Instant {
+        self.held
+            .as_ref()
+            .map_or_else(Instant::now, |held| held.status.deadline())
+            .into_std()
+    }
+
+    /// Renews the hold now, as the renewal task does.
+    pub(crate) async fn extend(&self) -> Result<(), Error> {
+        let Some(held) = &self.held else {
+            return Err(Error::LeaseLost);
+        };
+        renew_once(&held.lock, &held.token, held.mode, &held.status).await
     }
 
     /// Ends the hold. `Err(LeaseLost)` when the lease was already known lost (the
@@ -183,7 +208,7 @@ impl Held {
             match lock.release_token_until(&token, until).await {
                 Ok(_) => tracing::debug!(lock = lock.name(), ?mode, "released on drop"),
                 Err(err) => tracing::warn!(
-                    lock = lock.name(), ?mode, %err,
+                    lock = lock.name(), ?mode, error = %Chain(&err),
                     "release on drop failed; the hold ends when its lease does"
                 ),
             }
@@ -199,12 +224,15 @@ impl Drop for Lease {
     }
 }
 
-/// The renewal task: renews every third of the lease (more often when original
-/// clients must see fresh stamps) until the hold is lost or the guard goes.
-/// Without auto-renewal it only marks the lease lost when it runs out.
+/// The renewal task: renews every third of the time a hold counts
+/// ([`RwLock::renew_period`]) until the hold is lost or the guard goes. Without
+/// auto-renewal it only marks the lease lost when its deadline (which `extend()` may
+/// move) passes.
 async fn renew(lock: RwLock, token: Token, mode: LockMode, status: Arc<Status>) {
     if !lock.options().auto_renew {
-        sleep_until(status.deadline()).await;
+        while Instant::now() < status.deadline() {
+            sleep_until(status.deadline()).await;
+        }
         status.mark_lost();
         return;
     }
@@ -212,39 +240,57 @@ async fn renew(lock: RwLock, token: Token, mode: LockMode, status: Arc<Status>) 
     loop {
         sleep(period).await;
         loop {
-            let sent = Instant::now();
-            let deadline = status.deadline();
-            if sent >= deadline {
-                tracing::warn!(
-                    lock = lock.name(),
-                    ?mode,
-                    "lease lost: Redis unreachable until the lease ended"
-                );
-                status.mark_lost();
-                return;
-            }
-            match timeout(deadline - sent, lock.renew_token(&token, mode)).await {
-                Ok(Ok(true)) => {
-                    status.extend(sent + lock.held_for(mode));
-                    tracing::trace!(lock = lock.name(), ?mode, "renewed");
-                    break;
-                }
-                Ok(Ok(false)) => {
-                    tracing::warn!(
+            match renew_once(&lock, &token, mode, &status).await {
+                Ok(()) => break,
+                Err(Error::LeaseLost) => return,
+                Err(err) => {
+                    tracing::debug!(
                         lock = lock.name(),
                         ?mode,
-                        "lease lost: at renewal the hold was gone, or a client of the original design held beside it"
+                        error = %Chain(&err),
+                        "renewal failed; retrying"
                     );
-                    status.mark_lost();
-                    return;
+                    let left = status.deadline().saturating_duration_since(Instant::now());
+                    sleep(RENEW_RETRY.min(left)).await;
                 }
-                Ok(Err(err)) => {
-                    tracing::debug!(lock = lock.name(), ?mode, %err, "renewal failed; retrying");
-                    sleep(RENEW_RETRY.min(deadline.saturating_duration_since(Instant::now())))
-                        .await;
-                }
-                Err(_) => {}
             }
         }
+    }
+}
+
+/// One renewal, bounded by the local deadline. `Ok`: renewed, the deadline moved on.
+/// `Err(LeaseLost)`: the lease is lost (the hold was gone, an original-design client
+/// held beside it, or the deadline passed first), and marked so. Any other error:
+/// this attempt failed; time may remain for another.
+async fn renew_once(
+    lock: &RwLock,
+    token: &Token,
+    mode: LockMode,
+    status: &Status,
+) -> Result<(), Error> {
+    let sent = Instant::now();
+    let deadline = status.deadline();
+    let lost = |why: &str| {
+        tracing::warn!(lock = lock.name(), ?mode, "lease lost: {why}");
+        status.mark_lost();
+        Err(Error::LeaseLost)
+    };
+    if *status.lost.borrow() {
+        return Err(Error::LeaseLost);
+    }
+    if sent >= deadline {
+        return lost("Redis unreachable until the lease ended");
+    }
+    match timeout(deadline - sent, lock.renew_token(token, mode)).await {
+        Ok(Ok(true)) => {
+            status.extend(sent + lock.held_for(mode));
+            tracing::trace!(lock = lock.name(), ?mode, "renewed");
+            Ok(())
+        }
+        Ok(Ok(false)) => {
+            lost("at renewal the hold was gone, or a client of the original design held beside it")
+        }
+        Ok(Err(err)) => Err(err),
+        Err(_) => lost("Redis unreachable until the lease ended"),
     }
 }

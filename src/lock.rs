@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use crate::client::LockClient;
 use crate::connection::{Connection, OVERALL_TIMEOUT, RESPONSE_TIMEOUT};
+use crate::error::Chain;
 use crate::lease::Lease;
 use crate::options::check_name;
 use crate::scripts::{Acquired, LockMode, Replicas, Target};
@@ -437,7 +438,7 @@ impl RwLock {
         };
         if matches!(reply, Acquired::Granted { .. }) && acknowledged < options.min_replicas {
             if let Err(err) = self.release_token(token).await {
-                tracing::warn!(lock = self.name(), %err, "could not release an unreplicated hold; it ends with its lease");
+                tracing::warn!(lock = self.name(), error = %Chain(&err), "could not release an unreplicated hold; it ends with its lease");
             }
             return Err(Error::NotReplicated {
                 acknowledged,
@@ -470,7 +471,7 @@ impl RwLock {
             );
             match attempt.await {
                 Ok(Err(Error::Redis(err))) if Instant::now() + RELEASE_RETRY < give_up => {
-                    tracing::debug!(lock = self.name(), %err, "release failed; retrying");
+                    tracing::debug!(lock = self.name(), error = %Chain(&err), "release failed; retrying");
                     tokio::time::sleep(RELEASE_RETRY).await;
                 }
                 Ok(done) => return done,

@@ -4,6 +4,7 @@ use std::fmt;
 
 use crate::Error;
 use crate::lease::Lease;
+use crate::state::LockMode;
 
 /// A read hold on an [`RwLock`](crate::RwLock), renewed in the background while it
 /// lives. Release it with [`release`](Self::release); dropping it releases in the
@@ -17,6 +18,88 @@ pub struct RwLockReadGuard {
 impl RwLockReadGuard {
     pub(crate) fn new(lease: Lease) -> Self {
         RwLockReadGuard { lease }
+    }
+
+    /// The name of the lock this guard holds.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(client: redis_rwlock::LockClient) -> Result<(), redis_rwlock::Error> {
+    /// let reader = client.rwlock("inventory").read().await?;
+    /// assert_eq!(reader.name(), "inventory");
+    /// # Ok(()) }
+    /// ```
+    pub fn name(&self) -> &str {
+        self.lease.name()
+    }
+
+    /// The mode of this hold: [`LockMode::Read`](crate::LockMode::Read).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// let reader = lock.read().await?;
+    /// assert_eq!(reader.mode(), redis_rwlock::LockMode::Read);
+    /// # Ok(()) }
+    /// ```
+    pub fn mode(&self) -> LockMode {
+        LockMode::Read
+    }
+
+    /// The local deadline of the lease: [`is_held`](Self::is_held) turns false then
+    /// unless a renewal moves it. It is when the request that granted or last renewed
+    /// the hold was sent, plus the lease (cut to the original-design clients' timeout
+    /// when [`LockOptions::original_timeouts`](crate::LockOptions::original_timeouts)
+    /// is set), on this process's monotonic clock; Redis's deadline is never earlier.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// let reader = lock.read().await?;
+    /// let left = reader.deadline().saturating_duration_since(std::time::Instant::now());
+    /// println!("held for at least {left:?} more");
+    /// # Ok(()) }
+    /// ```
+    pub fn deadline(&self) -> std::time::Instant {
+        self.lease.deadline()
+    }
+
+    /// Renews the lease now, for a full lease from this call (what the background
+    /// renewal does; with [`LockOptions::auto_renew`](crate::LockOptions::auto_renew)
+    /// off, this is how a long task keeps its hold).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the lease was already lost, the hold is gone, or the
+    /// local deadline passed before Redis answered (the guard then reports the lease
+    /// lost); [`Error::Redis`] when this attempt failed and the deadline has not passed
+    /// (the hold may still be renewed by a later call).
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped mid-flight the renewal may or may not have happened; the local
+    /// deadline moves only on a reply.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(client: redis_rwlock::LockClient) -> Result<(), redis_rwlock::Error> {
+    /// use redis_rwlock::LockOptions;
+    ///
+    /// let lock = client.rwlock_with("inventory", LockOptions::default().auto_renew(false));
+    /// let reader = lock.read().await?;
+    /// for batch in 0..10 {
+    ///     // ... one batch of work, well within the lease ...
+    ///     reader.extend().await?;
+    /// }
+    /// reader.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn extend(&self) -> Result<(), Error> {
+        self.lease.extend().await
     }
 
     /// False once the lease is known lost: a renewal found it gone, or Redis could

@@ -8,6 +8,7 @@ use redis::{Cmd, FromRedisValue, Script};
 
 use crate::Error;
 use crate::connection::Connection;
+use crate::error::Chain;
 use crate::slot::hash_tag;
 pub(crate) use crate::state::LockMode;
 use crate::token::Token;
@@ -194,7 +195,7 @@ impl Target {
                 Err(err) if err.code() == Some("NOSCRIPT") && !by_source => by_source = true,
                 Err(err) if is_slot_moving(&err) && redirects < SLOT_MOVE_RETRIES => {
                     redirects += 1;
-                    tracing::debug!(%err, redirects, "slot on the move; retrying");
+                    tracing::debug!(error = %Chain(&err), redirects, "slot on the move; retrying");
                     let pause = (SLOT_MOVE_PAUSE * 2u32.pow(redirects)).min(SLOT_MOVE_MAX_PAUSE);
                     tokio::time::sleep(pause.mul_f64(rand::random_range(0.5..1.0))).await;
                 }

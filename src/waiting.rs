@@ -16,6 +16,7 @@ use tokio::runtime::Handle;
 use tokio::time::{Instant, sleep_until};
 use tracing::Instrument;
 
+use crate::error::Chain;
 use crate::scripts::{Acquired, LockMode};
 use crate::token::Token;
 use crate::wakeups::{Interest, Listener, RESUBSCRIBED};
@@ -189,7 +190,7 @@ impl Drop for Pending<'_> {
         let token = self.token.clone();
         self.runtime.spawn(async move {
             if let Err(err) = lock.release_token(&token).await {
-                tracing::debug!(lock = lock.name(), %err, "could not withdraw an abandoned acquire");
+                tracing::debug!(lock = lock.name(), error = %Chain(&err), "could not withdraw an abandoned acquire");
             }
         });
     }

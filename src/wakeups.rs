@@ -20,6 +20,7 @@ use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 
 use crate::connection::Connection;
+use crate::error::Chain;
 use crate::scripts::LockMode;
 use crate::token::Token;
 use crate::{Error, Fairness};
@@ -116,7 +117,7 @@ impl Wakeups {
     pub(crate) async fn listen(&self, channel: &str, interest: Interest) -> Listener {
         let listener = self.hub.register(&self.hub, channel, interest);
         if let Err(err) = self.hub.sync(channel).await {
-            tracing::warn!(channel, %err, "could not subscribe to wake-ups; waiting on the re-check timer");
+            tracing::warn!(channel, error = %Chain(&err), "could not subscribe to wake-ups; waiting on the re-check timer");
         }
         listener
     }
@@ -195,7 +196,7 @@ impl Hub {
             match self.sync(&channel).await {
                 Ok(()) => tracing::debug!(channel, "wake-up subscription restored"),
                 Err(err) => {
-                    tracing::warn!(channel, %err, "could not restore a wake-up subscription; waiters fall back to their re-check timers")
+                    tracing::warn!(channel, error = %Chain(&err), "could not restore a wake-up subscription; waiters fall back to their re-check timers")
                 }
             }
             self.deliver(&channel, RESUBSCRIBED);
@@ -287,7 +288,7 @@ impl Drop for Listener {
             runtime.spawn(async move {
                 tokio::time::sleep(LINGER).await;
                 if let Err(err) = hub.sync(&channel).await {
-                    tracing::debug!(channel, %err, "unsubscribe failed");
+                    tracing::debug!(channel, error = %Chain(&err), "unsubscribe failed");
                 }
             });
         }

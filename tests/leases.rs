@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redis_rwlock::{Error, LockClient, LockOptions};
+use redis_rwlock::{Error, LockClient, LockMode, LockOptions};
 use tokio::time::{Instant, timeout};
 
 use common::{cluster_client, raw_cluster, shared_cluster, unique_name, wait_for};
@@ -214,4 +214,46 @@ async fn no_token_but_the_owners_releases_or_renews() {
         drop(guard);
         wait_for(&lock, |s| s.is_free()).await;
     }
+}
+
+/// With `auto_renew(false)`, `extend()` renews on demand: the hold outlives its lease
+/// as long as the guard extends it, `deadline()` moves with each renewal, and once
+/// the guard stops, the lease ends, `extend()` and `release()` say so.
+#[tokio::test]
+async fn extend_renews_a_hold_on_demand() {
+    let client = cluster_client().await;
+    let lease = Duration::from_millis(1500);
+    let lock = client.rwlock_with(
+        unique_name("extend"),
+        LockOptions::default()
+            .write_lease(lease)
+            .read_lease(lease)
+            .auto_renew(false),
+    );
+    let writer = lock.write().await.unwrap();
+    assert_eq!(writer.name(), lock.name());
+    assert_eq!(writer.mode(), LockMode::Write);
+    let mut deadline = writer.deadline();
+    assert!(deadline <= std::time::Instant::now() + lease);
+    for _ in 0..4 {
+        tokio::time::sleep(lease / 2).await;
+        writer.extend().await.unwrap();
+        assert!(
+            writer.deadline() > deadline,
+            "extend() did not move the deadline"
+        );
+        deadline = writer.deadline();
+    }
+    assert!(writer.is_held(), "held past its lease thanks to extend()");
+    assert!(matches!(lock.try_read().await, Err(Error::WouldBlock)));
+    tokio::time::timeout(lease + Duration::from_secs(1), writer.lost())
+        .await
+        .expect("the lease did not end once the guard stopped extending it");
+    assert!(matches!(writer.extend().await, Err(Error::LeaseLost)));
+    assert!(matches!(writer.release().await, Err(Error::LeaseLost)));
+
+    let reader = lock.read().await.unwrap();
+    assert_eq!(reader.mode(), LockMode::Read);
+    reader.extend().await.unwrap();
+    reader.release().await.unwrap();
 }
