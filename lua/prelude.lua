@@ -156,9 +156,11 @@ function layout.clear_all(s)
   redis.call('HDEL', KEY, 'write', 'wstamp', 'read', 'rstamp', 'orig:read')
 end
 
--- Reads the state, deletes every expired entry and returns the live state.
--- An error (WRONGTYPE) is raised before anything is written.
-local function load()
+-- Reads the state, deletes every expired entry and returns the live state; with
+-- `readonly`, only reads (state.lua: the live state is the same, the expired entries
+-- stay for the next script to purge). An error (WRONGTYPE) is raised before anything
+-- is written.
+local function load(readonly)
   local now, now_us = server_time()
   local flat = redis.call('HGETALL', KEY)
   local h = {}
@@ -210,6 +212,9 @@ local function load()
   end
   layout.foreign(s, h, stale)
 
+  if readonly then
+    return s
+  end
   if #stale > 0 then
     redis.call('HDEL', KEY, unpack(stale))
   end

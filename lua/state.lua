@@ -1,14 +1,13 @@
--- state.lua: who holds the lock, for display. Purges expired entries like every
--- script (and wakes waiters if that freed the lock); changes nothing else.
+-- state.lua: who holds the lock, for display. Only reads: expired entries are left
+-- out of the reply but not purged, so a user allowed reads only can run it and a
+-- status check never changes the lock.
 -- KEYS[1]  the lock's state hash
 -- ARGV[1..3] common (see prelude.lua)
 -- Returns {now_ms, fence, writer_token or '', writer_until_ms,
 --          original_writer_until_ms or 0, original_reader_until_ms or 0,
 --          {{reader_token, until_ms}, ...}, {{queued_writer_token, until_ms}, ...}}
 -- with queued writers first in line first.
-local s = load()
-set_expiry(s)
-wake(s)
+local s = load(true)
 
 local readers = {}
 for token, deadline in pairs(s.readers) do

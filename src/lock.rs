@@ -243,6 +243,9 @@ impl RwLock {
 
     /// Who holds the lock now, and until when, by the server's clock.
     ///
+    /// Only reads (`EVALSHA_RO`): it changes nothing on the server, so a user whose
+    /// ACL allows only reads of the lock's keys (`%R~`) can run it.
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidOptions`], [`Error::WrongType`], [`Error::Redis`] as for

@@ -30,6 +30,9 @@ pub(crate) struct Scripts {
 struct Lua {
     source: String,
     sha: String,
+    /// Only reads: sent as EVALSHA_RO / EVAL_RO, which Redis lets a user run with
+    /// read-only access to the keys (and which refuse any write the script tries).
+    read_only: bool,
 }
 
 impl Scripts {
@@ -40,7 +43,11 @@ impl Scripts {
                 include_str!("../lua/prelude.lua")
             );
             let sha = Script::new(&source).get_hash().to_owned();
-            Lua { source, sha }
+            Lua {
+                source,
+                sha,
+                read_only: false,
+            }
         };
         Scripts {
             acquire_read: make(include_str!("../lua/acquire_read.lua")),
@@ -50,7 +57,10 @@ impl Scripts {
             downgrade: make(include_str!("../lua/downgrade.lua")),
             fenced_write: make(include_str!("../lua/fenced_write.lua")),
             force_release: make(include_str!("../lua/force_release.lua")),
-            state: make(include_str!("../lua/state.lua")),
+            state: Lua {
+                read_only: true,
+                ..make(include_str!("../lua/state.lua"))
+            },
         }
     }
 }
@@ -163,10 +173,11 @@ impl Target {
         let mut by_source = false;
         let mut redirects = 0;
         loop {
-            let (verb, body) = if by_source {
-                ("EVAL", &script.source)
-            } else {
-                ("EVALSHA", &script.sha)
+            let (verb, body) = match (by_source, script.read_only) {
+                (false, false) => ("EVALSHA", &script.sha),
+                (true, false) => ("EVAL", &script.source),
+                (false, true) => ("EVALSHA_RO", &script.sha),
+                (true, true) => ("EVAL_RO", &script.source),
             };
             let mut cmd = redis::cmd(verb);
             cmd.arg(body)

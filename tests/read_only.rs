@@ -1,0 +1,93 @@
+//! `state()` only reads: it changes nothing on the server (no purge, no expiry, no
+//! wake-up), so it works for a user whose ACL allows reads only, and a status check
+//! never disturbs the lock it looks at.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redis_rwlock::{Error, LockClient, LockOptions};
+
+use common::{shared_standalone, standalone_client, unique_name};
+
+/// A user that may read keys under `rwlock:` and run scripts, nothing else.
+fn read_only_user() -> (String, String) {
+    let server = shared_standalone();
+    let user = unique_name("reader");
+    let password = "read-only-secret";
+    server.raw(
+        &server.nodes[0],
+        &[
+            "ACL",
+            "SETUSER",
+            &user,
+            "on",
+            &format!(">{password}"),
+            "resetkeys",
+            "%R~rwlock:*",
+            "resetchannels",
+            "-@all",
+            "+@read",
+            "+@connection",
+            "+eval_ro",
+            "+evalsha_ro",
+            "+time",
+            "+info",
+        ],
+    );
+    (user, password.to_owned())
+}
+
+#[tokio::test]
+async fn state_only_reads_and_works_for_a_read_only_user() {
+    let server = shared_standalone();
+    let owner = standalone_client().await;
+    let name = unique_name("read-only");
+    let lease = Duration::from_millis(800);
+    let lock = owner.rwlock_with(
+        &name,
+        LockOptions::default().read_lease(lease).auto_renew(false),
+    );
+    let key = format!("rwlock:{{{name}}}");
+    // An expired reader entry that only a writing script would purge.
+    let reader = lock.read().await.unwrap();
+    let mut raw = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    tokio::time::timeout(lease * 2, reader.lost())
+        .await
+        .unwrap();
+    std::mem::forget(reader);
+    let before: Vec<(String, String)> = raw.hgetall(&key).await.unwrap();
+    let ttl_before: i64 = raw.pttl(&key).await.unwrap();
+    assert!(!before.is_empty());
+
+    let (user, password) = read_only_user();
+    let url = server
+        .url()
+        .replace("redis://", &format!("redis://{user}:{password}@"));
+    let viewer = LockClient::standalone(url).await.unwrap();
+    let seen = viewer.rwlock(&name).state().await.unwrap();
+    assert!(
+        seen.is_free(),
+        "an expired reader counted as a holder: {seen:?}"
+    );
+
+    let after: Vec<(String, String)> = raw.hgetall(&key).await.unwrap();
+    let ttl_after: i64 = raw.pttl(&key).await.unwrap();
+    assert_eq!(before, after, "state() changed the hash");
+    assert!(ttl_after <= ttl_before, "state() moved the key's expiry");
+
+    // The read-only user may look, not lock.
+    match viewer.rwlock(&name).try_write().await {
+        Err(Error::Redis(err)) => assert!(
+            err.to_string().contains("NOPERM") || err.code() == Some("NOPERM"),
+            "{err}"
+        ),
+        other => panic!("a read-only user took the lock: {other:?}"),
+    }
+}
