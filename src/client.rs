@@ -2,8 +2,14 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tokio::time::{Instant, timeout_at};
 
 use crate::connection::Connection;
+use crate::error::Chain;
+use crate::live::Live;
 use crate::wakeups::Wakeups;
 use crate::{Error, LockOptions, RwLock};
 
@@ -32,6 +38,8 @@ pub struct LockClient {
 pub(crate) struct ClientInner {
     pub(crate) conn: Connection,
     pub(crate) wakeups: Wakeups,
+    /// Live holds and pending acquires, for [`LockClient::shutdown`].
+    pub(crate) live: Live,
 }
 
 impl LockClient {
@@ -91,7 +99,11 @@ impl LockClient {
 
     fn from_parts(conn: Connection, wakeups: Wakeups) -> Self {
         LockClient {
-            inner: Arc::new(ClientInner { conn, wakeups }),
+            inner: Arc::new(ClientInner {
+                conn,
+                wakeups,
+                live: Live::new(),
+            }),
         }
     }
 
@@ -133,6 +145,63 @@ impl LockClient {
     /// ```
     pub fn rwlock_with(&self, name: impl Into<String>, options: LockOptions) -> RwLock {
         RwLock::new(self.clone(), name.into(), options)
+    }
+}
+
+impl LockClient {
+    /// Ends everything this client has in flight, for a clean exit (a redeploy):
+    /// releases every live hold of its guards, withdraws every pending acquire
+    /// (`read()`/`write()` return [`Error::Shutdown`]), stops all renewals, and
+    /// returns when that is done or `within` has passed. Guards that outlive it report
+    /// their lease lost; every later acquire through the client (or its clones and
+    /// locks) returns [`Error::Shutdown`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] when acquires were still pending at the deadline;
+    /// [`Error::Redis`] (the first one) when a release failed: that hold then ends
+    /// with its lease.
+    ///
+    /// # Cancel safety
+    ///
+    /// The client is shut down from the first poll on; releases still running when
+    /// the future is dropped are abandoned, and those holds end with their leases.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(client: redis_rwlock::LockClient) -> Result<(), redis_rwlock::Error> {
+    /// use std::time::Duration;
+    ///
+    /// // On SIGTERM: free every lock this process holds or waits for.
+    /// client.shutdown(Duration::from_secs(5)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn shutdown(&self, within: Duration) -> Result<(), Error> {
+        let deadline = Instant::now() + within;
+        let live = &self.inner.live;
+        let mut releases = JoinSet::new();
+        for (lock, token) in live.close() {
+            releases.spawn(timeout_at(deadline, async move {
+                lock.release_token_until(&token, deadline).await
+            }));
+        }
+        let mut result = Ok(());
+        while let Some(done) = releases.join_next().await {
+            let failed = match done {
+                Ok(Ok(Ok(_))) => None,
+                Ok(Ok(Err(err))) => Some(err),
+                Ok(Err(_)) | Err(_) => Some(Error::Timeout),
+            };
+            if let (Some(err), Ok(())) = (failed, &result) {
+                tracing::warn!(error = %Chain(&err), "shutdown: a release failed; that hold ends with its lease");
+                result = Err(err);
+            }
+        }
+        if timeout_at(deadline, live.no_pending()).await.is_err() {
+            return Err(Error::Timeout);
+        }
+        result
     }
 }
 

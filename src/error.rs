@@ -71,6 +71,11 @@ pub enum Error {
         required: u32,
     },
 
+    /// The client was shut down ([`LockClient::shutdown`](crate::LockClient::shutdown)):
+    /// nothing more is acquired through it.
+    #[error("the lock client is shut down")]
+    Shutdown,
+
     /// Redis answered with an error, or could not be reached in time.
     #[error("redis request failed")]
     Redis(#[from] RedisError),

@@ -10,6 +10,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 
 use crate::error::Chain;
+use crate::live::{Kind, Registration};
 use crate::scripts::LockMode;
 use crate::token::Token;
 use crate::{Error, FencedWrites, RwLock};
@@ -30,6 +31,8 @@ struct Held {
     status: Arc<Status>,
     renewal: JoinHandle<()>,
     runtime: Handle,
+    /// The hold's entry in the client's registry, for `LockClient::shutdown`.
+    _registration: Registration,
 }
 
 /// What the guard and its renewal task share.
@@ -75,6 +78,14 @@ impl Lease {
         });
         let runtime = Handle::current();
         let renewal = runtime.spawn(renew(lock.clone(), token.clone(), mode, status.clone()));
+        let end = {
+            let (status, renewal) = (status.clone(), renewal.abort_handle());
+            move || {
+                renewal.abort();
+                status.mark_lost();
+            }
+        };
+        let registration = Registration::new(&lock, &token, Kind::Hold(Box::new(end)));
         Lease {
             held: Some(Held {
                 lock,
@@ -83,6 +94,7 @@ impl Lease {
                 status,
                 renewal,
                 runtime,
+                _registration: registration,
             }),
         }
     }
@@ -174,12 +186,16 @@ impl Lease {
             return Err(Error::LeaseLost);
         }
         let sent = Instant::now();
-        match held.lock.downgrade_token(&held.token).await? {
-            true => match self.held.take() {
-                Some(held) => Ok(Lease::start(held.lock, held.token, LockMode::Read, sent)),
-                None => Err(Error::LeaseLost),
-            },
-            false => Err(Error::LeaseLost),
+        if !held.lock.downgrade_token(&held.token).await? {
+            return Err(Error::LeaseLost);
+        }
+        if held.lock.client().inner.live.is_closed() {
+            // Shut down meanwhile: `self` releases the read hold on its way out.
+            return Err(Error::Shutdown);
+        }
+        match self.held.take() {
+            Some(held) => Ok(Lease::start(held.lock, held.token, LockMode::Read, sent)),
+            None => Err(Error::LeaseLost),
         }
     }
 }
@@ -204,6 +220,10 @@ impl Held {
             ..
         } = self;
         renewal.abort();
+        let unfinished = Unfinished {
+            lock: lock.name().to_owned(),
+            mode,
+        };
         runtime.spawn(async move {
             match lock.release_token_until(&token, until).await {
                 Ok(_) => tracing::debug!(lock = lock.name(), ?mode, "released on drop"),
@@ -212,7 +232,27 @@ impl Held {
                     "release on drop failed; the hold ends when its lease does"
                 ),
             }
+            std::mem::forget(unfinished);
         });
+    }
+}
+
+/// Says so when a background release never ran to its end: the runtime shut down
+/// first (a guard dropped while the process exits).
+struct Unfinished {
+    lock: String,
+    mode: LockMode,
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        tracing::warn!(
+            lock = self.lock,
+            mode = ?self.mode,
+            "the runtime shut down before a dropped guard's release ran; the hold ends \
+             when its lease does (release guards, or call LockClient::shutdown, before \
+             the runtime stops)"
+        );
     }
 }
 

@@ -5,6 +5,7 @@ mod connection;
 mod error;
 mod fenced;
 mod lease;
+mod live;
 mod lock;
 mod options;
 mod read_guard;

@@ -382,6 +382,11 @@ impl RwLock {
         &self.inner.client.inner.conn
     }
 
+    /// The client the lock was made by.
+    pub(crate) fn client(&self) -> &LockClient {
+        &self.inner.client
+    }
+
     pub(crate) fn lease(&self, mode: LockMode) -> Duration {
         match mode {
             LockMode::Read => self.inner.options.read_lease,

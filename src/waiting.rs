@@ -17,6 +17,7 @@ use tokio::time::{Instant, sleep_until};
 use tracing::Instrument;
 
 use crate::error::Chain;
+use crate::live::{Kind, Registration};
 use crate::scripts::{Acquired, LockMode};
 use crate::token::Token;
 use crate::wakeups::{Interest, Listener, RESUBSCRIBED};
@@ -62,6 +63,10 @@ async fn attempt_until_granted(
     wait: bool,
 ) -> Result<Granted, Error> {
     lock.check()?;
+    let live = &lock.client().inner.live;
+    if live.is_closed() {
+        return Err(Error::Shutdown);
+    }
     let started = Instant::now();
     let deadline = lock.options().wait_timeout.map(|limit| started + limit);
     let mut pending = Pending::new(lock, Token::random());
@@ -84,6 +89,10 @@ async fn attempt_until_granted(
         let sent = Instant::now();
         attempts += 1;
         let reply = lock.acquire_token(&pending.token, mode, wait).await?;
+        if live.is_closed() {
+            // Shut down while the request was out: undo whatever it got.
+            return pending.give_up(attempts, Error::Shutdown).await;
+        }
         let holds_for = match reply {
             Acquired::Granted { fence } => {
                 tracing::debug!(
@@ -117,7 +126,7 @@ async fn attempt_until_granted(
         let mut recheck = Instant::now() + pause;
         if let Some(deadline) = deadline {
             if Instant::now() >= deadline {
-                return pending.give_up(attempts).await;
+                return pending.give_up(attempts, Error::Timeout).await;
             }
             recheck = recheck.min(deadline);
         }
@@ -129,9 +138,10 @@ async fn attempt_until_granted(
                 tracing::trace!(%payload, "woken");
             }
             () = sleep_until(recheck) => {}
+            () = live.closed() => return pending.give_up(attempts, Error::Shutdown).await,
         }
         if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-            return pending.give_up(attempts).await;
+            return pending.give_up(attempts, Error::Timeout).await;
         }
     }
 }
@@ -152,11 +162,14 @@ struct Pending<'a> {
     token: Token,
     armed: bool,
     runtime: Handle,
+    /// The attempt's entry in the client's registry, for `LockClient::shutdown`.
+    _registration: Registration,
 }
 
 impl<'a> Pending<'a> {
     fn new(lock: &'a RwLock, token: Token) -> Self {
         Pending {
+            _registration: Registration::new(lock, &token, Kind::Pending),
             lock,
             token,
             armed: true,
@@ -169,15 +182,16 @@ impl<'a> Pending<'a> {
         self.token.clone()
     }
 
-    /// The wait limit passed: leave the queue before returning, so a process that
-    /// exits right after the timeout leaves nothing behind (the background
-    /// withdrawal is the fallback if this fails).
-    async fn give_up<T>(&mut self, attempts: u32) -> Result<T, Error> {
-        tracing::debug!(attempts, "timed out");
+    /// The wait limit passed, or the client was shut down: leave the queue (and
+    /// any hold just granted) before returning `err`, so a process that exits right
+    /// after leaves nothing behind (the background withdrawal is the fallback if
+    /// this fails).
+    async fn give_up<T>(&mut self, attempts: u32, err: Error) -> Result<T, Error> {
+        tracing::debug!(attempts, error = %err, "giving up");
         if self.lock.release_token(&self.token).await.is_ok() {
             self.armed = false;
         }
-        Err(Error::Timeout)
+        Err(err)
     }
 }
 

@@ -16,13 +16,21 @@ fn futures_of_read_and_write_can_be_spawned(lock: RwLock) {
     is_send_sync_static(&lock.try_write());
 }
 
-fn futures_of_other_calls_are_send(lock: RwLock, r: RwLockReadGuard, w: RwLockWriteGuard) {
+fn futures_of_other_calls_are_send(
+    lock: RwLock,
+    r: RwLockReadGuard,
+    w: RwLockWriteGuard,
+    client: LockClient,
+) {
     fn is_send<T: Send>(_: T) {}
     is_send(lock.state());
     is_send(r.lost());
     is_send(w.lost());
+    is_send(r.extend());
+    is_send(w.extend());
     is_send(w.downgrade());
     is_send(r.release());
+    is_send(client.shutdown(std::time::Duration::from_secs(1)));
     is_send(LockClient::cluster(["redis://127.0.0.1:7000"]));
     is_send(LockClient::standalone("redis://127.0.0.1:6379"));
 }
