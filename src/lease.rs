@@ -159,15 +159,27 @@ impl Lease {
         };
         held.renewal.abort();
         let was_held = held.status.is_held();
-        let released = held
+        let limit = held.lock.options().release_timeout;
+        let attempt = held
             .lock
-            .release_token_until(&held.token, held.status.deadline())
-            .await;
-        tracing::debug!(lock = held.lock.name(), mode = ?held.mode, "released");
+            .release_token_until(&held.token, held.status.deadline());
+        let released = match timeout(limit, attempt).await {
+            Ok(released) => released.map(|_| ()),
+            Err(_) => {
+                tracing::debug!(lock = held.lock.name(), mode = ?held.mode, ?limit, "release unconfirmed; going on in the background");
+                held.release_in_background();
+                Err(Error::Redis(redis::RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "the release was not confirmed within {limit:?}; it goes on in the background until the lease ends"
+                    ),
+                ))))
+            }
+        };
         if !was_held {
             return Err(Error::LeaseLost);
         }
-        released.map(|_| ())
+        released
     }
 
     /// Turns a write hold into a read hold, atomically.

@@ -80,6 +80,8 @@ pub struct LockOptions {
     pub(crate) replica_timeout: Duration,
     #[serde(with = "opt_pair_millis")]
     pub(crate) original_timeouts: Option<(Duration, Duration)>,
+    #[serde(with = "millis")]
+    pub(crate) release_timeout: Duration,
 }
 
 impl Default for LockOptions {
@@ -94,6 +96,7 @@ impl Default for LockOptions {
             min_replicas: 0,
             replica_timeout: Duration::from_millis(500),
             original_timeouts: None,
+            release_timeout: Duration::from_secs(4),
         }
     }
 }
@@ -256,10 +259,31 @@ impl LockOptions {
         self
     }
 
+    /// The longest a guard's `release()` waits for Redis to confirm (default 4 s, the
+    /// client's limit for one request with its retries; 1 ms to 1 day). If the
+    /// release is not confirmed by then, `release()` returns [`Error::Redis`] (a
+    /// timeout) and the release goes on in the background until the hold's lease
+    /// would have ended anyway; the hold ends at the latest with its lease.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_rwlock::{Fairness, LockOptions};
+    ///
+    /// let options = LockOptions::default().release_timeout(Duration::from_millis(500));
+    /// # let _ = (options, Duration::ZERO, Fairness::default());
+    /// ```
+    pub fn release_timeout(mut self, timeout: Duration) -> Self {
+        self.release_timeout = timeout;
+        self
+    }
+
     /// Checks every value; the lock calls this before its first request.
     pub(crate) fn validate(&self) -> Result<(), Error> {
         check_span("read_lease", self.read_lease, MAX_LEASE)?;
         check_span("write_lease", self.write_lease, MAX_LEASE)?;
+        check_span("release_timeout", self.release_timeout, MAX_LEASE)?;
         if let Some(wait) = self.wait_timeout {
             check_span("wait_timeout", wait, MAX_WAIT)?;
         }
@@ -420,6 +444,7 @@ mod tests {
                 .min_replicas(1)
                 .replica_timeout(Duration::ZERO),
             LockOptions::default().min_replicas(1000),
+            LockOptions::default().release_timeout(Duration::ZERO),
             LockOptions::default().key_prefix(""),
             LockOptions::default().key_prefix("a{b"),
         ];

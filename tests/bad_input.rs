@@ -25,6 +25,7 @@ fn bad_options() -> Vec<(&'static str, LockOptions)> {
         ),
         ("maximal lease", d().write_lease(Duration::MAX)),
         ("zero wait timeout", d().wait_timeout(Duration::ZERO)),
+        ("zero release timeout", d().release_timeout(Duration::ZERO)),
         ("absurd wait timeout", d().wait_timeout(Duration::MAX)),
         (
             "zero replica timeout",

@@ -396,3 +396,49 @@ async fn a_paused_replica_gives_not_replicated_in_time() {
     );
     neighbour.release().await.unwrap();
 }
+
+/// `release()` returns within `release_timeout` even when the master is frozen
+/// (with a timeout error, never a hang until the lease ends); the release goes on in
+/// the background and frees the lock soon after the master is back, long before the
+/// 30 s lease would have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_to_a_frozen_master_returns_within_its_bound() {
+    let (redis, master) = blocking(start);
+    let client = LockClient::cluster(redis.urls()).await.unwrap();
+    let name = blocking(|| redis.name_on_master("frozen-release", &master));
+    let bound = Duration::from_secs(1);
+    let lock = client.rwlock_with(
+        &name,
+        LockOptions::default()
+            .write_lease(Duration::from_secs(30))
+            .release_timeout(bound),
+    );
+    let writer = lock.write().await.unwrap();
+    let frozen = Paused::new(master.pid);
+    let started = Instant::now();
+    let result = timeout(Duration::from_secs(10), writer.release())
+        .await
+        .expect("release() hung on a frozen master");
+    let took = started.elapsed();
+    assert!(
+        matches!(&result, Err(Error::Redis(err)) if err.is_timeout()),
+        "{result:?}"
+    );
+    assert!(
+        took >= bound && took < bound + Duration::from_millis(500),
+        "release() took {took:?}"
+    );
+    frozen.resume();
+    let resumed = Instant::now();
+    loop {
+        if lock.state().await.unwrap().is_free() {
+            break;
+        }
+        assert!(
+            resumed.elapsed() < Duration::from_secs(6),
+            "the background release did not free the lock"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+    println!("free {:?} after the master was back", resumed.elapsed());
+}
