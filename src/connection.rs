@@ -2,7 +2,8 @@
 //! scripts, one that carries nothing but wake-up subscriptions.
 //!
 //! Both are built with explicit limits (the driver's defaults would let a request
-//! hang or retry for minutes, far longer than any lease).
+//! hang or retry for minutes, far longer than any lease); [`cluster_client_builder`]
+//! offers the same limits to connections of the application's own.
 
 use std::time::Duration;
 
@@ -29,6 +30,42 @@ const RETRIES: u32 = 3;
 const MIN_RETRY_WAIT_MS: u64 = 10;
 const MAX_RETRY_WAIT_MS: u64 = 250;
 
+/// A redis-rs cluster client builder with the request limits of every
+/// [`LockClient`](crate::LockClient): 1 s to connect, 2 s for a reply, 4 s in all
+/// with up to 3 retries 10-250 ms apart. Use it for connections of your own that
+/// should give up as soon as the lock's do, e.g. to read the data a lock protects.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn run() -> redis_rwlock::redis::RedisResult<()> {
+/// use redis_rwlock::{cluster_client_builder, redis};
+///
+/// let mut conn = cluster_client_builder(["redis://127.0.0.1:7000"])
+///     .build()?
+///     .get_async_connection()
+///     .await?;
+/// let cached: Option<String> = redis::cmd("GET")
+///     .arg("cache:{inventory}")
+///     .query_async(&mut conn)
+///     .await?;
+/// # Ok(()) }
+/// ```
+pub fn cluster_client_builder<I, S>(nodes: I) -> ClusterClientBuilder
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    let nodes: Vec<String> = nodes.into_iter().map(|n| n.as_ref().to_owned()).collect();
+    ClusterClientBuilder::new(nodes)
+        .connection_timeout(CONNECTION_TIMEOUT)
+        .response_timeout(RESPONSE_TIMEOUT)
+        .overall_response_timeout(Some(OVERALL_TIMEOUT))
+        .retries(RETRIES)
+        .min_retry_wait(MIN_RETRY_WAIT_MS)
+        .max_retry_wait(MAX_RETRY_WAIT_MS)
+}
+
 /// A connection to a cluster or to one server; cheap to clone (clones share the
 /// underlying multiplexed connections).
 #[derive(Clone)]
@@ -43,13 +80,7 @@ impl Connection {
         if nodes.is_empty() {
             return Err(Error::InvalidOptions("no cluster node URL given".into()));
         }
-        let mut builder = ClusterClientBuilder::new(nodes.to_vec())
-            .connection_timeout(CONNECTION_TIMEOUT)
-            .response_timeout(RESPONSE_TIMEOUT)
-            .overall_response_timeout(Some(OVERALL_TIMEOUT))
-            .retries(RETRIES)
-            .min_retry_wait(MIN_RETRY_WAIT_MS)
-            .max_retry_wait(MAX_RETRY_WAIT_MS);
+        let mut builder = cluster_client_builder(nodes);
         if let Some(push) = push {
             builder = builder
                 .use_protocol(ProtocolVersion::RESP3)

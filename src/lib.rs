@@ -18,6 +18,7 @@ mod wakeups;
 mod write_guard;
 
 pub use client::LockClient;
+pub use connection::cluster_client_builder;
 pub use error::{Error, Result};
 pub use fenced::FencedWrites;
 pub use lock::RwLock;

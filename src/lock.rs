@@ -313,6 +313,34 @@ impl RwLock {
         &self.inner.name
     }
 
+    /// The Redis key that holds the lock's state: `"{prefix}:{name}"` (the name is
+    /// the key's hash tag), or for a legacy two-key lock the companion hash
+    /// `"{tag}:rwlock:legacy"` in its read key's slot. Keys of your own that carry
+    /// the same hash tag live on the same node; the wake-up channel is this key
+    /// followed by `:released`. No I/O.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOptions`] or [`Error::CrossSlot`] when the lock is unusable
+    /// (a bad name, option or pair of legacy keys): it has no key, and every other
+    /// operation fails the same way.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(client: redis_rwlock::LockClient) -> Result<(), redis_rwlock::Error> {
+    /// assert_eq!(client.rwlock("inventory").key()?, "rwlock:{inventory}");
+    /// assert_eq!(
+    ///     client.legacy_rwlock("{res}:read", "{res}:write").key()?,
+    ///     "{res}:rwlock:legacy"
+    /// );
+    /// assert!(client.rwlock("no{braces}").key().is_err());
+    /// # Ok(()) }
+    /// ```
+    pub fn key(&self) -> Result<&str, Error> {
+        Ok(&self.target()?.keys()[0])
+    }
+
     /// The options the lock was made with.
     ///
     /// # Examples

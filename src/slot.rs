@@ -1,13 +1,16 @@
-//! Redis Cluster key slots (CRC16/XMODEM of the hash tag, mod 16384), to check that
-//! keys a script touches together share a slot before anything is sent.
+//! Redis Cluster key slots, to check that keys a script touches together share a
+//! slot before anything is sent. The driver computes slots; the hash tag itself,
+//! which the driver keeps private, is worked out here.
 
-/// The cluster slot of `key`: the part between the first `{` and the next `}` when
-/// that part is non-empty, else the whole key.
-pub(crate) fn key_slot(key: &[u8]) -> u16 {
-    crc16(hash_tag(key)) % 16384
+use redis::cluster_routing::Slot;
+
+/// The cluster slot of `key`, as `CLUSTER KEYSLOT` computes it.
+pub(crate) fn key_slot(key: &[u8]) -> Slot {
+    Slot::for_key(key)
 }
 
-/// The part of `key` that decides its slot.
+/// The part of `key` that decides its slot: the part between the first `{` and
+/// the next `}` when that part is non-empty, else the whole key.
 pub(crate) fn hash_tag(key: &[u8]) -> &[u8] {
     if let Some(open) = key.iter().position(|&b| b == b'{') {
         let rest = &key[open + 1..];
@@ -20,32 +23,35 @@ pub(crate) fn hash_tag(key: &[u8]) -> &[u8] {
     key
 }
 
-fn crc16(bytes: &[u8]) -> u16 {
-    bytes.iter().fold(0u16, |mut crc, &byte| {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-        crc
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn matches_redis_cluster_keyslot() {
+    fn the_hash_tag_is_the_first_non_empty_braced_part() {
+        assert_eq!(hash_tag(b"{user1000}.following"), b"user1000");
+        assert_eq!(hash_tag(b"rwlock:{inventory}:released"), b"inventory");
+        assert_eq!(hash_tag(b"a{b}c{d}"), b"b");
+        assert_eq!(hash_tag(b"foo{{bar}}zap"), b"{bar");
+        // An empty first tag, or none: the whole key decides.
+        assert_eq!(hash_tag(b"foo{}{bar}"), b"foo{}{bar}");
+        assert_eq!(hash_tag(b"open{only"), b"open{only");
+        assert_eq!(hash_tag(b"plain"), b"plain");
+    }
+
+    #[test]
+    fn a_key_with_a_tag_lands_in_its_tags_slot() {
+        for key in [
+            &b"{user1000}.following"[..],
+            b"rwlock:{inventory}",
+            b"a{b}c{d}",
+            b"foo{{bar}}zap",
+        ] {
+            assert_ne!(hash_tag(key), key);
+            assert_eq!(key_slot(key), key_slot(hash_tag(key)), "{key:?}");
+        }
         // Values from `CLUSTER KEYSLOT` on Redis 7.0.
-        assert_eq!(crc16(b"123456789"), 0x31C3);
-        assert_eq!(key_slot(b"foo"), 12182);
-        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
-        assert_eq!(key_slot(b"foo{}{bar}"), key_slot(b"foo{}{bar}"));
-        assert_ne!(key_slot(b"foo{}{bar}"), key_slot(b"bar"));
-        assert_eq!(key_slot(b"foo{{bar}}zap"), key_slot(b"{bar"));
+        assert_eq!(Some(key_slot(b"foo")), Slot::new(12182));
+        assert_eq!(Some(key_slot(b"{foo}bar")), Slot::new(12182));
     }
 }

@@ -39,12 +39,9 @@ async fn until_idle(lock: &RwLock, limit: Duration) -> Duration {
 
 /// Waits until the lock's wake-up channel has a subscriber: a waiter is asleep.
 async fn until_listening(redis: &LocalRedis, lock: &RwLock) {
-    let channel = format!("rwlock:{{{}}}:released", lock.name());
-    let owner: Node = blocking(|| {
-        redis
-            .master_for_key(&format!("rwlock:{{{}}}", lock.name()))
-            .clone()
-    });
+    let key = lock.key().unwrap();
+    let channel = format!("{key}:released");
+    let owner: Node = blocking(|| redis.master_for_key(key).clone());
     let deadline = Instant::now() + Duration::from_secs(5);
     while blocking(|| redis.shard_subscribers(&owner, &channel)) == 0 {
         assert!(Instant::now() < deadline, "the waiter never listened");

@@ -17,10 +17,6 @@ use common::{
 /// Long enough that a frozen master is never failed over during these tests.
 const NODE_TIMEOUT_MS: u64 = 30_000;
 
-fn key(lock: &RwLock) -> String {
-    format!("rwlock:{{{}}}", lock.name())
-}
-
 /// Polls until nobody holds the lock; fails after `limit`.
 async fn until_free(lock: &RwLock, limit: Duration) -> Duration {
     let started = Instant::now();
@@ -43,7 +39,7 @@ async fn a_release_around_a_killed_connection_is_retried_and_frees_the_lock() {
     let panics = panics_outside_tests();
     let client = LockClient::cluster(redis.urls()).await.unwrap();
     let lock = client.rwlock(unique_name("killed"));
-    let master: Node = blocking(|| redis.master_for_key(&key(&lock)).clone());
+    let master: Node = blocking(|| redis.master_for_key(lock.key().unwrap()).clone());
     let mut killed_total = 0;
     for trial in 0..12u32 {
         let write = trial % 2 == 0;
@@ -122,7 +118,7 @@ async fn release_across_freezes(freezes_ms: &[u64]) {
     let name = unique_name("resent");
     let lease = Duration::from_secs(3);
     let lock = holders.rwlock_with(&name, LockOptions::default().write_lease(lease));
-    let master: Node = blocking(|| redis.master_for_key(&key(&lock)).clone());
+    let master: Node = blocking(|| redis.master_for_key(lock.key().unwrap()).clone());
     for &freeze_ms in freezes_ms {
         let first = lock.write().await.unwrap();
         // The next writer waits on another client; a re-check that fails in the
@@ -198,8 +194,8 @@ async fn a_waiter_is_still_woken_after_its_subscription_connection_was_killed() 
         unique_name("pubsub-killed"),
         LockOptions::default().write_lease(Duration::from_secs(30)),
     );
-    let master: Node = blocking(|| redis.master_for_key(&key(&lock)).clone());
-    let channel = format!("{}:released", key(&lock));
+    let master: Node = blocking(|| redis.master_for_key(lock.key().unwrap()).clone());
+    let channel = format!("{}:released", lock.key().unwrap());
     let holder = lock.write().await.unwrap();
     let waiter = spawn_writer(&lock);
     wait_for(&lock, |s| s.queued_writers.len() == 1).await;

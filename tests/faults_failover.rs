@@ -30,10 +30,6 @@ async fn timed<T>(what: &str, call: impl Future<Output = T>) -> (T, Duration) {
     (out, took)
 }
 
-fn key(name: &str) -> String {
-    format!("rwlock:{{{name}}}")
-}
-
 /// After `CLUSTER FAILOVER` on the replica of the lock's shard, the waiters'
 /// subscription is restored: a waiter behind a long-lease holder is woken by the
 /// release message (within 100 ms), not by its re-check timer (about a second with
@@ -78,9 +74,9 @@ async fn wake_up_trials_across_failovers(await_gossip: bool, bound: Duration) {
 
     for (trial, master) in (0u64..).zip(&masters) {
         let name = blocking(|| redis.name_on_master("failover-wake", master));
-        let channel = format!("{}:released", key(&name));
         let holder_lock = holders.rwlock_with(&name, options.clone());
         let waiter_lock = waiters.rwlock_with(&name, options.clone());
+        let channel = format!("{}:released", holder_lock.key().unwrap());
         let replica = blocking(|| redis.replica_of(master).unwrap().clone());
         let holder = holder_lock.write().await.unwrap();
         let waiter = tokio::spawn({
@@ -245,7 +241,7 @@ async fn a_master_crash_keeps_replicated_holds_and_the_lock_recovers() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
         blocking(|| redis.wait_cluster_ok(Duration::from_secs(10)));
-        let owner = blocking(|| redis.master_for_key(&key(&name_a)).clone());
+        let owner = blocking(|| redis.master_for_key(lock_a.key().unwrap()).clone());
         assert_eq!(owner.port, replica.port, "trial {trial}: unexpected owner");
         println!(
             "trial {trial}: acquisitions work again {recovered:?} after the crash \
@@ -264,7 +260,8 @@ async fn a_master_crash_keeps_replicated_holds_and_the_lock_recovers() {
             state.writer.is_some() && state.fencing_token == guard_a.fencing_token(),
             "trial {trial}: the replicated hold did not survive: {state:?}"
         );
-        let on_replica = blocking(|| redis.raw(&replica, &["HGET", &key(&name_a), "fence"]));
+        let on_replica =
+            blocking(|| redis.raw(&replica, &["HGET", lock_a.key().unwrap(), "fence"]));
         let on_replica: u64 = redis::from_redis_value(on_replica).unwrap();
         assert_eq!(on_replica, guard_a.fencing_token(), "trial {trial}");
         let intruder = others.rwlock(&name_a);

@@ -32,7 +32,7 @@ async fn moving_the_slot_of_a_held_lock_keeps_exclusion_and_holders_renew() {
         LockClient::cluster(redis.urls()).await.unwrap(),
     ];
     let name = unique_name("migrate");
-    let key = format!("rwlock:{{{name}}}");
+    let key = clients[0].rwlock(&name).key().unwrap().to_owned();
     let slot = blocking(|| redis.keyslot(&key));
     let source = blocking(|| redis.master_for_key(&key).clone());
     let target = blocking(|| {
@@ -199,8 +199,8 @@ async fn lock_calls_succeed_while_their_slot_is_half_migrated() {
     let redis = blocking(LocalRedis::cluster);
     let client = LockClient::cluster(redis.urls()).await.unwrap();
     let name = unique_name("half-migrated");
-    let key = format!("rwlock:{{{name}}}");
     let lock = client.rwlock(&name);
+    let key = lock.key().unwrap().to_owned();
     let (slot, source) = blocking(|| (redis.keyslot(&key), redis.master_for_key(&key).clone()));
     let target = blocking(|| {
         redis

@@ -15,9 +15,8 @@ use std::time::Duration;
 
 use rand::Rng;
 use redis::AsyncCommands;
-use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis_rwlock::{Error, FencedWrites, LockClient, LockOptions, RwLock};
+use redis_rwlock::{Error, FencedWrites, LockClient, LockOptions, RwLock, cluster_client_builder};
 use tokio::time::{Instant, sleep, timeout};
 
 use common::{HoldChecker, LocalRedis, blocking, panics_outside_tests, unique_name};
@@ -55,13 +54,7 @@ fn kind(err: &Error) -> &'static str {
 }
 
 async fn raw_connection(redis: &LocalRedis) -> ClusterConnection {
-    ClusterClientBuilder::new(redis.urls())
-        .connection_timeout(Duration::from_secs(1))
-        .response_timeout(Duration::from_secs(2))
-        .overall_response_timeout(Some(Duration::from_secs(4)))
-        .retries(3)
-        .min_retry_wait(10)
-        .max_retry_wait(250)
+    cluster_client_builder(redis.urls())
         .build()
         .unwrap()
         .get_async_connection()
@@ -163,7 +156,7 @@ async fn random_holds_stay_exclusive_and_fenced_through_failover_and_migration()
         LockClient::cluster(redis.urls()).await.unwrap(),
     ];
     let name = unique_name("random-faults");
-    let key = format!("rwlock:{{{name}}}");
+    let key = clients[0].rwlock(&name).key().unwrap().to_owned();
     let counter = format!("counter:{{{name}}}");
     let checker = Arc::new(HoldChecker::default());
     let tally = Arc::new(Mutex::new(Tally::default()));

@@ -71,9 +71,8 @@ async fn a_fenced_write_outside_the_lock_slot_is_refused_before_any_io() {
             "{key}: {result:?}"
         );
     }
-    let lock_key = format!("rwlock:{{{name}}}");
     let own = writer
-        .fenced_write(FencedWrites::new().set(&lock_key, "v"))
+        .fenced_write(FencedWrites::new().set(lock.key().unwrap(), "v"))
         .await;
     assert!(matches!(own, Err(Error::InvalidOptions(_))), "{own:?}");
     // Nothing of the refused batches was written, and the guard still holds.

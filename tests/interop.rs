@@ -15,17 +15,13 @@ use common::{
     standalone_client, unique_name,
 };
 
-fn hash_key(name: &str) -> String {
-    format!("rwlock:{{{name}}}")
-}
-
 #[tokio::test]
 async fn our_writer_blocks_original_readers_and_writers() {
     let client = cluster_client().await;
     let mut raw = raw_cluster().await;
-    let name = unique_name("interop-w");
-    let original = OriginalHash::new(hash_key(&name));
-    let writer = client.rwlock(&name).write().await.unwrap();
+    let lock = client.rwlock(unique_name("interop-w"));
+    let original = OriginalHash::new(lock.key().unwrap());
+    let writer = lock.write().await.unwrap();
     assert_eq!(original.acquire_read(&mut raw).await, None);
     assert_eq!(original.acquire_write(&mut raw).await, None);
     writer.release().await.unwrap();
@@ -40,9 +36,8 @@ async fn our_writer_blocks_original_readers_and_writers() {
 async fn our_readers_block_original_writers_until_the_last_one_leaves() {
     let client = cluster_client().await;
     let mut raw = raw_cluster().await;
-    let name = unique_name("interop-r");
-    let original = OriginalHash::new(hash_key(&name));
-    let lock = client.rwlock(&name);
+    let lock = client.rwlock(unique_name("interop-r"));
+    let original = OriginalHash::new(lock.key().unwrap());
     let first = lock.read().await.unwrap();
     let second = lock.read().await.unwrap();
     second.release().await.unwrap();
@@ -66,12 +61,11 @@ async fn our_readers_block_original_writers_until_the_last_one_leaves() {
 async fn an_original_readers_release_hides_ours_only_until_our_next_refresh() {
     let client = cluster_client().await;
     let mut raw = raw_cluster().await;
-    let name = unique_name("interop-window");
-    let original = OriginalHash::new(hash_key(&name)); // read timeout 1 s
     let lock = client.rwlock_with(
-        &name,
+        unique_name("interop-window"),
         LockOptions::default().original_timeouts(Duration::from_secs(1), Duration::from_secs(3)),
     );
+    let original = OriginalHash::new(lock.key().unwrap()); // read timeout 1 s
     let ours = lock.read().await.unwrap();
     let theirs = original
         .acquire_read(&mut raw)
@@ -92,12 +86,11 @@ async fn an_original_readers_release_hides_ours_only_until_our_next_refresh() {
 async fn an_original_writer_blocks_our_readers_and_writers() {
     let client = cluster_client().await;
     let mut raw = raw_cluster().await;
-    let name = unique_name("interop-ow");
-    let original = OriginalHash::new(hash_key(&name));
     let lock = client.rwlock_with(
-        &name,
+        unique_name("interop-ow"),
         LockOptions::default().original_timeouts(Duration::from_secs(1), Duration::from_secs(3)),
     );
+    let original = OriginalHash::new(lock.key().unwrap());
     let stamp = original.acquire_write(&mut raw).await.unwrap();
     assert!(matches!(lock.try_read().await, Err(Error::WouldBlock)));
     assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
@@ -121,12 +114,11 @@ async fn an_original_writer_blocks_our_readers_and_writers() {
 async fn an_original_reader_blocks_our_writers_but_not_our_readers() {
     let client = cluster_client().await;
     let mut raw = raw_cluster().await;
-    let name = unique_name("interop-or");
-    let original = OriginalHash::new(hash_key(&name));
     let lock = client.rwlock_with(
-        &name,
+        unique_name("interop-or"),
         LockOptions::default().original_timeouts(Duration::from_secs(1), Duration::from_secs(3)),
     );
+    let original = OriginalHash::new(lock.key().unwrap());
     let theirs = original.acquire_read(&mut raw).await.unwrap();
     assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
     let ours = lock.try_read().await.unwrap();
@@ -145,11 +137,10 @@ async fn an_original_reader_blocks_our_writers_but_not_our_readers() {
 async fn a_long_dead_original_stamp_does_not_block() {
     let client = cluster_client().await;
     let mut raw = raw_cluster().await;
-    let name = unique_name("interop-dead");
+    let lock = client.rwlock(unique_name("interop-dead"));
     let stale = client_now_ms() - 60_000;
-    let _: () = raw.hset(hash_key(&name), "write", stale).await.unwrap();
-    let _: () = raw.hset(hash_key(&name), "read", stale).await.unwrap();
-    let lock = client.rwlock(&name);
+    let _: () = raw.hset(lock.key().unwrap(), "write", stale).await.unwrap();
+    let _: () = raw.hset(lock.key().unwrap(), "read", stale).await.unwrap();
     let writer = lock
         .try_write()
         .await
@@ -162,11 +153,11 @@ async fn renewal_keeps_our_holds_fresh_for_original_clients() {
     let client = cluster_client().await;
     let mut raw = raw_cluster().await;
     let name = unique_name("interop-fresh");
-    let original = OriginalHash::new(hash_key(&name)); // read 1 s, write 3 s
     let lock = client.rwlock_with(
         &name,
         LockOptions::default().original_timeouts(Duration::from_secs(1), Duration::from_secs(3)),
     );
+    let original = OriginalHash::new(lock.key().unwrap()); // read 1 s, write 3 s
     let reader = lock.read().await.unwrap();
     for _ in 0..6 {
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -288,6 +279,7 @@ async fn legacy_keys_in_different_slots_fail_before_anything_is_written() {
         lock.read().await.map(drop),
         lock.try_write().await.map(drop),
         lock.state().await.map(drop),
+        lock.key().map(drop),
     ] {
         match result {
             Err(Error::CrossSlot { key, other }) => {
@@ -356,16 +348,15 @@ async fn legacy_waiters_are_woken_by_releases() {
 async fn an_original_writer_after_our_expired_writer_keeps_its_hold() {
     let client = cluster_client().await;
     let mut raw = raw_cluster().await;
-    let name = unique_name("interop-after-expiry");
-    let original = OriginalHash::new(hash_key(&name)); // write timeout 3 s
     let lease = Duration::from_millis(400);
     let lock = client.rwlock_with(
-        &name,
+        unique_name("interop-after-expiry"),
         LockOptions::default()
             .write_lease(lease)
             .auto_renew(false)
             .original_timeouts(Duration::from_secs(1), Duration::from_secs(3)),
     );
+    let original = OriginalHash::new(lock.key().unwrap()); // write timeout 3 s
     let crashed = lock.write().await.unwrap();
     tokio::time::timeout(Duration::from_secs(3), crashed.lost())
         .await
@@ -373,7 +364,7 @@ async fn an_original_writer_after_our_expired_writer_keeps_its_hold() {
     std::mem::forget(crashed); // never released: its owner entry is only expired
     // Something else keeps the hash alive (a queued writer, renewals of another
     // state): here, take its expiry away, so the expired entry is still there.
-    let _: bool = raw.persist(hash_key(&name)).await.unwrap();
+    let _: bool = raw.persist(lock.key().unwrap()).await.unwrap();
     // The original client judges our stamp stale by its 3 s timeout; wait it out.
     let stamp = loop {
         if let Some(stamp) = original.acquire_write(&mut raw).await {
@@ -386,7 +377,7 @@ async fn an_original_writer_after_our_expired_writer_keeps_its_hold() {
         "a reader entered beside the original writer"
     );
     assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
-    let held: Option<String> = raw.hget(hash_key(&name), "write").await.unwrap();
+    let held: Option<String> = raw.hget(lock.key().unwrap(), "write").await.unwrap();
     assert_eq!(
         held,
         Some(stamp.to_string()),

@@ -18,8 +18,7 @@ async fn locks_with_many_names_spread_over_all_masters_and_all_work() {
     let mut masters = HashSet::new();
     for i in 0..24 {
         let lock = client.rwlock(unique_name(&format!("spread-{i}")));
-        let key = format!("rwlock:{{{}}}", lock.name());
-        masters.insert(cluster.master_for_key(&key).port);
+        masters.insert(cluster.master_for_key(lock.key().unwrap()).port);
         let writer = lock.write().await.unwrap();
         assert!(matches!(lock.try_read().await, Err(Error::WouldBlock)));
         writer.release().await.unwrap();
@@ -37,6 +36,7 @@ async fn the_lock_is_one_hash_named_after_the_prefix_and_name() {
     let writer = lock.write().await.unwrap();
     let mut raw = raw_cluster().await;
     let key = format!("locks:{{{name}}}");
+    assert_eq!(lock.key().unwrap(), key);
     let kind: String = redis::cmd("TYPE")
         .arg(&key)
         .query_async(&mut raw)
@@ -60,9 +60,9 @@ async fn a_key_of_another_type_gives_wrong_type_and_is_left_alone() {
     let client = cluster_client().await;
     let mut raw = raw_cluster().await;
     let name = unique_name("wrongtype");
-    let key = format!("rwlock:{{{name}}}");
-    let _: () = raw.set(&key, "not a lock").await.unwrap();
     let lock = client.rwlock(&name);
+    let key = lock.key().unwrap();
+    let _: () = raw.set(key, "not a lock").await.unwrap();
     // With `min_replicas` the script runs in a pipeline with WAIT.
     let replicated = client.rwlock_with(&name, LockOptions::default().min_replicas(1));
     for result in [
@@ -79,9 +79,9 @@ async fn a_key_of_another_type_gives_wrong_type_and_is_left_alone() {
             other => panic!("expected WrongType, got {other:?}"),
         }
     }
-    let value: String = raw.get(&key).await.unwrap();
+    let value: String = raw.get(key).await.unwrap();
     assert_eq!(value, "not a lock");
-    let ttl: i64 = raw.pttl(&key).await.unwrap();
+    let ttl: i64 = raw.pttl(key).await.unwrap();
     assert_eq!(ttl, -1, "the foreign key got an expiry");
 }
 
@@ -93,11 +93,9 @@ async fn names_with_spaces_and_unicode_work() {
         let lock = client.rwlock(name.as_str());
         let writer = lock.write().await.unwrap();
         assert!(matches!(lock.try_read().await, Err(Error::WouldBlock)));
-        let owner: Option<String> = raw_cluster()
-            .await
-            .hget(format!("rwlock:{{{name}}}"), "w:owner")
-            .await
-            .unwrap();
+        let key = format!("rwlock:{{{name}}}");
+        assert_eq!(lock.key().unwrap(), key);
+        let owner: Option<String> = raw_cluster().await.hget(&key, "w:owner").await.unwrap();
         assert!(owner.is_some(), "{name:?} is not stored under its own key");
         writer.release().await.unwrap();
     }
@@ -117,7 +115,27 @@ async fn names_with_braces_or_empty_are_invalid() {
             Err(Error::InvalidOptions(_))
         ));
         assert!(matches!(lock.state().await, Err(Error::InvalidOptions(_))));
+        assert!(matches!(lock.key(), Err(Error::InvalidOptions(_))));
     }
+}
+
+#[tokio::test]
+async fn a_legacy_lock_keeps_its_state_in_a_hash_beside_its_read_key() {
+    let client = cluster_client().await;
+    let cluster = shared_cluster();
+    let tag = unique_name("legacy-key");
+    let read_key = format!("{{{tag}}}:read");
+    let lock = client.legacy_rwlock(&read_key, format!("{{{tag}}}:write"));
+    let key = format!("{{{tag}}}:rwlock:legacy");
+    assert_eq!(lock.key().unwrap(), key);
+    let writer = lock.write().await.unwrap();
+    let owner: Option<String> = raw_cluster().await.hget(&key, "w:owner").await.unwrap();
+    assert_eq!(owner.map(|token| token.len()), Some(32));
+    assert_eq!(
+        cluster.master_for_key(&key).port,
+        cluster.master_for_key(&read_key).port
+    );
+    writer.release().await.unwrap();
 }
 
 #[tokio::test]
@@ -125,20 +143,20 @@ async fn the_readers_count_follows_the_reader_entries() {
     let client = cluster_client().await;
     let mut raw = raw_cluster().await;
     let lock = client.rwlock(unique_name("count"));
-    let key = format!("rwlock:{{{}}}", lock.name());
+    let key = lock.key().unwrap();
     let mut guards = Vec::new();
     for n in 1..=3 {
         guards.push(lock.read().await.unwrap());
-        let counted: i64 = raw.hget(&key, "readers").await.unwrap();
+        let counted: i64 = raw.hget(key, "readers").await.unwrap();
         assert_eq!(counted, n);
     }
     guards.pop().unwrap().release().await.unwrap();
-    let counted: i64 = raw.hget(&key, "readers").await.unwrap();
+    let counted: i64 = raw.hget(key, "readers").await.unwrap();
     assert_eq!(counted, 2);
     for guard in guards {
         guard.release().await.unwrap();
     }
-    let fields: Vec<String> = raw.hkeys(&key).await.unwrap();
+    let fields: Vec<String> = raw.hkeys(key).await.unwrap();
     assert!(
         fields.is_empty(),
         "the last reader left fields behind: {fields:?}"
@@ -152,18 +170,18 @@ async fn a_reader_entry_the_count_misses_still_holds_the_lock() {
     let client = cluster_client().await;
     let mut raw = raw_cluster().await;
     let lock = client.rwlock(unique_name("uncounted"));
-    let key = format!("rwlock:{{{}}}", lock.name());
+    let key = lock.key().unwrap();
     // Written once: the hash keeps its `fence`, so a wrongly freed lock would get the
     // idle TTL rather than vanish.
     lock.write().await.unwrap().release().await.unwrap();
     let reader = lock.read().await.unwrap();
     let far = 4_000_000_000_000u64; // year 2096, in ms
-    let _: () = raw.hset(&key, "r:uncounted", far).await.unwrap();
+    let _: () = raw.hset(key, "r:uncounted", far).await.unwrap();
 
     reader.release().await.unwrap();
-    let entry: Option<u64> = raw.hget(&key, "r:uncounted").await.unwrap();
+    let entry: Option<u64> = raw.hget(key, "r:uncounted").await.unwrap();
     assert_eq!(entry, Some(far), "the uncounted reader's entry went");
-    let ttl: i64 = raw.pttl(&key).await.unwrap();
+    let ttl: i64 = raw.pttl(key).await.unwrap();
     assert!(
         ttl > 5_000,
         "the key was set to expire while a reader holds: {ttl}"
@@ -171,9 +189,9 @@ async fn a_reader_entry_the_count_misses_still_holds_the_lock() {
     assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
     // A writer, too, looks further than a count and stamps that say nobody reads.
     let _: () = raw
-        .hdel(&key, &["readers", "read", "rstamp"])
+        .hdel(key, &["readers", "read", "rstamp"])
         .await
         .unwrap();
     assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
-    let _: () = raw.del(&key).await.unwrap();
+    let _: () = raw.del(key).await.unwrap();
 }

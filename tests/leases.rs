@@ -162,8 +162,7 @@ async fn a_stolen_lease_is_reported_lost_within_one_lease() {
     );
     let reader = lock.read().await.unwrap();
     // An operator deletes the lock (break-glass): the next renewal finds it gone.
-    let key = format!("rwlock:{{{}}}", lock.name());
-    let _: () = raw_cluster().await.del(&key).await.unwrap();
+    let _: () = raw_cluster().await.del(lock.key().unwrap()).await.unwrap();
     timeout(lease, reader.lost())
         .await
         .expect("loss not noticed within a lease");
@@ -179,7 +178,7 @@ async fn no_token_but_the_owners_releases_or_renews() {
         unique_name("owner"),
         LockOptions::default().auto_renew(false),
     );
-    let key = format!("rwlock:{{{}}}", lock.name());
+    let key = lock.key().unwrap();
     let mut raw = raw_cluster().await;
     for mode in ["read", "write"] {
         let guard = if mode == "read" {
@@ -187,7 +186,7 @@ async fn no_token_but_the_owners_releases_or_renews() {
         } else {
             Box::new(lock.write().await.unwrap())
         };
-        let before: HashMap<String, String> = raw.hgetall(&key).await.unwrap();
+        let before: HashMap<String, String> = raw.hgetall(key).await.unwrap();
         for (name, extra) in [("release", None), ("renew", Some("60000"))] {
             let source = format!(
                 "{}\n{}",
@@ -195,7 +194,7 @@ async fn no_token_but_the_owners_releases_or_renews() {
                 std::fs::read_to_string(format!("lua/{name}.lua")).unwrap()
             );
             let script = redis::Script::new(&source);
-            let mut call = script.key(&key);
+            let mut call = script.key(key);
             call.arg("SPUBLISH")
                 .arg(10_000)
                 .arg(10_000)
@@ -209,7 +208,7 @@ async fn no_token_but_the_owners_releases_or_renews() {
                 "{name} with a foreign token acted on a {mode} hold"
             );
         }
-        let after: HashMap<String, String> = raw.hgetall(&key).await.unwrap();
+        let after: HashMap<String, String> = raw.hgetall(key).await.unwrap();
         assert_eq!(before, after, "a foreign token changed the {mode} hold");
         drop(guard);
         wait_for(&lock, |s| s.is_free()).await;

@@ -218,10 +218,10 @@ async fn fencing_tokens_strictly_increase_also_across_key_expiry() {
         writer.release().await.unwrap();
     }
     // The key disappears (expiry, eviction or an operator): tokens keep rising.
-    let key = format!("rwlock:{{{}}}", lock.name());
+    let key = lock.key().unwrap();
     let mut raw = raw_cluster().await;
     for _ in 0..20 {
-        let _: () = raw.del(&key).await.unwrap();
+        let _: () = raw.del(key).await.unwrap();
         let writer = lock.try_write().await.unwrap();
         assert!(writer.fencing_token() > last);
         last = writer.fencing_token();

@@ -49,8 +49,9 @@ async fn ten_waiting_writers_run_at_most_two_scripts_per_waiter_per_second() {
     }
     wait_for(&lock, |s| s.queued_writers.len() == WAITERS).await;
     // Every waiter has made its first attempts and sleeps on its subscription.
-    let channel = format!("rwlock:{{{name}}}:released");
-    let owner = blocking(|| redis.master_for_key(&format!("rwlock:{{{name}}}")).clone());
+    let key = lock.key().unwrap();
+    let channel = format!("{key}:released");
+    let owner = blocking(|| redis.master_for_key(key).clone());
     let deadline = Instant::now() + Duration::from_secs(5);
     while blocking(|| redis.shard_subscribers(&owner, &channel)) == 0 {
         assert!(Instant::now() < deadline, "the waiters never subscribed");

@@ -2,15 +2,15 @@
 //! take `REDIS_CLUSTER_NODES`), learn which master owns which slots, read the
 //! masters' `INFO commandstats`, and run `redis-benchmark` against one master.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::slot::key_slot;
 use redis_rwlock::redis;
+use redis_rwlock::redis::cluster_routing::Slot;
 
 /// How long the launcher may take to print `READY`.
 const START_TIMEOUT: Duration = Duration::from_secs(90);
@@ -122,6 +122,8 @@ impl Master {
 #[derive(Clone, Debug)]
 pub struct Topology {
     pub masters: Vec<Master>,
+    /// Index in `masters` of each slot's master.
+    owners: HashMap<Slot, usize>,
 }
 
 impl Topology {
@@ -167,16 +169,23 @@ impl Topology {
         if masters.is_empty() {
             return Err("CLUSTER NODES lists no master with slots".into());
         }
-        Ok(Topology { masters })
+        let owners = masters
+            .iter()
+            .enumerate()
+            .flat_map(|(index, master)| {
+                master
+                    .slots
+                    .iter()
+                    .flat_map(|&(first, last)| first..=last)
+                    .filter_map(move |slot| Some((Slot::new(slot)?, index)))
+            })
+            .collect();
+        Ok(Topology { masters, owners })
     }
 
     /// Index of the master that serves `key`.
     pub fn master_of(&self, key: &str) -> usize {
-        let slot = key_slot(key.as_bytes());
-        self.masters
-            .iter()
-            .position(|m| m.slots.iter().any(|&(a, b)| a <= slot && slot <= b))
-            .unwrap_or(0)
+        self.owners.get(&Slot::for_key(key)).copied().unwrap_or(0)
     }
 
     /// A lock name, `{base}-{n}` for the first n that makes `{name}` land on `master`.
@@ -342,30 +351,6 @@ pub fn redis_benchmark(
         requests_per_sec: number(1)?,
         p50_ms: number(4)?,
     })
-}
-
-/// Checks the crate's [`key_slot`] against the server's `CLUSTER KEYSLOT`.
-pub async fn check_key_slot(seed: &str) -> Result<(), String> {
-    let client = redis::Client::open(seed).map_err(|e| e.to_string())?;
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(|e| e.to_string())?;
-    for key in ["foo", "rwlock:{inventory}", "{}x", "a{b}c{d}"] {
-        let slot: u16 = redis::cmd("CLUSTER")
-            .arg("KEYSLOT")
-            .arg(key)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| e.to_string())?;
-        if slot != key_slot(key.as_bytes()) {
-            return Err(format!(
-                "slot of {key}: server {slot}, ours {}",
-                key_slot(key.as_bytes())
-            ));
-        }
-    }
-    Ok(())
 }
 
 impl Masters {

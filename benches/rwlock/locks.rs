@@ -6,10 +6,11 @@ use std::pin::Pin;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis_rwlock::redis::{
-    Script, cluster::ClusterClientBuilder, cluster_async::ClusterConnection,
+use redis_rwlock::redis::{Script, cluster_async::ClusterConnection};
+use redis_rwlock::{
+    Error, LockClient, LockOptions, RwLock, RwLockReadGuard, RwLockWriteGuard,
+    cluster_client_builder,
 };
-use redis_rwlock::{Error, LockClient, LockOptions, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use tokio::time::{Instant, sleep};
 
 /// A lock implementation under test.
@@ -71,16 +72,10 @@ pub enum Refused {
 /// Lease/TTL given to the baselines that take one (ours keeps its 10 s default).
 const BASELINE_TTL: Duration = Duration::from_secs(10);
 
-/// The settings this crate gives its own cluster connections (src/connection.rs), so
-/// that the limits and the original baseline go through an equal client.
+/// A cluster connection with the limits this crate gives its own, so that the
+/// round-trip limits and the original baseline go through an equal client.
 pub async fn cluster_connection(nodes: &[String]) -> Result<ClusterConnection, String> {
-    ClusterClientBuilder::new(nodes.to_vec())
-        .connection_timeout(Duration::from_secs(1))
-        .response_timeout(Duration::from_secs(2))
-        .overall_response_timeout(Some(Duration::from_secs(4)))
-        .retries(3)
-        .min_retry_wait(10)
-        .max_retry_wait(250)
+    cluster_client_builder(nodes)
         .build()
         .map_err(|e| e.to_string())?
         .get_async_connection()
@@ -235,6 +230,16 @@ pub enum Lock {
     Original(Arc<str>),
     Rslock(Arc<str>),
     Rds(Arc<str>),
+}
+
+impl Lock {
+    /// The Redis key the lock lives in.
+    pub fn key(&self) -> &str {
+        match self {
+            Lock::Ours(lock) => lock.key().expect("the benchmark's lock names are valid"),
+            Lock::Original(key) | Lock::Rslock(key) | Lock::Rds(key) => key,
+        }
+    }
 }
 
 /// A hold of any implementation.

@@ -20,18 +20,13 @@ mod cluster;
 mod locks;
 mod report;
 mod scenarios;
-/// The crate's own slot computation (crate-private), compiled in here as well; its
-/// unit tests do not run under `harness = false`, which leaves their import unused.
-#[path = "../../src/slot.rs"]
-#[allow(unused_imports)]
-mod slot;
 mod stats;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use cluster::{Cluster, Masters, Topology, check_key_slot};
+use cluster::{Cluster, Masters, Topology};
 use locks::{Clients, Impl, cluster_connection};
 use report::Machine;
 use scenarios::{Bench, Config, SWEEP_TASKS, TASKS, names::*};
@@ -109,7 +104,6 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
         nodes.join(",")
     );
 
-    check_key_slot(&nodes[0]).await?;
     let topology = Topology::discover(&nodes[0]).await?;
     let masters = Masters::connect(&topology).await?;
     let clients = Arc::new(Clients::connect(nodes).await?);

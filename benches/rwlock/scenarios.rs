@@ -932,8 +932,7 @@ impl Bench {
     pub async fn capture_read_script(&mut self) {
         let name = self.name_on(0, "rbench");
         let lock = self.clients.lock(Impl::Ours, &name, LONG_WAIT);
-        // The crate's default key prefix.
-        let key = format!("rwlock:{{{name}}}");
+        let key = lock.key().to_owned();
         let master = self.topology.masters[self.topology.master_of(&key)].clone();
         let clients = self.clients.clone();
         let trigger = || async move {

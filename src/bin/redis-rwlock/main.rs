@@ -76,8 +76,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 args.name.as_str(),
                 redis_rwlock::LockOptions::default().key_prefix(prefix),
             );
-            let key = format!("{prefix}:{{{}}}", args.name);
-            status::run(&lock, &key, args.json).await?;
+            status::run(&lock, args.json).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Exec(args) => exec::run(&client, prefix, args).await,

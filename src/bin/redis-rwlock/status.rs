@@ -10,13 +10,15 @@ use serde::Serialize;
 use crate::failure::Failure;
 
 /// Prints the lock's state; exit code 0 whether it is free or held.
-pub async fn run(lock: &RwLock, key: &str, json: bool) -> Result<(), Failure> {
-    let state = lock.state().await.map_err(|err| {
+pub async fn run(lock: &RwLock, json: bool) -> Result<(), Failure> {
+    let cannot = |err| {
         Failure::lock(
             format!("cannot read the state of lock {:?}", lock.name()),
             err,
         )
-    })?;
+    };
+    let key = lock.key().map_err(cannot)?;
+    let state = lock.state().await.map_err(cannot)?;
     let view = StatusView::new(lock.name(), key, &state);
     if json {
         let text = serde_json::to_string_pretty(&view).map_err(|err| {
