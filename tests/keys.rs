@@ -188,10 +188,7 @@ async fn a_reader_entry_the_count_misses_still_holds_the_lock() {
     );
     assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
     // A writer, too, looks further than a count and stamps that say nobody reads.
-    let _: () = raw
-        .hdel(key, &["readers", "read", "rstamp"])
-        .await
-        .unwrap();
+    let _: () = raw.hdel(key, &["readers", "read", "rstamp"]).await.unwrap();
     assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
     let _: () = raw.del(key).await.unwrap();
 }

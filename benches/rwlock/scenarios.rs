@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 use redis_rwlock::redis::{
     self,
     cluster_async::ClusterConnection,
@@ -187,22 +189,6 @@ impl Exclusion {
 
 /// One hold in the handoff scenario: (granted, release sent, wait in ms, writer).
 type Handoff = (Instant, Instant, f64, usize);
-
-/// A tiny deterministic generator (xorshift64*): each task its own, no locking.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-}
 
 fn mean(samples: &[f64]) -> f64 {
     samples.iter().sum::<f64>() / samples.len() as f64
@@ -495,10 +481,11 @@ impl Bench {
             let acquired = acquired.clone();
             let failures = failures.clone();
             set.spawn(async move {
-                let mut rng = Rng::new((run * 1000 + task) as u64 + 1);
+                // Deterministic per run and task; each task its own, no locking.
+                let mut rng = SmallRng::seed_from_u64((run * 1000 + task) as u64);
                 while Instant::now() < end {
-                    let (lock, exclusion) = &locks[(rng.next() % locks.len() as u64) as usize];
-                    let mode = if rng.next() % 100 < WRITE_PERCENT {
+                    let (lock, exclusion) = &locks[rng.random_range(0..locks.len())];
+                    let mode = if rng.random_range(0..100) < WRITE_PERCENT {
                         Mode::Write
                     } else {
                         Mode::Read
