@@ -1,4 +1,5 @@
-//! Benchmark of `redis-rwlock` against the original design and its peers (issue 4).
+//! Benchmark of `redis-rwlock` against the original design and its peers; BENCHMARKS.md
+//! describes the scenarios and the latest results.
 //!
 //! `cargo bench --bench rwlock` starts a private local 6-node cluster through
 //! `cluster-compose/local-cluster.sh` (or uses `REDIS_CLUSTER_NODES`), runs every

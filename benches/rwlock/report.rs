@@ -227,11 +227,33 @@ fn header(out: &mut String, cells: &[&str]) {
     let _ = writeln!(out, "|{}", "---|".repeat(cells.len()));
 }
 
-/// The markdown report.
+/// The cell of one metric: "median (min-max)" over the runs.
+fn at(r: &Results, scenario: &str, imp: Impl, metric: &str) -> String {
+    cell(r.get(scenario, imp, metric))
+}
+
+/// The markdown report: a heading, then one table per scenario and the targets.
 pub fn markdown(b: &Bench, machine: &Machine) -> String {
-    let r = &b.results;
     let mut o = String::new();
-    let c = |s: &str, i: Impl, m: &str| cell(r.get(s, i, m));
+    heading(&mut o, b, machine);
+    limits_table(&mut o, &b.results);
+    uncontended_table(&mut o, &b.results);
+    read_heavy_tables(&mut o, b);
+    handoff_table(&mut o, &b.results);
+    stream_table(&mut o, b);
+    waiting_table(&mut o, b);
+    targets_table(&mut o, b);
+    if !b.notes.is_empty() {
+        let _ = writeln!(o, "\n### Notes from this run\n");
+        for note in &b.notes {
+            let _ = writeln!(o, "- {note}");
+        }
+    }
+    o
+}
+
+/// Where, when and how the benchmark ran.
+fn heading(o: &mut String, b: &Bench, machine: &Machine) {
     let _ = writeln!(o, "## Results\n");
     let _ = writeln!(
         o,
@@ -254,34 +276,40 @@ pub fn markdown(b: &Bench, machine: &Machine) -> String {
         o,
         "Cells: median over runs (min-max). Ratios are taken run by run, against the baseline measured in the same run.\n"
     );
+}
 
+/// PING and a trivial EVALSHA to the lock's master.
+fn limits_table(o: &mut String, r: &Results) {
     let _ = writeln!(o, "### Round-trip limits (one task, the lock's master)\n");
-    header(&mut o, &["", "p50 (us)", "p99 (us)", "server us/call"]);
+    header(o, &["", "p50 (us)", "p99 (us)", "server us/call"]);
     row(
-        &mut o,
+        o,
         &[
             "PING".into(),
-            c(LIMITS, Impl::Ours, "ping_p50"),
-            c(LIMITS, Impl::Ours, "ping_p99"),
+            at(r, LIMITS, Impl::Ours, "ping_p50"),
+            at(r, LIMITS, Impl::Ours, "ping_p99"),
             "-".into(),
         ],
     );
     row(
-        &mut o,
+        o,
         &[
             "EVALSHA `return 1`".into(),
-            c(LIMITS, Impl::Ours, "evalsha_p50"),
-            c(LIMITS, Impl::Ours, "evalsha_p99"),
-            c(LIMITS, Impl::Ours, "evalsha_server_us"),
+            at(r, LIMITS, Impl::Ours, "evalsha_p50"),
+            at(r, LIMITS, Impl::Ours, "evalsha_p99"),
+            at(r, LIMITS, Impl::Ours, "evalsha_server_us"),
         ],
     );
+}
 
+/// One task's acquire and acquire+release, per implementation and mode.
+fn uncontended_table(o: &mut String, r: &Results) {
     let _ = writeln!(
         o,
         "\n### Uncontended acquire and acquire+release (one task)\n"
     );
     header(
-        &mut o,
+        o,
         &[
             "implementation",
             "mode",
@@ -319,32 +347,37 @@ pub fn markdown(b: &Bench, machine: &Machine) -> String {
                 continue;
             }
             row(
-                &mut o,
+                o,
                 &[
                     imp.label().into(),
                     mode.into(),
-                    c(UNCONTENDED, imp, a50),
-                    c(UNCONTENDED, imp, a99),
-                    c(UNCONTENDED, imp, ev),
+                    at(r, UNCONTENDED, imp, a50),
+                    at(r, UNCONTENDED, imp, a99),
+                    at(r, UNCONTENDED, imp, ev),
                     ratio_cell(ratios(
                         r.get(UNCONTENDED, imp, a50),
                         r.get(UNCONTENDED, imp, ev),
                     )),
-                    c(UNCONTENDED, imp, p50),
-                    c(UNCONTENDED, imp, p99),
-                    c(UNCONTENDED, imp, server),
+                    at(r, UNCONTENDED, imp, p50),
+                    at(r, UNCONTENDED, imp, p99),
+                    at(r, UNCONTENDED, imp, server),
                 ],
             );
         }
     }
+}
 
+/// The read-heavy mix on one and on 64 locks, the redis-benchmark reference and
+/// the task-count sweep.
+fn read_heavy_tables(o: &mut String, b: &Bench) {
+    let r = &b.results;
     let _ = writeln!(
         o,
         "\n### Read-heavy throughput ({TASKS} tasks, {}% reads / {WRITE_PERCENT}% writes, hold = one `yield_now`)\n",
         100 - WRITE_PERCENT
     );
     header(
-        &mut o,
+        o,
         &[
             "implementation",
             "1 lock: acq/s",
@@ -360,27 +393,27 @@ pub fn markdown(b: &Bench, machine: &Machine) -> String {
     );
     for imp in Impl::RW {
         row(
-            &mut o,
+            o,
             &[
                 imp.label().into(),
-                c(READ_HEAVY_1, imp, "acquisitions_per_s"),
+                at(r, READ_HEAVY_1, imp, "acquisitions_per_s"),
                 ratio_cell(ratios(
                     r.get(READ_HEAVY_1, imp, "acquisitions_per_s"),
                     r.get(READ_HEAVY_1, Impl::Original, "acquisitions_per_s"),
                 )),
-                c(READ_HEAVY_64, imp, "acquisitions_per_s"),
+                at(r, READ_HEAVY_64, imp, "acquisitions_per_s"),
                 ratio_cell(ratios(
                     r.get(READ_HEAVY_64, imp, "acquisitions_per_s"),
                     r.get(READ_HEAVY_64, Impl::Original, "acquisitions_per_s"),
                 )),
-                c(READ_HEAVY_1, imp, "server_us_per_script"),
-                c(READ_HEAVY_64, imp, "server_us_per_script"),
-                c(READ_HEAVY_1, imp, "scripts_per_acquisition"),
-                c(READ_HEAVY_1, imp, "subscriptions_per_acquisition"),
+                at(r, READ_HEAVY_1, imp, "server_us_per_script"),
+                at(r, READ_HEAVY_64, imp, "server_us_per_script"),
+                at(r, READ_HEAVY_1, imp, "scripts_per_acquisition"),
+                at(r, READ_HEAVY_1, imp, "subscriptions_per_acquisition"),
                 format!(
                     "{} / {}",
-                    c(READ_HEAVY_1, imp, "violations"),
-                    c(READ_HEAVY_64, imp, "violations")
+                    at(r, READ_HEAVY_1, imp, "violations"),
+                    at(r, READ_HEAVY_64, imp, "violations")
                 ),
             ],
         );
@@ -389,9 +422,9 @@ pub fn markdown(b: &Bench, machine: &Machine) -> String {
         let _ = writeln!(
             o,
             "\n`redis-benchmark`, the crate's read-acquire script (as captured with MONITOR), pipelined, same master as the one-lock scenario: {} requests/s, p50 {} ms, server {} us/script.\n",
-            c(REDIS_BENCHMARK, Impl::Ours, "read_script_rps"),
-            c(REDIS_BENCHMARK, Impl::Ours, "read_script_p50"),
-            c(REDIS_BENCHMARK, Impl::Ours, "server_us_per_script")
+            at(r, REDIS_BENCHMARK, Impl::Ours, "read_script_rps"),
+            at(r, REDIS_BENCHMARK, Impl::Ours, "read_script_p50"),
+            at(r, REDIS_BENCHMARK, Impl::Ours, "server_us_per_script")
         );
         let _ = writeln!(o, "```\n{}\n```", b.redis_benchmarks[0].command_line);
     }
@@ -401,22 +434,25 @@ pub fn markdown(b: &Bench, machine: &Machine) -> String {
     );
     let mut cols = vec!["implementation".to_owned()];
     cols.extend(SWEEP_TASKS.iter().map(|t| format!("{t} tasks")));
-    header(&mut o, &cols.iter().map(String::as_str).collect::<Vec<_>>());
+    header(o, &cols.iter().map(String::as_str).collect::<Vec<_>>());
     for imp in Impl::RW {
         let mut cells = vec![imp.label().to_owned()];
         for t in SWEEP_TASKS {
             cells.push(sweep_cell(r, imp, t));
         }
-        row(&mut o, &cells);
+        row(o, &cells);
     }
+}
 
+/// Writers handing the lock to each other.
+fn handoff_table(o: &mut String, r: &Results) {
     let _ = writeln!(
         o,
         "\n### Writer handoff ({WRITERS} writers, each holding {} ms)\n",
         HANDOFF_HOLD.as_millis()
     );
     header(
-        &mut o,
+        o,
         &[
             "implementation",
             "acq/s",
@@ -435,32 +471,36 @@ pub fn markdown(b: &Bench, machine: &Machine) -> String {
     );
     for imp in Impl::ALL {
         row(
-            &mut o,
+            o,
             &[
                 imp.label().into(),
-                c(HANDOFF, imp, "acquisitions_per_s"),
-                c(HANDOFF, imp, "gap_p50"),
-                c(HANDOFF, imp, "gap_p99"),
-                c(HANDOFF, imp, "hold_p50"),
-                c(HANDOFF, imp, "wait_p50"),
-                c(HANDOFF, imp, "wait_p99"),
-                c(HANDOFF, imp, "fair_bound"),
+                at(r, HANDOFF, imp, "acquisitions_per_s"),
+                at(r, HANDOFF, imp, "gap_p50"),
+                at(r, HANDOFF, imp, "gap_p99"),
+                at(r, HANDOFF, imp, "hold_p50"),
+                at(r, HANDOFF, imp, "wait_p50"),
+                at(r, HANDOFF, imp, "wait_p99"),
+                at(r, HANDOFF, imp, "fair_bound"),
                 ratio_cell(ratios(
                     r.get(HANDOFF, imp, "wait_p99"),
                     r.get(HANDOFF, imp, "fair_bound"),
                 )),
                 format!(
                     "{} / {}",
-                    c(HANDOFF, imp, "min_per_writer"),
-                    c(HANDOFF, imp, "max_per_writer")
+                    at(r, HANDOFF, imp, "min_per_writer"),
+                    at(r, HANDOFF, imp, "max_per_writer")
                 ),
-                c(HANDOFF, imp, "scripts_per_acquisition"),
-                c(HANDOFF, imp, "subscriptions_per_acquisition"),
-                c(HANDOFF, imp, "violations"),
+                at(r, HANDOFF, imp, "scripts_per_acquisition"),
+                at(r, HANDOFF, imp, "subscriptions_per_acquisition"),
+                at(r, HANDOFF, imp, "violations"),
             ],
         );
     }
+}
 
+/// A writer behind a continuous stream of readers.
+fn stream_table(o: &mut String, b: &Bench) {
+    let r = &b.results;
     let _ = writeln!(
         o,
         "\n### Writer behind a continuous stream of readers ({STREAM_READERS} readers holding {} ms back to back; a writer asks every {} ms, gives up after {} s)\n",
@@ -469,7 +509,7 @@ pub fn markdown(b: &Bench, machine: &Machine) -> String {
         b.cfg.stream_cap_secs
     );
     header(
-        &mut o,
+        o,
         &[
             "implementation",
             "writer wait p50 (ms)",
@@ -483,27 +523,31 @@ pub fn markdown(b: &Bench, machine: &Machine) -> String {
     );
     for imp in Impl::RW {
         row(
-            &mut o,
+            o,
             &[
                 imp.label().into(),
-                c(STREAM, imp, "writer_wait_p50"),
-                c(STREAM, imp, "writer_wait_p99"),
-                c(STREAM, imp, "writer_wait_max"),
-                c(STREAM, imp, "writer_attempts"),
-                c(STREAM, imp, "writer_starved"),
-                c(STREAM, imp, "reads_per_s"),
-                c(STREAM, imp, "violations"),
+                at(r, STREAM, imp, "writer_wait_p50"),
+                at(r, STREAM, imp, "writer_wait_p99"),
+                at(r, STREAM, imp, "writer_wait_max"),
+                at(r, STREAM, imp, "writer_attempts"),
+                at(r, STREAM, imp, "writer_starved"),
+                at(r, STREAM, imp, "reads_per_s"),
+                at(r, STREAM, imp, "violations"),
             ],
         );
     }
+}
 
+/// What waiters send while they wait.
+fn waiting_table(o: &mut String, b: &Bench) {
+    let r = &b.results;
     let _ = writeln!(
         o,
         "\n### Cost of waiting ({WAITERS} waiters behind one writer, counted with MONITOR on every master over {} s)\n",
         b.cfg.waiting_secs
     );
     header(
-        &mut o,
+        o,
         &[
             "implementation",
             "lock scripts sent / waiter / s",
@@ -513,33 +557,29 @@ pub fn markdown(b: &Bench, machine: &Machine) -> String {
     );
     for imp in Impl::ALL {
         row(
-            &mut o,
+            o,
             &[
                 imp.label().into(),
-                c(WAITING, imp, "scripts_per_waiter_s"),
-                c(WAITING, imp, "commands_per_waiter_s"),
-                c(WAITING, imp, "in_script_commands_per_waiter_s"),
+                at(r, WAITING, imp, "scripts_per_waiter_s"),
+                at(r, WAITING, imp, "commands_per_waiter_s"),
+                at(r, WAITING, imp, "in_script_commands_per_waiter_s"),
             ],
         );
     }
+}
 
-    let _ = writeln!(o, "\n### Targets (issue 4)\n");
-    header(&mut o, &["target", "measured", "met"]);
+/// The targets, each met or not.
+fn targets_table(o: &mut String, b: &Bench) {
+    let _ = writeln!(o, "\n### Targets\n");
+    header(o, &["target", "measured", "met"]);
     for t in targets(b) {
         let met = match t.met {
             Some(true) => "yes",
             Some(false) => "**no**",
             None => "n/a",
         };
-        row(&mut o, &[t.name, t.measured, met.into()]);
+        row(o, &[t.name, t.measured, met.into()]);
     }
-    if !b.notes.is_empty() {
-        let _ = writeln!(o, "\n### Notes from this run\n");
-        for note in &b.notes {
-            let _ = writeln!(o, "- {note}");
-        }
-    }
-    o
 }
 
 fn sweep_cell(r: &Results, imp: Impl, tasks: usize) -> String {

@@ -1,4 +1,4 @@
-//! The scenarios of issue 4. Each takes one run of one implementation and records
+//! The scenarios (the table in BENCHMARKS.md). Each takes one run of one implementation and records
 //! its numbers in [`Results`]; `main` repeats them and interleaves implementations.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
