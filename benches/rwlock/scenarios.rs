@@ -1,5 +1,6 @@
-//! The scenarios (the table in BENCHMARKS.md). Each takes one run of one implementation and records
-//! its numbers in [`Results`]; `main` repeats them and interleaves implementations.
+//! The scenarios (the table in BENCHMARKS.md). Each takes one run of one
+//! implementation and records its numbers in [`Results`]; `main` repeats them and
+//! interleaves implementations.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
