@@ -2,7 +2,8 @@
 //! names, state polling and an in-process exclusion checker.
 
 use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rand::Rng;
 use redis_rwlock::{Error, LockClient, LockState, RwLock};
@@ -22,6 +23,18 @@ pub async fn standalone_client() -> LockClient {
     LockClient::standalone(shared_standalone().url())
         .await
         .expect("connect to the test server")
+}
+
+/// A name unique within this machine and run, e.g. for lock keys of tests
+/// that share a cluster: `<prefix>-<pid>-<nanos>-<counter>`.
+pub fn unique_name(prefix: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{prefix}-{}-{nanos}-{n}", std::process::id())
 }
 
 /// A plain cluster connection for looking at (or tampering with) keys.
