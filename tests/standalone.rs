@@ -61,10 +61,18 @@ async fn leases_expire_on_a_single_server() {
         unique_name("standalone-lease"),
         LockOptions::default().read_lease(lease).auto_renew(false),
     );
+    let acquired = Instant::now();
     std::mem::forget(lock.read().await.unwrap());
     assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
-    let started = Instant::now();
     let writer = timeout(lease * 4, lock.write()).await.unwrap().unwrap();
+    let waited = acquired.elapsed();
     writer.release().await.unwrap();
-    assert!(started.elapsed() < lease * 4);
+    assert!(
+        waited >= lease - Duration::from_millis(50),
+        "entered early: {waited:?}"
+    );
+    assert!(
+        waited <= lease + Duration::from_millis(1500),
+        "entered late: {waited:?}"
+    );
 }
