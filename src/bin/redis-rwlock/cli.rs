@@ -38,16 +38,11 @@ pub struct Cli {
 
 /// Connection flags, accepted before or after the subcommand.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Redis")]
 pub struct ConnectionArgs {
     /// A single Redis server (7.0 or newer), e.g. redis://127.0.0.1:6379
     /// [default: $REDIS_URL]
-    #[arg(
-        long,
-        global = true,
-        value_name = "URL",
-        conflicts_with = "cluster",
-        help_heading = "Redis"
-    )]
+    #[arg(long, global = true, value_name = "URL", conflicts_with = "cluster")]
     pub url: Option<String>,
 
     /// Redis Cluster nodes, comma-separated (any one reachable node is enough)
@@ -56,20 +51,13 @@ pub struct ConnectionArgs {
         long,
         global = true,
         value_name = "URL[,URL...]",
-        value_delimiter = ',',
-        help_heading = "Redis"
+        value_delimiter = ','
     )]
     pub cluster: Vec<String>,
 
     /// The first part of the lock's key, `PREFIX:{NAME}`, as in the services'
     /// `LockOptions::key_prefix`
-    #[arg(
-        long,
-        global = true,
-        value_name = "PREFIX",
-        default_value = "rwlock",
-        help_heading = "Redis"
-    )]
+    #[arg(long, global = true, value_name = "PREFIX", default_value = "rwlock")]
     pub prefix: String,
 }
 

@@ -58,10 +58,13 @@ impl Guard {
 }
 
 /// Acquires, runs the command, releases; the exit code is the command's unless the
-/// lease was lost.
-pub async fn run(client: &LockClient, prefix: &str, args: ExecArgs) -> Result<ExitCode, Failure> {
+/// lease was lost. `options` name the lock (its key prefix); the flags add the rest.
+pub async fn run(
+    client: &LockClient,
+    mut options: LockOptions,
+    args: ExecArgs,
+) -> Result<ExitCode, Failure> {
     let write = args.write;
-    let mut options = LockOptions::default().key_prefix(prefix);
     if let Some(lease) = args.lease {
         // Only this hold's lease changes: clients of the original design keep being
         // judged by the default, not by a short `--lease`.

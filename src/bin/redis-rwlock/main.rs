@@ -69,23 +69,16 @@ fn fail(failure: Failure) -> ExitCode {
 async fn run(cli: Cli) -> Result<ExitCode, Failure> {
     let target = Target::resolve(&cli.connection, |name| std::env::var(name).ok())?;
     let client = target.connect().await?;
-    let prefix = cli.connection.prefix.as_str();
+    // Every command names its lock with the same key prefix.
+    let options = redis_rwlock::LockOptions::default().key_prefix(&cli.connection.prefix);
     match cli.command {
         Command::Status(args) => {
-            let lock = client.rwlock_with(
-                args.name.as_str(),
-                redis_rwlock::LockOptions::default().key_prefix(prefix),
-            );
-            status::run(&lock, args.json).await?;
+            status::run(&client.rwlock_with(args.name, options), args.json).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Exec(args) => exec::run(&client, prefix, args).await,
+        Command::Exec(args) => exec::run(&client, options, args).await,
         Command::Release(args) => {
-            let lock = client.rwlock_with(
-                args.name.as_str(),
-                redis_rwlock::LockOptions::default().key_prefix(prefix),
-            );
-            release::run(&lock, args.force).await?;
+            release::run(&client.rwlock_with(args.name, options), args.force).await?;
             Ok(ExitCode::SUCCESS)
         }
     }
