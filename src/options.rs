@@ -108,10 +108,9 @@ impl LockOptions {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redis_rwlock::{Fairness, LockOptions};
+    /// use redis_rwlock::LockOptions;
     ///
     /// let options = LockOptions::default().read_lease(Duration::from_secs(30));
-    /// # let _ = (options, Duration::ZERO, Fairness::default());
     /// ```
     pub fn read_lease(mut self, lease: Duration) -> Self {
         self.read_lease = lease;
@@ -124,10 +123,9 @@ impl LockOptions {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redis_rwlock::{Fairness, LockOptions};
+    /// use redis_rwlock::LockOptions;
     ///
     /// let options = LockOptions::default().write_lease(Duration::from_secs(30));
-    /// # let _ = (options, Duration::ZERO, Fairness::default());
     /// ```
     pub fn write_lease(mut self, lease: Duration) -> Self {
         self.write_lease = lease;
@@ -141,10 +139,9 @@ impl LockOptions {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redis_rwlock::{Fairness, LockOptions};
+    /// use redis_rwlock::LockOptions;
     ///
     /// let options = LockOptions::default().wait_timeout(Duration::from_secs(5));
-    /// # let _ = (options, Duration::ZERO, Fairness::default());
     /// ```
     pub fn wait_timeout(mut self, timeout: Duration) -> Self {
         self.wait_timeout = Some(timeout);
@@ -157,11 +154,9 @@ impl LockOptions {
     /// # Examples
     ///
     /// ```
-    /// use std::time::Duration;
-    /// use redis_rwlock::{Fairness, LockOptions};
+    /// use redis_rwlock::LockOptions;
     ///
     /// let options = LockOptions::default().auto_renew(false);
-    /// # let _ = (options, Duration::ZERO, Fairness::default());
     /// ```
     pub fn auto_renew(mut self, renew: bool) -> Self {
         self.auto_renew = renew;
@@ -174,11 +169,9 @@ impl LockOptions {
     /// # Examples
     ///
     /// ```
-    /// use std::time::Duration;
     /// use redis_rwlock::{Fairness, LockOptions};
     ///
     /// let options = LockOptions::default().fairness(Fairness::ReaderPreferred);
-    /// # let _ = (options, Duration::ZERO, Fairness::default());
     /// ```
     pub fn fairness(mut self, fairness: Fairness) -> Self {
         self.fairness = fairness;
@@ -190,11 +183,9 @@ impl LockOptions {
     /// # Examples
     ///
     /// ```
-    /// use std::time::Duration;
-    /// use redis_rwlock::{Fairness, LockOptions};
+    /// use redis_rwlock::LockOptions;
     ///
     /// let options = LockOptions::default().key_prefix("locks");
-    /// # let _ = (options, Duration::ZERO, Fairness::default());
     /// ```
     pub fn key_prefix(mut self, prefix: &str) -> Self {
         prefix.clone_into(&mut self.key_prefix);
@@ -208,10 +199,9 @@ impl LockOptions {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redis_rwlock::{Fairness, LockOptions};
+    /// use redis_rwlock::LockOptions;
     ///
     /// let options = LockOptions::default().min_replicas(1).replica_timeout(Duration::from_millis(200));
-    /// # let _ = (options, Duration::ZERO, Fairness::default());
     /// ```
     pub fn min_replicas(mut self, replicas: u32) -> Self {
         self.min_replicas = replicas;
@@ -226,10 +216,9 @@ impl LockOptions {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redis_rwlock::{Fairness, LockOptions};
+    /// use redis_rwlock::LockOptions;
     ///
     /// let options = LockOptions::default().min_replicas(1).replica_timeout(Duration::from_millis(200));
-    /// # let _ = (options, Duration::ZERO, Fairness::default());
     /// ```
     pub fn replica_timeout(mut self, timeout: Duration) -> Self {
         self.replica_timeout = timeout;
@@ -249,10 +238,9 @@ impl LockOptions {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redis_rwlock::{Fairness, LockOptions};
+    /// use redis_rwlock::LockOptions;
     ///
     /// let options = LockOptions::default().original_timeouts(Duration::from_secs(1), Duration::from_secs(3));
-    /// # let _ = (options, Duration::ZERO, Fairness::default());
     /// ```
     pub fn original_timeouts(mut self, read: Duration, write: Duration) -> Self {
         self.original_timeouts = Some((read, write));
