@@ -1,5 +1,5 @@
 -- legacy.lua: the two-key layout of the original single-instance design, loaded
--- after prelude.lua in place of its `read`/`write` stamps (DESIGN.md section 5).
+-- after prelude.lua in place of its `read`/`write` stamps (docs/ORIGINAL_DESIGN.md).
 --
 -- KEYS[1]  our state hash `{tag}:rwlock:legacy` (tokens, deadlines, queue, fence),
 --          where tag is the read key's hash tag, so it shares the read key's slot

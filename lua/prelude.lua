@@ -2,7 +2,7 @@
 -- two-key mode, legacy.lua after it) to each operation file before loading, so all
 -- scripts read and tidy the lock the same way.
 --
--- Our state is ONE hash, KEYS[1] (DESIGN.md section 2):
+-- Our state is ONE hash, KEYS[1] (docs/DECISIONS.md, "State"):
 --   w:owner    token of the writer;  w:until  its lease deadline (ms)
 --   r:<token>  lease deadline (ms) of one reader
 --   wait:<token>  "<seq>:<deadline>" a queued writer (arrival order = seq)

@@ -255,7 +255,7 @@ pub enum Held {
     Rds(Pin<Box<dyn Future<Output = Result<(), String>> + Send>>),
 }
 
-/// The original design (shared/reference/rwlock-original.md, cluster version),
+/// The original design (docs/ORIGINAL_DESIGN.md, cluster version),
 /// re-implemented as faithfully as the description allows, as a BASELINE: caller-clock
 /// millisecond stamps as owner values, one shared `read` field, no renewal, polling
 /// every 30 ms while waiting, the post's defaults (key 10 s, read 1 s, write 3 s).

@@ -839,7 +839,7 @@ impl fmt::Display for Wake {
     }
 }
 
-// ---- the original design's scripts (shared/reference/rwlock-original.md) ------------
+// ---- the original design's scripts (docs/ORIGINAL_DESIGN.md) -------------------------
 
 /// An original-design client's acquire (cluster version), with the caller's clock:
 /// a reader needs `write` absent or stale by the write timeout, a writer also `read`

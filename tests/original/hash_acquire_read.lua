@@ -1,4 +1,4 @@
--- The ORIGINAL design's read acquire (shared/reference/rwlock-original.md,
+-- The ORIGINAL design's read acquire (docs/ORIGINAL_DESIGN.md,
 -- "Cluster version"), written from its description for the interop tests and the benchmark. Not used by the crate.
 -- KEYS[1]  the lock hash
 -- ARGV[1]  whole-key timeout (ms)   ARGV[2] read timeout (ms)
