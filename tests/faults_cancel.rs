@@ -226,7 +226,7 @@ async fn a_downgrade_dropped_midway_releases_the_hold() {
                 drop(downgrade);
             }
             "in flight" => {
-                let master = blocking(|| redis.master_for_key(&lock_key(&lock)).clone());
+                let master = blocking(|| redis.master_for_key(lock.key().unwrap()).clone());
                 let frozen = Paused::new(master.pid);
                 let sent = timeout(Duration::from_millis(300), &mut downgrade).await;
                 assert!(sent.is_err(), "the downgrade finished on a frozen master");
@@ -269,9 +269,4 @@ async fn an_acquire_dropped_outside_a_runtime_withdraws_its_queue_place() {
         "withdrawn after {withdrawn:?}"
     );
     holder.release().await.unwrap();
-}
-
-/// The lock's Redis key.
-fn lock_key(lock: &RwLock) -> String {
-    format!("rwlock:{{{}}}", lock.name())
 }

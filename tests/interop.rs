@@ -397,14 +397,13 @@ async fn an_original_writer_after_our_expired_writer_keeps_its_hold() {
 async fn a_hold_ends_for_us_when_original_clients_may_judge_it_stale() {
     let client = cluster_client().await;
     let mut raw = raw_cluster().await;
-    let name = unique_name("interop-short");
-    let original = OriginalHash::new(hash_key(&name)); // read 1 s, write 3 s
     let lock = client.rwlock_with(
-        &name,
+        unique_name("interop-short"),
         LockOptions::default()
             .auto_renew(false)
             .original_timeouts(Duration::from_secs(1), Duration::from_secs(3)),
     );
+    let original = OriginalHash::new(lock.key().unwrap()); // read 1 s, write 3 s
     for (mode, original_timeout) in [("write", 3_000), ("read", 1_000)] {
         let acquired = tokio::time::Instant::now();
         let hold = if mode == "write" {
@@ -434,10 +433,10 @@ async fn a_hold_ends_for_us_when_original_clients_may_judge_it_stale() {
 }
 
 /// An original client's stamp, in a later millisecond than every stamp of ours on
-/// the lock (a stamp equal to ours cannot be told apart from it: a known limit).
-async fn later_stamp(raw: &mut redis::cluster_async::ClusterConnection, name: &str) -> i64 {
+/// the lock's `key` (a stamp equal to ours cannot be told apart from it: a known limit).
+async fn later_stamp(raw: &mut redis::cluster_async::ClusterConnection, key: &str) -> i64 {
     let ours: Vec<Option<i64>> = redis::cmd("HMGET")
-        .arg(hash_key(name))
+        .arg(key)
         .arg(&["wstamp", "rstamp"])
         .query_async(raw)
         .await
@@ -496,12 +495,13 @@ async fn a_renewal_that_finds_an_original_writer_beside_our_hold_reports_it_lost
             Hold::Read(lock.read().await.unwrap())
         };
         // The original writer's acquire, as if our stamp had been judged stale.
-        let theirs = later_stamp(&mut raw, &name).await;
-        let _: () = raw.hset(hash_key(&name), "write", theirs).await.unwrap();
+        let key = lock.key().unwrap();
+        let theirs = later_stamp(&mut raw, key).await;
+        let _: () = raw.hset(key, "write", theirs).await.unwrap();
         tokio::time::timeout(Duration::from_secs(3), hold.lost())
             .await
             .unwrap_or_else(|_| panic!("{mode}: the renewal did not report the lease lost"));
-        let write: i64 = raw.hget(hash_key(&name), "write").await.unwrap();
+        let write: i64 = raw.hget(key, "write").await.unwrap();
         assert_eq!(
             write, theirs,
             "{mode}: our renewal overwrote the original writer's stamp"
@@ -527,8 +527,9 @@ async fn a_fenced_write_is_refused_while_an_original_client_holds_beside_ours() 
                 .original_timeouts(Duration::from_secs(1), Duration::from_secs(3)),
         );
         let writer = lock.write().await.unwrap();
-        let theirs = later_stamp(&mut raw, &name).await;
-        let _: () = raw.hset(hash_key(&name), field, theirs).await.unwrap();
+        let key = lock.key().unwrap();
+        let theirs = later_stamp(&mut raw, key).await;
+        let _: () = raw.hset(key, field, theirs).await.unwrap();
         let cache = format!("cache:{{{name}}}");
         let result = writer
             .fenced_write(redis_rwlock::FencedWrites::new().set(&cache, "stale"))

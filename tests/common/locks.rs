@@ -164,7 +164,7 @@ impl HoldChecker {
 /// waiter that subscribed tries once more at once, and only then sets its re-check
 /// timer (at least half a second later).
 pub async fn until_subscribers(lock: &RwLock, n: u64) {
-    let key = format!("rwlock:{{{}}}", lock.name());
+    let key = lock.key().expect("a usable lock").to_owned();
     let channel = format!("{key}:released");
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
