@@ -17,7 +17,9 @@ use crate::{Error, LockOptions, RwLock};
 ///
 /// Cheap to clone: clones share one multiplexed connection per node for lock
 /// scripts and one more for wake-up subscriptions. Every request has explicit limits:
-/// at most 2 s for a reply, 4 s in all with up to 3 retries, 1 s to connect.
+/// at most 2 s for a reply, 4 s in all with up to 3 retries, 1 s to connect
+/// ([`cluster_client_builder`](crate::cluster_client_builder) gives connections of
+/// your own the same).
 ///
 /// # Examples
 ///
