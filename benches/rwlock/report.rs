@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 
 use crate::locks::{Impl, Original};
 use crate::scenarios::{
-    Bench, HANDOFF_HOLD, STREAM_READ_HOLD, STREAM_READERS, STREAM_WRITER_EVERY, SWEEP_TASKS, TASKS,
-    WAITERS, WRITE_PERCENT, WRITERS, names::*,
+    Bench, HANDOFF_HOLD, STREAM_READ_HOLD, STREAM_READERS, STREAM_WRITER_EVERY, SWEEP_TASKS,
+    ServerCostNames, TASKS, WAITERS, WRITE_PERCENT, WRITERS, names::*,
 };
 use crate::stats::{Metric, Results, percentile};
 
@@ -38,7 +38,12 @@ impl Machine {
                     .map(|(_, v)| v.trim().to_owned())
             })
             .unwrap_or_else(|| "unknown".into());
-        let redis_server = std::process::Command::new("redis-server")
+        // The binary the launcher runs (REDIS_SERVER, as local-cluster.sh picks it).
+        let server = std::env::var("REDIS_SERVER")
+            .ok()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "redis-server".to_owned());
+        let redis_server = std::process::Command::new(server)
             .arg("--version")
             .output()
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
@@ -338,6 +343,46 @@ pub fn markdown(b: &Bench, machine: &Machine) -> String {
         }
     }
 
+    if Impl::ALL.iter().any(|&imp| {
+        r.get(SERVER_COST, imp, ServerCostNames::WRITE.cpu_us)
+            .is_some()
+    }) {
+        let _ = writeln!(
+            o,
+            "\n### Server cost per uncontended acquisition (acquire + release, one task; the lock's master)\n"
+        );
+        header(
+            &mut o,
+            &[
+                "implementation",
+                "mode",
+                "script time per acquisition (us)",
+                "scripts per acquisition",
+                "main-thread CPU per acquisition (us)",
+            ],
+        );
+        for imp in Impl::ALL {
+            for (mode, m) in [
+                ("read", ServerCostNames::READ),
+                ("write", ServerCostNames::WRITE),
+            ] {
+                if r.get(SERVER_COST, imp, m.cpu_us).is_none() {
+                    continue;
+                }
+                row(
+                    &mut o,
+                    &[
+                        imp.label().into(),
+                        mode.into(),
+                        c(SERVER_COST, imp, m.script_us),
+                        c(SERVER_COST, imp, m.scripts),
+                        c(SERVER_COST, imp, m.cpu_us),
+                    ],
+                );
+            }
+        }
+    }
+
     let _ = writeln!(
         o,
         "\n### Read-heavy throughput ({TASKS} tasks, {}% reads / {WRITE_PERCENT}% writes, hold = one `yield_now`)\n",
@@ -523,7 +568,7 @@ pub fn markdown(b: &Bench, machine: &Machine) -> String {
         );
     }
 
-    let _ = writeln!(o, "\n### Targets (issue 4)\n");
+    let _ = writeln!(o, "\n### Targets\n");
     header(&mut o, &["target", "measured", "met"]);
     for t in targets(b) {
         let met = match t.met {
