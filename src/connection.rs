@@ -80,7 +80,7 @@ impl Connection {
                 .await;
             let what = format!("the cluster at {}", address(&nodes[0]));
             if let Some(info) = server_info(reply, &what)? {
-                checked(&info, &what)?;
+                checked(&info, &what, true)?;
             }
         }
         Ok(Connection::Cluster(conn))
@@ -115,7 +115,7 @@ impl Connection {
             let Some(info) = server_info(reply, &what)? else {
                 return Ok(Connection::Standalone(conn));
             };
-            checked(&info, &what)?;
+            checked(&info, &what, false)?;
             let mode = match info.mode {
                 Some(mode) => mode,
                 // A server whose INFO server names no mode: ask INFO cluster.
@@ -216,8 +216,8 @@ fn server_info(reply: RedisResult<Value>, what: &str) -> Result<Option<ServerInf
 }
 
 /// [`ServerInfo::check_version`], warning when the reply names no readable version.
-fn checked(info: &ServerInfo, what: &str) -> Result<(), Error> {
-    if info.check_version(what)? {
+fn checked(info: &ServerInfo, what: &str, cluster: bool) -> Result<(), Error> {
+    if info.check_version(what, cluster)? {
         tracing::debug!(server = %info.describe(), "connected to {what}");
     } else {
         tracing::warn!(

@@ -1,11 +1,12 @@
 //! The server check at connect: one `INFO server` tells which server this is, which
 //! Redis version it speaks, and whether it runs in cluster mode.
 //!
-//! The lock needs Redis 7.0-level commands: sharded pub/sub (`SPUBLISH` inside
-//! scripts, `SSUBSCRIBE`), which older servers lack. Servers that are not Redis
-//! state the Redis version they are compatible with in the same `redis_version`
-//! field (Valkey 8 reports `redis_version:7.2.4` beside `valkey_version:8.1.8`),
-//! so that field is what is compared.
+//! The lock needs Redis 7.0-level commands: on a cluster, sharded pub/sub
+//! (`SPUBLISH` inside scripts, `SSUBSCRIBE`), which older servers lack; a standalone
+//! server is held to the same floor, the oldest version the crate is tested on.
+//! Servers that are not Redis state the Redis version they are compatible with in
+//! the same `redis_version` field (Valkey 8 reports `redis_version:7.2.4` beside
+//! `valkey_version:8.1.8`), so that field is what is compared.
 
 use crate::Error;
 
@@ -77,19 +78,26 @@ impl ServerInfo {
     }
 
     /// Checks the version for a server reached as `what` (e.g. "the server at
-    /// 127.0.0.1:6379"). `Ok(false)` when the reply names no readable version:
-    /// the caller cannot tell and lets the first lock call find out.
-    pub(crate) fn check_version(&self, what: &str) -> Result<bool, Error> {
+    /// 127.0.0.1:6379"), a cluster node or not. `Ok(false)` when the reply names no
+    /// readable version: the caller cannot tell and lets the first lock call find out.
+    pub(crate) fn check_version(&self, what: &str, cluster: bool) -> Result<bool, Error> {
         let Some(found) = self.redis_major_minor() else {
             return Ok(false);
         };
         if found < MIN_REDIS {
+            let (major, minor) = MIN_REDIS;
+            let why = if cluster {
+                format!(
+                    "sharded pub/sub (SPUBLISH/SSUBSCRIBE) needs redis {major}.{minor} or newer"
+                )
+            } else {
+                format!(
+                    "the lock needs redis {major}.{minor} or newer (the oldest it is tested on)"
+                )
+            };
             return Err(Error::InvalidOptions(format!(
-                "{what} runs {}, too old: sharded pub/sub (SPUBLISH/SSUBSCRIBE) needs \
-                 redis {}.{} or newer",
-                self.describe(),
-                MIN_REDIS.0,
-                MIN_REDIS.1
+                "{what} runs {}, too old: {why}",
+                self.describe()
             )));
         }
         Ok(true)
@@ -114,7 +122,7 @@ mod tests {
         assert_eq!(info.redis_major_minor(), Some((7, 0)));
         assert_eq!(info.mode.as_deref(), Some("standalone"));
         assert_eq!(info.describe(), "redis 7.0.15");
-        assert!(info.check_version("the server at x").unwrap());
+        assert!(info.check_version("the server at x", false).unwrap());
     }
 
     #[test]
@@ -126,20 +134,26 @@ mod tests {
         // Valkey 8 calls the field server_mode.
         assert_eq!(info.mode.as_deref(), Some("cluster"));
         assert_eq!(info.describe(), "valkey 8.1.8 (redis_version 7.2.4)");
-        assert!(info.check_version("the cluster at x").unwrap());
+        assert!(info.check_version("the cluster at x", true).unwrap());
     }
 
     #[test]
     fn refuses_redis_6_naming_server_and_version() {
         let info = ServerInfo::parse(REDIS_6_2);
         let err = info
-            .check_version("the cluster at 127.0.0.1:7000")
+            .check_version("the cluster at 127.0.0.1:7000", true)
             .unwrap_err();
         assert!(matches!(err, Error::InvalidOptions(_)), "{err:?}");
         assert_eq!(
             err.to_string(),
             "invalid options: the cluster at 127.0.0.1:7000 runs redis 6.2.14, too old: \
              sharded pub/sub (SPUBLISH/SSUBSCRIBE) needs redis 7.0 or newer"
+        );
+        let err = info.check_version("the server at h:1", false).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid options: the server at h:1 runs redis 6.2.14, too old: \
+             the lock needs redis 7.0 or newer (the oldest it is tested on)"
         );
     }
 
@@ -158,7 +172,7 @@ mod tests {
         ] {
             let info = ServerInfo::parse(&format!("redis_version:{version}\n"));
             assert_eq!(
-                info.check_version("x").is_ok(),
+                info.check_version("x", true).is_ok(),
                 ok,
                 "redis_version {version}"
             );
@@ -169,7 +183,7 @@ mod tests {
     fn an_old_server_of_another_name_is_named_in_the_error() {
         let info =
             ServerInfo::parse("redis_version:6.0.16\nserver_name:keydb\nkeydb_version:6.3.4\n");
-        let err = info.check_version("the server at h:1").unwrap_err();
+        let err = info.check_version("the server at h:1", false).unwrap_err();
         assert!(
             err.to_string()
                 .contains("runs keydb 6.3.4 (redis_version 6.0.16), too old"),
@@ -186,7 +200,7 @@ mod tests {
             "redis_version:x.y\n",
         ] {
             let info = ServerInfo::parse(text);
-            assert!(!info.check_version("x").unwrap(), "{text:?}");
+            assert!(!info.check_version("x", true).unwrap(), "{text:?}");
         }
         // A named server without its own version field falls back to redis_version.
         let info = ServerInfo::parse("server_name:other\nredis_version:7.2.0\n");

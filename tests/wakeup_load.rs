@@ -12,7 +12,7 @@ use common::{LocalRedis, blocking, unique_name, wait_for};
 
 const WAITERS: usize = 10;
 const WINDOW: Duration = Duration::from_secs(3);
-/// DESIGN.md section 3: at most 2 commands per waiter per second reach Redis.
+/// The waiting budget: at most 2 commands per waiter per second reach Redis.
 const MAX_SCRIPTS_PER_WAITER_PER_SECOND: f64 = 2.0;
 
 /// Lock scripts run by every master so far (EVAL and EVALSHA calls).
