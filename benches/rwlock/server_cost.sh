@@ -45,7 +45,7 @@ for ((round = 1; round <= rounds; round++)); do
 done
 
 python3 - "$out" "$rounds" <<'PY'
-import glob, json, os, statistics, sys
+import glob, json, os, sys
 
 out, rounds = sys.argv[1], int(sys.argv[2])
 values = {}   # (server, implementation, metric) -> [value per round]
@@ -54,7 +54,8 @@ load = []
 for path in sorted(glob.glob(os.path.join(out, "*.json"))):
     server = os.path.basename(path).split("-")[0]
     data = json.load(open(path))
-    version[server] = data["machine"]["redis_server"].split(" sha=")[0]
+    # "Redis server v=7.0.15 sha=..." -> "Redis 7.0.15"
+    version[server] = data["machine"]["redis_server"].split(" sha=")[0].replace(" server v=", " ")
     load.append(data["machine"]["loadavg_start"])
     for m in data["metrics"]:
         if m["scenario"] != "server_cost":
@@ -66,10 +67,11 @@ def cell(key):
     if not v:
         return "-"
     f = lambda x: f"{x:.1f}" if x < 100 else f"{x:.0f}"
-    return f"{f(statistics.median(v))} ({f(min(v))}-{f(max(v))})"
+    mid = sorted(v)[(len(v) - 1) // 2]  # nearest rank, as the benchmark reports
+    return f"{f(mid)} ({f(min(v))}-{f(max(v))})"
 
 labels = {"redis_rwlock": "redis-rwlock", "original": "original design (baseline)"}
-print(f"{rounds} rounds per server, alternating; load average at the starts: {', '.join(load)}")
+print(f"{rounds} rounds per server, alternating; load average (1 min) at the starts: {', '.join(l.split()[0] for l in load)}")
 print()
 print(f"| implementation | mode | script time, {version.get('redis')} (us) | script time, {version.get('valkey')} (us) "
       f"| main-thread CPU, {version.get('redis')} (us) | main-thread CPU, {version.get('valkey')} (us) | scripts per acquisition |")
