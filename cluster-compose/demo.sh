@@ -47,5 +47,6 @@ if [ -z "$nodes" ]; then
   echo "the local cluster did not start" >&2
   exit 1
 fi
-echo "local cluster ($("$REDIS_SERVER" --version | cut -d' ' -f1,3)): $nodes"
+server=$("$REDIS_SERVER" --version | sed -E 's/^([A-Za-z]+) server v=([0-9.]+).*/\1 \2/')
+echo "local cluster ($server): $nodes"
 REDIS_CLUSTER_NODES="$nodes" cargo run --example cache_refresh
