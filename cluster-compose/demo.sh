@@ -1,10 +1,32 @@
 #!/usr/bin/env bash
 # Runs the cache-refresh demo against a local 6-node cluster that it starts and
-# stops itself. Installs redis-server first if it is missing.
+# stops itself.
+#
+#   bash cluster-compose/demo.sh                  # Redis (installs redis-server if missing)
+#   bash cluster-compose/demo.sh --server valkey  # the pinned Valkey 8.1.8
+#
+# REDIS_SERVER / REDIS_CLI choose other binaries (see cluster-compose/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash cluster-compose/ensure-redis.sh
+ensure=()
+case "${1:-}" in
+  "" | --server=redis) ;;
+  --server=valkey) ensure=(--valkey) ;;
+  --server)
+    case "${2:-}" in
+      redis) ;;
+      valkey) ensure=(--valkey) ;;
+      *) echo "demo.sh: --server must be redis or valkey" >&2; exit 1 ;;
+    esac
+    ;;
+  *) echo "usage: bash cluster-compose/demo.sh [--server redis|valkey]" >&2; exit 1 ;;
+esac
+
+# Sets REDIS_SERVER / REDIS_CLI, which the launcher below uses. (The assignment
+# first, so that a failure of ensure-redis.sh stops the demo.)
+exports=$(bash cluster-compose/ensure-redis.sh "${ensure[@]}")
+eval "$exports"
 
 # The launcher runs until its stdin closes: feed it from a pipe we hold open.
 coproc CLUSTER { bash cluster-compose/local-cluster.sh; }
@@ -25,5 +47,6 @@ if [ -z "$nodes" ]; then
   echo "the local cluster did not start" >&2
   exit 1
 fi
-echo "local cluster: $nodes"
+server=$("$REDIS_SERVER" --version | sed -E 's/^([A-Za-z]+) server v=([0-9.]+).*/\1 \2/')
+echo "local cluster ($server): $nodes"
 REDIS_CLUSTER_NODES="$nodes" cargo run --example cache_refresh

@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
 # local-cluster.sh - run a throw-away Redis Cluster (or one plain server) on
-# loopback, straight from the `redis-server` binary. No docker needed.
+# loopback, straight from the server binary (Redis or Valkey). No docker needed.
 #
-#   bash cluster-compose/local-cluster.sh [--standalone] [--node-timeout MS]
+#   bash cluster-compose/local-cluster.sh [--standalone] [--node-timeout MS] [--server redis|valkey]
 #
 #   --standalone       start one plain (non-cluster) server instead of a cluster
 #   --node-timeout MS  cluster-node-timeout in milliseconds (default 2000)
+#   --server valkey    run the pinned Valkey 8.1.8 (downloaded once, see
+#                      ensure-redis.sh --valkey) instead of REDIS_SERVER/REDIS_CLI
+#   --server redis     the default: REDIS_SERVER / REDIS_CLI when set (path or
+#                      command name), else redis-server / redis-cli on PATH,
+#                      else valkey-server / valkey-cli on PATH
+#
+# The server must be Redis >= 7.0 or Valkey (checked with --version).
 #
 # A cluster has 6 nodes: 3 masters, each with 1 replica. Ports are picked at
 # random among free ones (base in 20000-45000, cluster bus = port + 10000), so
@@ -21,7 +28,7 @@
 #
 # Then the script stays in the foreground until its stdin reaches EOF (a test
 # harness closes the pipe) or it gets SIGINT/SIGTERM/SIGHUP (Ctrl-C in a
-# terminal). It then kills exactly the redis-server processes it started and
+# terminal). It then kills exactly the server processes it started and
 # removes its temporary directory. The same cleanup runs if start-up fails.
 # Diagnostics go to stderr only; stdout carries nothing but the lines above.
 
@@ -44,14 +51,18 @@ log() { echo "$PROG: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 usage() {
-    sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//' >&2
 }
+
+# shellcheck source=servers.sh
+source "$(dirname "${BASH_SOURCE[0]}")/servers.sh"
 
 # --------------------------------------------------------------------------
 # Options
 # --------------------------------------------------------------------------
 standalone=0
 node_timeout=2000
+server_kind=redis
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --standalone) standalone=1 ;;
@@ -61,6 +72,12 @@ while [[ $# -gt 0 ]]; do
             shift
             ;;
         --node-timeout=*) node_timeout=${1#*=} ;;
+        --server)
+            [[ $# -ge 2 ]] || die "--server needs a value: redis or valkey"
+            server_kind=$2
+            shift
+            ;;
+        --server=*) server_kind=${1#*=} ;;
         -h | --help) usage; exit 0 ;;
         *) usage; die "unknown option: $1" ;;
     esac
@@ -68,22 +85,28 @@ while [[ $# -gt 0 ]]; do
 done
 [[ "$node_timeout" =~ ^[0-9]+$ && "$node_timeout" -gt 0 ]] \
     || die "--node-timeout must be a positive number of milliseconds, got '$node_timeout'"
+[[ "$server_kind" == redis || "$server_kind" == valkey ]] \
+    || die "--server must be redis or valkey, got '$server_kind'"
 
 # --------------------------------------------------------------------------
 # Prerequisites
 # --------------------------------------------------------------------------
-for bin in redis-server redis-cli; do
-    if ! command -v "$bin" >/dev/null 2>&1; then
-        echo "$bin not found: run \`bash cluster-compose/ensure-redis.sh\` or apt-get install redis-server" >&2
-        exit 1
-    fi
-done
+if [[ "$server_kind" == valkey ]]; then
+    fetch_valkey
+elif ! find_servers; then
+    die "no redis-server/redis-cli (nor valkey-server/valkey-cli) on PATH: run \`bash cluster-compose/ensure-redis.sh\` (Redis), \`bash cluster-compose/ensure-redis.sh --valkey\`, or set REDIS_SERVER/REDIS_CLI"
+fi
+server_desc=$(server_version "$REDIS_SERVER")
+server_version "$REDIS_CLI" >/dev/null
+if [[ -t 2 ]]; then
+    log "server: $server_desc ($REDIS_SERVER)"
+fi
 
 # --------------------------------------------------------------------------
 # Cleanup: kill exactly the pids we started, then remove the temp dir.
 # --------------------------------------------------------------------------
 WORKDIR=""
-PIDS=()          # pids of the redis-server processes we started
+PIDS=()          # pids of the server processes we started
 STDIN_PID=""     # pid of the `cat` that waits for EOF on our stdin
 
 stop_nodes() {
@@ -115,7 +138,7 @@ cleanup() {
     fi
     # Only chat about it when a human is watching.
     if [[ -t 2 ]]; then
-        log "stopped $n redis-server process(es)${WORKDIR:+, removed $WORKDIR}"
+        log "stopped $n $(basename "$REDIS_SERVER") process(es)${WORKDIR:+, removed $WORKDIR}"
     fi
     exit "$rc"
 }
@@ -131,11 +154,11 @@ WORKDIR=$(mktemp -d "${TMPDIR:-/tmp}/redis-local-cluster.XXXXXX")
 # Helpers
 # --------------------------------------------------------------------------
 
-# redis-cli against one of our nodes, never hanging (coreutils timeout).
+# The CLI against one of our nodes, never hanging (coreutils timeout).
 rcli() {
     local port=$1
     shift
-    timeout 5 redis-cli -h "$HOST" -p "$port" "$@" 2>/dev/null
+    timeout 5 "$REDIS_CLI" -h "$HOST" -p "$port" "$@" 2>/dev/null
 }
 
 # Print every local TCP port that is in use (any state), one per line.
@@ -176,7 +199,7 @@ pick_base_port() {
     return 1
 }
 
-# Start one redis-server as a background child (not daemonized).
+# Start one server as a background child (not daemonized).
 # Usage: start_node PORT [extra redis-server args...]
 start_node() {
     local port=$1
@@ -185,7 +208,7 @@ start_node() {
     mkdir -p "$dir"
     # stdin is /dev/null for background jobs; stdout/stderr go to the node's
     # log so the node never holds our stdout pipe open.
-    redis-server \
+    "$REDIS_SERVER" \
         --port "$port" \
         --bind "$HOST" \
         --protected-mode no \
@@ -215,7 +238,7 @@ wait_nodes_up() {
                     log "port $port was taken by someone else meanwhile; retrying with other ports"
                     return 2
                 fi
-                log "redis-server on port $port (pid $pid) exited during start-up; its log:"
+                log "$server_desc on port $port (pid $pid) exited during start-up; its log:"
                 tail -n 20 "$WORKDIR/$port/redis.log" "$WORKDIR/$port/stdout.log" >&2 || true
                 return 1
             fi
@@ -225,7 +248,7 @@ wait_nodes_up() {
         done
         ((all_up)) && return 0
         if ((SECONDS >= deadline)); then
-            log "redis-server processes did not accept connections within ${START_TIMEOUT}s"
+            log "$server_desc processes did not accept connections within ${START_TIMEOUT}s"
             return 1
         fi
         sleep 0.1
@@ -255,7 +278,7 @@ start_all() {
             *) exit 1 ;;
         esac
     done
-    die "could not start redis-server on free ports after $MAX_PORT_ATTEMPTS attempts"
+    die "could not start $server_desc on free ports after $MAX_PORT_ATTEMPTS attempts"
 }
 
 # Check once that the cluster is fully formed, as seen from every node:
@@ -312,15 +335,15 @@ else
         --cluster-replica-validity-factor 0 \
         --repl-diskless-sync-delay 0
 
-    # Let redis-cli assign slots and replicas. Its chatter goes to a log
+    # Let the CLI assign slots and replicas. Its chatter goes to a log
     # that we show only if it fails.
     addrs=()
     for port in "${PORTS[@]}"; do
         addrs+=("$HOST:$port")
     done
-    if ! timeout 60 redis-cli --cluster create "${addrs[@]}" \
+    if ! timeout 60 "$REDIS_CLI" --cluster create "${addrs[@]}" \
         --cluster-replicas 1 --cluster-yes >"$WORKDIR/cluster-create.log" 2>&1; then
-        log "redis-cli --cluster create failed:"
+        log "$(basename "$REDIS_CLI") --cluster create failed:"
         tail -n 30 "$WORKDIR/cluster-create.log" >&2 || true
         exit 1
     fi

@@ -47,10 +47,16 @@ pub(crate) struct ClientInner {
 impl LockClient {
     /// Connects to a Redis Cluster through any of its nodes.
     ///
+    /// The cluster must run Redis 7.0 or newer, or a server compatible with it such as
+    /// Valkey: one `INFO server` on a node checks the `redis_version` it reports. If
+    /// an ACL denies `INFO`, the check is skipped with a warning.
+    ///
     /// # Errors
     ///
-    /// [`Error::InvalidOptions`] when no URL is given or the nodes are not in cluster
-    /// mode; [`Error::Redis`] when a URL is malformed or no node answers in time.
+    /// [`Error::InvalidOptions`] when no URL is given, the nodes are not in cluster
+    /// mode, or the server is older than Redis 7.0 (the message names the server and
+    /// its version); [`Error::Redis`] when a URL is malformed or no node answers in
+    /// time.
     ///
     /// # Cancel safety
     ///
@@ -69,17 +75,24 @@ impl LockClient {
         S: AsRef<str>,
     {
         let nodes: Vec<String> = nodes.into_iter().map(|n| n.as_ref().to_owned()).collect();
-        let conn = Connection::cluster(&nodes, None).await?;
+        let conn = Connection::cluster(&nodes, None, true).await?;
         let wakeups = Wakeups::connect(Some(&nodes), "").await?;
         Ok(Self::from_parts(conn, wakeups))
     }
 
-    /// Connects to one Redis server (7.0 or newer) that is not part of a cluster.
+    /// Connects to one Redis server (7.0 or newer, or a compatible server such as
+    /// Valkey) that is not part of a cluster.
+    ///
+    /// One `INFO server` checks the `redis_version` the server reports and that it is
+    /// not a cluster node. If an ACL denies `INFO`, the check is skipped with a
+    /// warning.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidOptions`] when the server is a cluster node; [`Error::Redis`]
-    /// when the URL is malformed or the server does not answer in time.
+    /// [`Error::InvalidOptions`] when the server is a cluster node (or a sentinel) or
+    /// older than Redis 7.0 (the message names the server and its version);
+    /// [`Error::Redis`] when the URL is malformed or the server does not answer in
+    /// time.
     ///
     /// # Cancel safety
     ///
@@ -94,7 +107,7 @@ impl LockClient {
     /// ```
     pub async fn standalone(url: impl AsRef<str>) -> Result<Self, Error> {
         let url = url.as_ref();
-        let conn = Connection::standalone(url, None).await?;
+        let conn = Connection::standalone(url, None, true).await?;
         let wakeups = Wakeups::connect(None, url).await?;
         Ok(Self::from_parts(conn, wakeups))
     }

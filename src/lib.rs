@@ -10,6 +10,7 @@ mod lock;
 mod options;
 mod read_guard;
 mod scripts;
+mod server;
 mod slot;
 mod state;
 mod token;

@@ -79,8 +79,8 @@ impl Wakeups {
     pub(crate) async fn connect(cluster: Option<&[String]>, url: &str) -> Result<Self, Error> {
         let (push_tx, push_rx) = mpsc::unbounded_channel();
         let conn = match cluster {
-            Some(nodes) => Connection::cluster(nodes, Some(push_tx)).await?,
-            None => Connection::standalone(url, Some(push_tx)).await?,
+            Some(nodes) => Connection::cluster(nodes, Some(push_tx), false).await?,
+            None => Connection::standalone(url, Some(push_tx), false).await?,
         };
         let hub = Arc::new(Hub {
             conn,

@@ -69,7 +69,7 @@ impl Cluster {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             let line = rx
                 .recv_timeout(left)
-                .map_err(|_| "the cluster launcher did not print READY in time (is redis-server installed? see cluster-compose/ensure-redis.sh)".to_owned())?;
+                .map_err(|_| "the cluster launcher did not print READY in time (is a server installed? see cluster-compose/ensure-redis.sh, REDIS_SERVER/REDIS_CLI)".to_owned())?;
             if let Some(urls) = line.strip_prefix("REDIS_CLUSTER_NODES=") {
                 cluster.nodes = urls.split(',').map(str::to_owned).collect();
             } else if line == "READY" {
@@ -319,11 +319,28 @@ pub fn redis_benchmark(
         "--csv".into(),
     ];
     args.extend(command.iter().cloned());
-    let output = Command::new("redis-benchmark")
-        .args(&args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run redis-benchmark: {e}"))?;
+    // REDIS_BENCHMARK when set, else redis-benchmark, else valkey-benchmark: any of
+    // them drives either server.
+    let programs = match std::env::var("REDIS_BENCHMARK") {
+        Ok(program) if !program.is_empty() => vec![program],
+        _ => vec!["redis-benchmark".to_owned(), "valkey-benchmark".to_owned()],
+    };
+    let mut output = None;
+    for program in &programs {
+        match Command::new(program)
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+        {
+            Ok(out) => {
+                output = Some(out);
+                break;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(format!("cannot run {program}: {e}")),
+        }
+    }
+    let output = output.ok_or_else(|| format!("none of {} is installed", programs.join(", ")))?;
     let stdout = String::from_utf8_lossy(&output.stdout);
     if !output.status.success() {
         return Err(format!(
@@ -353,7 +370,56 @@ pub fn redis_benchmark(
     })
 }
 
+/// Counters of one server, for the server-cost scenario.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ServerCounters {
+    /// EVAL/EVALSHA (and `_RO`, FCALL) calls so far.
+    pub scripts: u64,
+    /// Microseconds spent in them.
+    pub script_usec: u64,
+    /// `used_cpu_user_main_thread + used_cpu_sys_main_thread`, microseconds.
+    pub cpu_us: f64,
+}
+
 impl Masters {
+    /// Script counters and main-thread CPU of master `index`. Only the script rows
+    /// of `INFO commandstats` are summed: the commands a script runs are counted
+    /// again under their own names.
+    pub async fn server_cost(&mut self, index: usize) -> Result<ServerCounters, String> {
+        let cpu: String = self.query(index, redis::cmd("INFO").arg("cpu")).await?;
+        let stats: String = self
+            .query(index, redis::cmd("INFO").arg("commandstats"))
+            .await?;
+        let mut c = ServerCounters::default();
+        for line in cpu.lines() {
+            if let Some((name, value)) = line.trim().split_once(':')
+                && (name == "used_cpu_user_main_thread" || name == "used_cpu_sys_main_thread")
+            {
+                c.cpu_us += value.parse::<f64>().map_err(|e| format!("{line}: {e}"))? * 1e6;
+            }
+        }
+        for line in stats.lines() {
+            let Some((name, rest)) = line.trim().split_once(':') else {
+                continue;
+            };
+            let Some(name) = name.strip_prefix("cmdstat_") else {
+                continue;
+            };
+            if !(name.starts_with("eval") || name.starts_with("fcall")) {
+                continue;
+            }
+            let field = |key: &str| -> u64 {
+                rest.split(',')
+                    .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0)
+            };
+            c.scripts += field("calls");
+            c.script_usec += field("usec");
+        }
+        Ok(c)
+    }
+
     /// Runs one command on master `index` (plain connection, no redirection).
     pub async fn query<T: redis::FromRedisValue>(
         &mut self,

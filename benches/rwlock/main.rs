@@ -7,9 +7,13 @@
 //! report and writes `bench-results/rwlock.{json,md}` and two SVG plots there.
 //! `BENCH_QUICK=1` gives a 1-2 minute run; `BENCH_RUNS=n` overrides the run count;
 //! `BENCH_SCENARIOS=uncontended,read_heavy` runs only the named scenarios (for
-//! profiling; names: limits, uncontended, read_heavy, redis_benchmark, handoff,
-//! stream, waiting, sweep); `BENCH_IMPLS=redis_rwlock,original` likewise limits the
+//! profiling; names: limits, uncontended, server_cost, read_heavy, redis_benchmark,
+//! handoff, stream, waiting, sweep); `BENCH_IMPLS=redis_rwlock,original` likewise limits the
 //! implementations (redis_rwlock, original, rslock, rds_lock).
+//! The launcher runs `REDIS_SERVER` / `REDIS_CLI` when set, so
+//! `eval "$(bash cluster-compose/ensure-redis.sh --valkey)"` first benchmarks on the
+//! pinned Valkey; `redis-benchmark` (or `valkey-benchmark`, or `REDIS_BENCHMARK`) is
+//! the load client for the pipelined scenario.
 //! See BENCHMARKS.md for what each scenario measures.
 //!
 //! Without `--bench` (as `cargo test --all-targets` runs it) it prints how to run it
@@ -173,6 +177,12 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
                 b.results.sweep.entry((imp, TASKS)).or_default().push(rate);
                 b.read_heavy(run, imp, TASKS, 64, secs, Some(READ_HEAVY_64))
                     .await;
+            }
+        }
+        if on("server_cost") {
+            eprintln!("  server cost per acquisition");
+            for &imp in &all {
+                b.server_cost(run, imp).await;
             }
         }
         if on("redis_benchmark") {

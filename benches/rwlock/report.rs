@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 
 use crate::locks::{Impl, Original};
 use crate::scenarios::{
-    Bench, HANDOFF_HOLD, STREAM_READ_HOLD, STREAM_READERS, STREAM_WRITER_EVERY, SWEEP_TASKS, TASKS,
-    WAITERS, WRITE_PERCENT, WRITERS, names::*,
+    Bench, HANDOFF_HOLD, STREAM_READ_HOLD, STREAM_READERS, STREAM_WRITER_EVERY, SWEEP_TASKS,
+    ServerCostNames, TASKS, WAITERS, WRITE_PERCENT, WRITERS, names::*,
 };
 use crate::stats::{Metric, Results, percentile};
 
@@ -38,7 +38,12 @@ impl Machine {
                     .map(|(_, v)| v.trim().to_owned())
             })
             .unwrap_or_else(|| "unknown".into());
-        let redis_server = std::process::Command::new("redis-server")
+        // The binary the launcher runs (REDIS_SERVER, as local-cluster.sh picks it).
+        let server = std::env::var("REDIS_SERVER")
+            .ok()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "redis-server".to_owned());
+        let redis_server = std::process::Command::new(server)
             .arg("--version")
             .output()
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
@@ -238,6 +243,7 @@ pub fn markdown(b: &Bench, machine: &Machine) -> String {
     heading(&mut o, b, machine);
     limits_table(&mut o, &b.results);
     uncontended_table(&mut o, &b.results);
+    server_cost_table(&mut o, &b.results);
     read_heavy_tables(&mut o, b);
     handoff_table(&mut o, &b.results);
     stream_table(&mut o, b);
@@ -361,6 +367,51 @@ fn uncontended_table(o: &mut String, r: &Results) {
                     at(r, UNCONTENDED, imp, p50),
                     at(r, UNCONTENDED, imp, p99),
                     at(r, UNCONTENDED, imp, server),
+                ],
+            );
+        }
+    }
+}
+
+/// The server's cost per uncontended acquisition (acquire + release), measured on
+/// the lock's master.
+fn server_cost_table(o: &mut String, r: &Results) {
+    if !Impl::ALL.iter().any(|&imp| {
+        r.get(SERVER_COST, imp, ServerCostNames::WRITE.cpu_us)
+            .is_some()
+    }) {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "\n### Server cost per uncontended acquisition (acquire + release, one task; the lock's master)\n"
+    );
+    header(
+        o,
+        &[
+            "implementation",
+            "mode",
+            "script time per acquisition (us)",
+            "scripts per acquisition",
+            "main-thread CPU per acquisition (us)",
+        ],
+    );
+    for imp in Impl::ALL {
+        for (mode, m) in [
+            ("read", ServerCostNames::READ),
+            ("write", ServerCostNames::WRITE),
+        ] {
+            if r.get(SERVER_COST, imp, m.cpu_us).is_none() {
+                continue;
+            }
+            row(
+                o,
+                &[
+                    imp.label().into(),
+                    mode.into(),
+                    at(r, SERVER_COST, imp, m.script_us),
+                    at(r, SERVER_COST, imp, m.scripts),
+                    at(r, SERVER_COST, imp, m.cpu_us),
                 ],
             );
         }

@@ -32,6 +32,8 @@ pub struct Config {
     pub sweep_runs: usize,
     pub round_trips: usize,
     pub uncontended_iters: usize,
+    /// Acquisitions per mode in the server-cost scenario.
+    pub server_cost_iters: usize,
     pub throughput_secs: f64,
     pub sweep_secs: f64,
     pub handoff_secs: f64,
@@ -52,6 +54,7 @@ impl Config {
                 sweep_runs: 1,
                 round_trips: 500,
                 uncontended_iters: 300,
+                server_cost_iters: 1000,
                 throughput_secs: 0.7,
                 sweep_secs: 0.5,
                 handoff_secs: 1.5,
@@ -68,6 +71,7 @@ impl Config {
                 sweep_runs: 3,
                 round_trips: 3000,
                 uncontended_iters: 1000,
+                server_cost_iters: 3000,
                 throughput_secs: 3.0,
                 sweep_secs: 2.0,
                 handoff_secs: 5.0,
@@ -128,6 +132,27 @@ pub mod names {
     pub const STREAM: &str = "writer_behind_readers";
     pub const WAITING: &str = "waiting_cost";
     pub const REDIS_BENCHMARK: &str = "redis_benchmark";
+    pub const SERVER_COST: &str = "server_cost";
+}
+
+/// Metric names of the server-cost scenario, per mode.
+pub struct ServerCostNames {
+    pub script_us: &'static str,
+    pub scripts: &'static str,
+    pub cpu_us: &'static str,
+}
+
+impl ServerCostNames {
+    pub const READ: ServerCostNames = ServerCostNames {
+        script_us: "read_script_us_per_acq",
+        scripts: "read_scripts_per_acq",
+        cpu_us: "read_cpu_us_per_acq",
+    };
+    pub const WRITE: ServerCostNames = ServerCostNames {
+        script_us: "write_script_us_per_acq",
+        scripts: "write_scripts_per_acq",
+        cpu_us: "write_cpu_us_per_acq",
+    };
 }
 use names::*;
 
@@ -338,6 +363,80 @@ impl Bench {
             "us",
             percentile(&mut evalsha, 99.0),
         );
+    }
+
+    /// What one uncontended acquisition (acquire + release, one task, nothing else
+    /// running) costs the lock's master: script time (`INFO commandstats`, EVAL*
+    /// rows) and main-thread CPU (`INFO cpu`, user + sys: parsing, scripts,
+    /// replication feed), both per acquisition. The replica's work is not counted.
+    pub async fn server_cost(&mut self, run: usize, imp: Impl) {
+        let name = self.name_on(0, &format!("cost-{run}"));
+        let lock = self.clients.lock(imp, &name, LONG_WAIT);
+        let modes: &[Mode] = if imp == Impl::Rslock {
+            &[Mode::Write]
+        } else {
+            &[Mode::Read, Mode::Write]
+        };
+        for &mode in modes {
+            let pair = |n: usize| {
+                let lock = &lock;
+                let clients = &self.clients;
+                async move {
+                    let mut done = 0u64;
+                    for _ in 0..n {
+                        if let Ok(held) = clients.acquire(lock, mode, Wait::Try).await
+                            && clients.release(held).await.is_ok()
+                        {
+                            done += 1;
+                        }
+                    }
+                    done
+                }
+            };
+            pair(50).await; // scripts loaded, connections warm
+            let n = self.cfg.server_cost_iters;
+            let before = self.masters.server_cost(0).await;
+            let done = pair(n).await;
+            let after = self.masters.server_cost(0).await;
+            if done < n as u64 {
+                self.note(format!(
+                    "{}: {} of {n} uncontended {mode:?} acquisitions failed (server cost)",
+                    imp.label(),
+                    n as u64 - done
+                ));
+            }
+            let (Ok(before), Ok(after)) = (before, after) else {
+                self.note("server cost: INFO on master 0 failed".to_owned());
+                continue;
+            };
+            let m = match mode {
+                Mode::Read => ServerCostNames::READ,
+                Mode::Write => ServerCostNames::WRITE,
+            };
+            let per = |v: f64| if done == 0 { f64::NAN } else { v / done as f64 };
+            let r = &mut self.results;
+            r.record(
+                SERVER_COST,
+                imp,
+                m.script_us,
+                "us",
+                per(after.script_usec.saturating_sub(before.script_usec) as f64),
+            );
+            r.record(
+                SERVER_COST,
+                imp,
+                m.scripts,
+                "",
+                per(after.scripts.saturating_sub(before.scripts) as f64),
+            );
+            r.record(
+                SERVER_COST,
+                imp,
+                m.cpu_us,
+                "us",
+                per((after.cpu_us - before.cpu_us).max(0.0)),
+            );
+        }
     }
 
     /// `try_*` + release from one task, nothing else touching the lock. Each

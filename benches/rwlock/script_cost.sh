@@ -8,6 +8,9 @@
 # each variant with SCRIPT LOAD, runs it with redis-benchmark from ONE client (no
 # pipelining, so the server is never queued) and prints the server's own time per
 # call (INFO commandstats usec_per_call). Stops exactly the server it started.
+# REDIS_SERVER / REDIS_CLI / REDIS_BENCHMARK choose the binaries (default
+# redis-server, redis-cli, redis-benchmark), e.g. the pinned Valkey:
+#   eval "$(bash cluster-compose/ensure-redis.sh --valkey)"; bash benches/rwlock/script_cost.sh
 
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -16,11 +19,11 @@ requests=${1:-20000}
 port=$((30000 + RANDOM % 20000))
 while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((port + 1)); done
 dir=$(mktemp -d)
-redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
+"${REDIS_SERVER:-redis-server}" --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
     --daemonize no >"$dir/log" 2>&1 &
 pid=$!
 trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -rf "$dir"' EXIT
-cli() { redis-cli -p "$port" "$@"; }
+cli() { "${REDIS_CLI:-redis-cli}" -p "$port" "$@"; }
 for _ in $(seq 50); do cli PING >/dev/null 2>&1 && break; sleep 0.1; done
 
 prelude=$(cat lua/prelude.lua)
@@ -40,7 +43,7 @@ original=$(cat tests/original/hash_acquire_read.lua)
 cost() { # sha args...
     cli CONFIG RESETSTAT >/dev/null
     # -r: a fresh random token in nearly every call, as a new acquisition has.
-    redis-benchmark -p "$port" -n "$requests" -c 1 -r 100000000 -q "$@" >/dev/null 2>&1
+    "${REDIS_BENCHMARK:-redis-benchmark}" -p "$port" -n "$requests" -c 1 -r 100000000 -q "$@" >/dev/null 2>&1
     cli INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_evalsha:.*usec_per_call=\([0-9.]*\).*/\1/p'
 }
 

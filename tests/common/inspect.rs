@@ -392,3 +392,25 @@ fn parse_commandstats(text: &str) -> HashMap<String, u64> {
         })
         .collect()
 }
+
+/// What the server at `node` says it is, from `INFO server`: `"redis 7.0.15"` or
+/// `"valkey 8.1.8"` (Valkey names itself in `server_name` and `valkey_version`).
+pub fn server_description(node: &Node) -> String {
+    let info = value_to_string(
+        raw_command(node.port, &["INFO", "server"], COMMAND_TIMEOUT)
+            .unwrap_or_else(|e| panic!("INFO server on {} failed: {e}", node.url)),
+    );
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
+            .map(str::to_owned)
+    };
+    match (field("server_name"), field("redis_version")) {
+        (Some(name), _) => {
+            let version = field(&format!("{name}_version")).unwrap_or_default();
+            format!("{name} {version}")
+        }
+        (None, Some(version)) => format!("redis {version}"),
+        (None, None) => panic!("INFO server on {} names no version: {info}", node.url),
+    }
+}

@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use super::inspect::server_description;
 use super::process::{is_running, kill_command, signal};
 
 /// How long the launcher may take to print `READY`.
@@ -17,8 +18,10 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long `Drop` waits for the launcher to clean up before escalating.
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 
-const MISSING_REDIS: &str = "redis-server not found: run `bash cluster-compose/ensure-redis.sh` \
-     (or apt-get install redis-server redis-tools); integration tests need Redis >= 7.0";
+const MISSING_REDIS: &str = "neither redis-server nor valkey-server found on PATH: run \
+     `bash cluster-compose/ensure-redis.sh` (or apt-get install redis-server redis-tools), or \
+     set REDIS_SERVER/REDIS_CLI (`eval \"$(bash cluster-compose/ensure-redis.sh --valkey)\"` \
+     for the pinned Valkey); integration tests need Redis >= 7.0 or Valkey";
 
 /// One `redis-server` process started by the launcher.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,8 +66,8 @@ impl LocalRedis {
     }
 
     fn start(args: &[&str], cluster: bool) -> LocalRedis {
-        if !redis_server_on_path() {
-            panic!("{MISSING_REDIS}");
+        if let Err(missing) = server_binary() {
+            panic!("{missing}");
         }
         let script = launcher_path();
         assert!(
@@ -148,7 +151,29 @@ impl LocalRedis {
             expected,
             "launcher printed an unexpected set of NODE lines: {seen:?}"
         );
+        local.assert_expected_server();
         local
+    }
+
+    /// With `REDIS_RWLOCK_EXPECT_SERVER` set (CI sets `redis` or `valkey 8.1.8`;
+    /// `redis 7.0` matches `redis 7.0.15`), checks that the servers really are that:
+    /// a run meant for one server never passes on another by mistake.
+    fn assert_expected_server(&self) {
+        let Some(expected) = std::env::var("REDIS_RWLOCK_EXPECT_SERVER")
+            .ok()
+            .filter(|v| !v.is_empty())
+        else {
+            return;
+        };
+        let found = server_description(&self.nodes[0]);
+        assert!(
+            found
+                .strip_prefix(expected.as_str())
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '.'])),
+            "REDIS_RWLOCK_EXPECT_SERVER={expected}, but the launcher started {found} \
+             (REDIS_SERVER={:?})",
+            std::env::var("REDIS_SERVER").unwrap_or_default()
+        );
     }
 
     /// Waits up to `limit` for the launcher to exit.
@@ -226,15 +251,34 @@ pub fn shared_standalone() -> &'static LocalRedis {
     STANDALONE.get_or_init(LocalRedis::standalone)
 }
 
-/// `redis-server` is an executable file in some `PATH` directory.
-pub fn redis_server_on_path() -> bool {
-    let Some(path) = std::env::var_os("PATH") else {
-        return false;
-    };
-    std::env::split_paths(&path).any(|dir| {
-        let file = dir.join("redis-server");
-        std::fs::metadata(&file).is_ok_and(|m| m.is_file())
-    })
+/// The server binary the launcher will run, found as `local-cluster.sh` finds it:
+/// `REDIS_SERVER` (a path, or a command name on `PATH`) when set, else
+/// `redis-server`, else `valkey-server` on `PATH`. The error says what is missing.
+pub fn server_binary() -> Result<PathBuf, String> {
+    match std::env::var_os("REDIS_SERVER").filter(|v| !v.is_empty()) {
+        Some(bin) => executable(Path::new(&bin)).ok_or_else(|| {
+            format!(
+                "REDIS_SERVER={} is not an executable file or a command on PATH",
+                bin.to_string_lossy()
+            )
+        }),
+        None => executable(Path::new("redis-server"))
+            .or_else(|| executable(Path::new("valkey-server")))
+            .ok_or_else(|| MISSING_REDIS.to_owned()),
+    }
+}
+
+/// `bin` itself when it names a path (contains a `/`), else the first `PATH`
+/// entry holding a file of that name.
+fn executable(bin: &Path) -> Option<PathBuf> {
+    let is_file = |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.is_file());
+    if bin.components().count() > 1 {
+        return is_file(bin).then(|| bin.to_path_buf());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(bin))
+        .find(|file| is_file(file))
 }
 
 /// `<crate>/cluster-compose/local-cluster.sh`.

@@ -14,8 +14,12 @@
 //! works from any thread and from any `#[tokio::test]` runtime. Helpers that
 //! talk to Redis use short-lived synchronous connections with timeouts.
 //!
-//! If `redis-server` is missing, tests FAIL (never skip) with a message that
-//! points at `cluster-compose/ensure-redis.sh`.
+//! The server binaries are those the launcher picks: `REDIS_SERVER` /
+//! `REDIS_CLI` when set (a path or a command name; for example the pinned Valkey,
+//! `eval "$(bash cluster-compose/ensure-redis.sh --valkey)"`), else
+//! `redis-server` / `redis-cli` on `PATH`, else `valkey-server` / `valkey-cli`.
+//! If no server is found, tests FAIL (never skip) with a message that points at
+//! `cluster-compose/ensure-redis.sh`.
 //!
 //! One file per concern, all re-exported here:
 //!
