@@ -17,14 +17,15 @@ if q and q.mine and q.mine > server_time() then
     return 1
   end
   -- The last one, by the count and by the fields there are, with no writer entry and
-  -- nobody queued: the lock is free. (With writers queued, the full path picks the
-  -- one to wake.)
+  -- nobody queued: the lock is free, and nobody can be waiting for it (a waiting
+  -- writer always queues; a reader waits only behind a writer or the queue), so
+  -- nothing is published. (With writers queued, the full path picks the one to
+  -- wake.)
   if not q.writer and not q.queue_until and redis.call('HLEN', KEY) == q.found then
     redis.call('HDEL', KEY, 'r:' .. token, 'readers', 'read', 'rstamp')
     if q.found > 4 then -- else those were all its fields: the key is gone
       redis.call('PEXPIRE', KEY, IDLE)
     end
-    redis.call(PUBLISH, CHANNEL, '*')
     return 1
   end
 end

@@ -709,7 +709,7 @@ pub fn release(h: &mut Hash, p: &Params, now: Time, token: Tok) -> Outcome {
             if q.found > 4 {
                 h.pexpire(now, p.idle);
             }
-            return done(Reply::Int(1), Some(Wake::All));
+            return done(Reply::Int(1), None);
         }
     }
     if let Some(q) = quick(h, now, token)
