@@ -235,6 +235,7 @@ impl Held {
         let unfinished = Unfinished {
             lock: lock.name().to_owned(),
             mode,
+            done: false,
         };
         runtime.spawn(async move {
             match lock.release_token_until(&token, until).await {
@@ -244,7 +245,7 @@ impl Held {
                     "release on drop failed; the hold ends when its lease does"
                 ),
             }
-            std::mem::forget(unfinished);
+            unfinished.finish();
         });
     }
 }
@@ -254,10 +255,21 @@ impl Held {
 struct Unfinished {
     lock: String,
     mode: LockMode,
+    done: bool,
+}
+
+impl Unfinished {
+    /// The release ran to its end: nothing to say.
+    fn finish(mut self) {
+        self.done = true;
+    }
 }
 
 impl Drop for Unfinished {
     fn drop(&mut self) {
+        if self.done {
+            return;
+        }
         tracing::warn!(
             lock = self.lock,
             mode = ?self.mode,
