@@ -236,22 +236,10 @@ impl Masters {
                 .query_async(conn)
                 .await
                 .map_err(|e| e.to_string())?;
-            for line in info.lines() {
-                let Some((name, rest)) = line.trim().split_once(':') else {
-                    continue;
-                };
-                let Some(name) = name.strip_prefix("cmdstat_") else {
-                    continue;
-                };
-                let field = |key: &str| -> u64 {
-                    rest.split(',')
-                        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-                        .and_then(|v| v.parse().ok())
-                        .unwrap_or(0)
-                };
+            for (name, calls, usec) in commandstats(&info) {
                 let entry = total.entry(name.to_owned()).or_default();
-                entry.0 += field("calls");
-                entry.1 += field("usec");
+                entry.0 += calls;
+                entry.1 += usec;
             }
         }
         Ok(total)
@@ -398,24 +386,11 @@ impl Masters {
                 c.cpu_us += value.parse::<f64>().map_err(|e| format!("{line}: {e}"))? * 1e6;
             }
         }
-        for line in stats.lines() {
-            let Some((name, rest)) = line.trim().split_once(':') else {
-                continue;
-            };
-            let Some(name) = name.strip_prefix("cmdstat_") else {
-                continue;
-            };
-            if !(name.starts_with("eval") || name.starts_with("fcall")) {
-                continue;
+        for (name, calls, usec) in commandstats(&stats) {
+            if name.starts_with("eval") || name.starts_with("fcall") {
+                c.scripts += calls;
+                c.script_usec += usec;
             }
-            let field = |key: &str| -> u64 {
-                rest.split(',')
-                    .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0)
-            };
-            c.scripts += field("calls");
-            c.script_usec += field("usec");
         }
         Ok(c)
     }
@@ -560,4 +535,19 @@ pub async fn monitor_window(
         total.in_scripts += sent.in_scripts;
     }
     Ok(total)
+}
+
+/// The rows of `INFO commandstats`: command name, calls, microseconds.
+fn commandstats(info: &str) -> impl Iterator<Item = (&str, u64, u64)> {
+    info.lines().filter_map(|line| {
+        let (name, rest) = line.trim().split_once(':')?;
+        let name = name.strip_prefix("cmdstat_")?;
+        let field = |key: &str| -> u64 {
+            rest.split(',')
+                .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        Some((name, field("calls"), field("usec")))
+    })
 }
