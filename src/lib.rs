@@ -9,6 +9,7 @@ mod live;
 mod lock;
 mod options;
 mod read_guard;
+mod requests;
 mod scripts;
 mod server;
 mod slot;

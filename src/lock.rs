@@ -3,23 +3,18 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use sync_wrapper::SyncFuture;
-use tokio::time::Instant;
 
 use crate::client::LockClient;
-use crate::connection::{Connection, OVERALL_TIMEOUT, RESPONSE_TIMEOUT};
-use crate::error::Chain;
+use crate::connection::Connection;
 use crate::lease::Lease;
 use crate::options::check_name;
-use crate::scripts::{Acquired, LockMode, Replicas, Target};
+use crate::scripts::{LockMode, Target};
 use crate::slot::key_slot;
 use crate::state::LockState;
-use crate::token::Token;
-use crate::waiting::{INTENT_TTL, acquire};
-use crate::wakeups::{Interest, Listener};
-use crate::{Error, Fairness, FencedWrites, LockOptions, RwLockReadGuard, RwLockWriteGuard};
+use crate::waiting::acquire;
+use crate::{Error, LockOptions, RwLockReadGuard, RwLockWriteGuard};
 
 /// A read-write lock shared by every process that names it.
 ///
@@ -386,14 +381,14 @@ impl RwLock {
         })
     }
 
-    // The machinery below is what waiting and leases use.
+    // The accessors below serve the requests (src/requests.rs), waiting and leases.
 
     /// Fails with [`Error::InvalidOptions`] for a bad name or option.
     pub(crate) fn check(&self) -> Result<(), Error> {
         self.target().map(|_| ())
     }
 
-    fn target(&self) -> Result<&Target, Error> {
+    pub(crate) fn target(&self) -> Result<&Target, Error> {
         self.inner
             .target
             .as_ref()
@@ -406,7 +401,7 @@ impl RwLock {
             })
     }
 
-    fn conn(&self) -> &Connection {
+    pub(crate) fn conn(&self) -> &Connection {
         &self.inner.client.inner.conn
     }
 
@@ -414,163 +409,7 @@ impl RwLock {
     pub(crate) fn client(&self) -> &LockClient {
         &self.inner.client
     }
-
-    pub(crate) fn lease(&self, mode: LockMode) -> Duration {
-        match mode {
-            LockMode::Read => self.inner.options.read_lease,
-            LockMode::Write => self.inner.options.write_lease,
-        }
-    }
-
-    /// How long after sending the request that granted or renewed a hold in `mode`
-    /// the guard may believe it holds: the lease, cut to the original-design clients'
-    /// timeout for the stamp they judge that mode by (`write` for a write hold,
-    /// `read` for a read hold). After that, an original client may judge the stamp
-    /// stale and enter, so the hold no longer excludes it.
-    pub(crate) fn held_for(&self, mode: LockMode) -> Duration {
-        let lease = self.lease(mode);
-        match (self.inner.options.original_timeouts, mode) {
-            (Some((read, _)), LockMode::Read) => lease.min(read),
-            (Some((_, write)), LockMode::Write) => lease.min(write),
-            (None, _) => lease,
-        }
-    }
-
-    /// How often a hold in `mode` renews: every third of the time it counts as held
-    /// ([`held_for`](Self::held_for)), so original clients never judge its stamp stale
-    /// while renewals succeed.
-    pub(crate) fn renew_period(&self, mode: LockMode) -> Duration {
-        (self.held_for(mode) / 3).max(Duration::from_millis(1))
-    }
-
-    /// One acquire attempt. With `min_replicas`, a granted hold that too few
-    /// replicas acknowledged in time is released again and reported.
-    pub(crate) async fn acquire_token(
-        &self,
-        token: &Token,
-        mode: LockMode,
-        queue: bool,
-    ) -> Result<Acquired, Error> {
-        let target = self.target()?;
-        let options = &self.inner.options;
-        let replicas = (options.min_replicas > 0).then_some(Replicas {
-            count: options.min_replicas,
-            timeout: options.replica_timeout,
-        });
-        let lease = self.lease(mode);
-        let (reply, acknowledged) = match mode {
-            LockMode::Read => {
-                let writer_preferred = options.fairness == Fairness::WriterPreferred;
-                target
-                    .acquire_read(self.conn(), token, lease, writer_preferred, replicas)
-                    .await?
-            }
-            LockMode::Write => {
-                let intent = if queue { INTENT_TTL } else { Duration::ZERO };
-                target
-                    .acquire_write(self.conn(), token, lease, intent, replicas)
-                    .await?
-            }
-        };
-        if matches!(reply, Acquired::Granted { .. }) && acknowledged < options.min_replicas {
-            if let Err(err) = self.release_token(token).await {
-                tracing::warn!(lock = self.name(), error = %Chain(&err), "could not release an unreplicated hold; it ends with its lease");
-            }
-            return Err(Error::NotReplicated {
-                acknowledged,
-                required: options.min_replicas,
-            });
-        }
-        Ok(reply)
-    }
-
-    pub(crate) async fn release_token(&self, token: &Token) -> Result<bool, Error> {
-        self.target()?.release(self.conn(), token).await
-    }
-
-    /// Releases `token`, sending a fresh request whenever one gets no answer within
-    /// the reply limit, until the reply comes or the time is up: the later of
-    /// `until` (the hold's local deadline) and the request limit from now. Safe
-    /// because a release is idempotent per token; needed because the driver can
-    /// give up on a request the server ran later (a freeze, a dropped connection).
-    pub(crate) async fn release_token_until(
-        &self,
-        token: &Token,
-        until: Instant,
-    ) -> Result<bool, Error> {
-        let give_up = until.max(Instant::now() + OVERALL_TIMEOUT);
-        loop {
-            let left = give_up.saturating_duration_since(Instant::now());
-            let attempt = tokio::time::timeout(
-                left.min(RESPONSE_TIMEOUT + RELEASE_RETRY),
-                self.release_token(token),
-            );
-            match attempt.await {
-                Ok(Err(Error::Redis(err))) if Instant::now() + RELEASE_RETRY < give_up => {
-                    tracing::debug!(lock = self.name(), error = %Chain(&err), "release failed; retrying");
-                    tokio::time::sleep(RELEASE_RETRY).await;
-                }
-                Ok(done) => return done,
-                Err(_) if Instant::now() < give_up => {
-                    tracing::debug!(lock = self.name(), "release unanswered; sending it again");
-                }
-                Err(elapsed) => {
-                    return Err(Error::Redis(redis::RedisError::from(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        elapsed,
-                    ))));
-                }
-            }
-        }
-    }
-
-    /// Renews `token`'s hold in `mode` for a full lease.
-    pub(crate) async fn renew_token(&self, token: &Token, mode: LockMode) -> Result<bool, Error> {
-        let lease = self.lease(mode);
-        self.target()?.renew(self.conn(), token, mode, lease).await
-    }
-
-    pub(crate) async fn downgrade_token(&self, token: &Token) -> Result<bool, Error> {
-        let lease = self.lease(LockMode::Read);
-        self.target()?.downgrade(self.conn(), token, lease).await
-    }
-
-    pub(crate) async fn fenced_write(
-        &self,
-        token: &Token,
-        writes: &FencedWrites,
-    ) -> Result<bool, Error> {
-        let target = self.target()?;
-        writes.check(target.keys())?;
-        target
-            .fenced_write(self.conn(), token, &writes.writes)
-            .await
-    }
-
-    pub(crate) async fn listen(&self, interest: Interest) -> Result<Listener, Error> {
-        let channel = &self.target()?.channel;
-        Ok(self
-            .inner
-            .client
-            .inner
-            .wakeups
-            .listen(channel, interest)
-            .await)
-    }
-
-    pub(crate) fn listen_if_subscribed(&self, interest: Interest) -> Option<Listener> {
-        let channel = &self.target().ok()?.channel;
-        self.inner
-            .client
-            .inner
-            .wakeups
-            .listen_if_subscribed(channel, interest)
-            .ok()
-    }
 }
-
-/// The pause between attempts of a release that could not reach Redis.
-const RELEASE_RETRY: Duration = Duration::from_millis(100);
 
 /// Legacy keys must be non-empty and distinct, and on a cluster share one slot.
 fn check_legacy_keys(client: &LockClient, read_key: &str, write_key: &str) -> Result<(), Error> {
