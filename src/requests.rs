@@ -19,6 +19,7 @@ use crate::{Error, Fairness, FencedWrites, RwLock};
 const RELEASE_RETRY: Duration = Duration::from_millis(100);
 
 impl RwLock {
+    /// The lease of a hold in `mode`, as the server counts it.
     pub(crate) fn lease(&self, mode: LockMode) -> Duration {
         match mode {
             LockMode::Read => self.options().read_lease,
