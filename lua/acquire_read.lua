@@ -39,11 +39,11 @@ end
 
 local s = load()
 local held = s.readers[token] ~= nil
-local blocked = s.writer or s.foreign_writer_until or (writer_preferred and #s.intents > 0)
+local blocked = s.writer or s.original_writer_until or (writer_preferred and #s.intents > 0)
 if blocked and not held then
   set_expiry(s)
   wake(s)
-  if s.writer or s.foreign_writer_until then
+  if s.writer or s.original_writer_until then
     return { 0, retry_hint(s) }
   end
   return { 0, queue_hint(s) }

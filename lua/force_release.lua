@@ -10,16 +10,16 @@ for token in pairs(s.readers) do
   redis.call('HDEL', KEY, 'r:' .. token)
 end
 count_readers(0)
-if s.writer or s.foreign_writer_until then
+if s.writer or s.original_writer_until then
   removed = removed + 1
 end
-if s.foreign_reader_until then
+if s.original_reader_until then
   removed = removed + 1
 end
 redis.call('HDEL', KEY, 'w:owner', 'w:until')
 layout.clear_all(s)
 s.readers, s.nreaders, s.writer, s.writer_until = {}, 0, nil, nil
-s.foreign_writer_until, s.foreign_reader_until = nil, nil
+s.original_writer_until, s.original_reader_until = nil, nil
 s.freed = true
 set_expiry(s)
 wake(s)

@@ -38,26 +38,27 @@ local function string_or_none(key)
   end
 end
 
-function layout.foreign(s, h, stale)
+function layout.original_holds(s, h, stale)
   string_or_none(READ_KEY)
   string_or_none(WRITE_KEY)
   -- Our own writer's key (live or just expired) is not an original client's.
   local writer = redis.call('GET', WRITE_KEY)
   if writer and writer ~= h['w:owner'] then
-    s.foreign_writer_until = key_deadline(s, WRITE_KEY, ORIGINAL_WRITE)
+    s.original_writer_until = key_deadline(s, WRITE_KEY, ORIGINAL_WRITE)
   end
   -- Original readers: the read key with their value, or our mark over an original
   -- reader's hold we saw. An absent read key means their readers are gone: their
   -- release deletes it for all of them.
   local reader = redis.call('GET', READ_KEY)
-  local foreign = 0
+  local reader_until = 0
   if reader == MARK then
-    foreign = tonumber(h['orig:read'] or '0')
+    reader_until = tonumber(h['orig:read'] or '0')
   elseif reader then
-    foreign = math.max(tonumber(h['orig:read'] or '0'), key_deadline(s, READ_KEY, ORIGINAL_READ) or 0)
+    reader_until = math.max(tonumber(h['orig:read'] or '0'),
+      key_deadline(s, READ_KEY, ORIGINAL_READ) or 0)
   end
-  if foreign > s.now then
-    s.foreign_reader_until = foreign
+  if reader_until > s.now then
+    s.original_reader_until = reader_until
   elseif h['orig:read'] then
     stale[#stale + 1] = 'orig:read'
   end
@@ -65,7 +66,7 @@ end
 
 -- The read key lives until the last known reader's deadline.
 local function show_readers(s)
-  local t = s.foreign_reader_until or 0
+  local t = s.original_reader_until or 0
   for _, deadline in pairs(s.readers) do
     t = math.max(t, deadline)
   end
@@ -77,8 +78,8 @@ local function show_readers(s)
 end
 
 function layout.stamp_read(s, field, value)
-  if s.foreign_reader_until then
-    redis.call('HSET', KEY, field, value, 'orig:read', int(s.foreign_reader_until))
+  if s.original_reader_until then
+    redis.call('HSET', KEY, field, value, 'orig:read', int(s.original_reader_until))
   else
     redis.call('HSET', KEY, field, value)
   end

@@ -84,29 +84,29 @@ local layout = {}
 -- Whether the constant-time paths (`quick`) apply: they keep the stamps of this layout.
 layout.quick = true
 
--- Finds the original clients' holds: sets s.foreign_writer_until and
--- s.foreign_reader_until (deadlines, or nil) and lists stale fields in `stale`.
+-- Finds the original clients' holds: sets s.original_writer_until and
+-- s.original_reader_until (deadlines, or nil) and lists stale fields in `stale`.
 -- An original client holds while `now - stamp <= its timeout`, so the deadlines
 -- are inclusive.
-function layout.foreign(s, h, stale)
+function layout.original_holds(s, h, stale)
   -- `write` is ours while it equals `wstamp`; another value is an original writer's
   -- stamp (also when our writer's lease ran out and an original writer came next).
   if h['write'] and h['write'] ~= h['wstamp'] then
     local deadline = tonumber(h['write']) + ORIGINAL_WRITE
     if deadline >= s.now then
-      s.foreign_writer_until = deadline
+      s.original_writer_until = deadline
     else
       stale[#stale + 1] = 'write'
       s.freed = true
     end
   end
   -- Original readers: a `read` stamp we did not write, or one we overwrote.
-  local foreign = tonumber(h['orig:read'] or '0')
+  local reader_until = tonumber(h['orig:read'] or '0')
   if h['read'] and h['read'] ~= h['rstamp'] then
-    foreign = math.max(foreign, tonumber(h['read']) + ORIGINAL_READ)
+    reader_until = math.max(reader_until, tonumber(h['read']) + ORIGINAL_READ)
   end
-  if foreign > 0 and foreign >= s.now then
-    s.foreign_reader_until = foreign
+  if reader_until > 0 and reader_until >= s.now then
+    s.original_reader_until = reader_until
   else
     if h['orig:read'] then
       stale[#stale + 1] = 'orig:read'
@@ -121,9 +121,9 @@ end
 -- Our readers hold (acquired or renewed): writes `field`/`value` (the reader's
 -- own entry) and shows the hold, keeping an original reader's deadline.
 function layout.stamp_read(s, field, value)
-  if s.foreign_reader_until then
+  if s.original_reader_until then
     redis.call('HSET', KEY, field, value, 'read', int(s.now), 'rstamp', int(s.now),
-      'orig:read', int(s.foreign_reader_until))
+      'orig:read', int(s.original_reader_until))
   else
     redis.call('HSET', KEY, field, value, 'read', int(s.now), 'rstamp', int(s.now))
   end
@@ -131,7 +131,7 @@ end
 
 -- Our last reader left.
 function layout.clear_read(s)
-  if not s.foreign_reader_until then
+  if not s.original_reader_until then
     redis.call('HDEL', KEY, 'read', 'rstamp')
   end
 end
@@ -210,7 +210,7 @@ local function load(readonly)
       s.freed, s.freed_writer, expired_writer = true, true, true
     end
   end
-  layout.foreign(s, h, stale)
+  layout.original_holds(s, h, stale)
 
   if readonly then
     return s
@@ -280,18 +280,19 @@ end
 -- our stamp stale, so our hold no longer excludes it: renewals and fenced writes
 -- report the hold lost instead of going on beside it.
 local function original_beside(s, write)
-  return s.foreign_writer_until ~= nil or (write and s.foreign_reader_until ~= nil)
+  return s.original_writer_until ~= nil or (write and s.original_reader_until ~= nil)
 end
 
 -- True when neither our holders nor an original client's hold the lock.
 local function is_free(s)
-  return not s.writer and not s.foreign_writer_until and s.nreaders == 0
-    and not s.foreign_reader_until
+  return not s.writer and not s.original_writer_until and s.nreaders == 0
+    and not s.original_reader_until
 end
 
 -- The latest deadline among the holds: when the lock frees itself if nobody renews.
 local function holds_until(s)
-  local t = math.max(s.writer_until or 0, s.foreign_writer_until or 0, s.foreign_reader_until or 0)
+  local t = math.max(s.writer_until or 0, s.original_writer_until or 0,
+    s.original_reader_until or 0)
   for _, deadline in pairs(s.readers) do
     t = math.max(t, deadline)
   end
@@ -376,7 +377,7 @@ local function wake(s)
   if is_free(s) then
     local first = s.intents[1]
     redis.call(PUBLISH, CHANNEL, first and first.token or '*')
-  elseif not s.writer and not s.foreign_writer_until
+  elseif not s.writer and not s.original_writer_until
     and (s.freed_writer or (s.dequeued and #s.intents == 0)) then
     redis.call(PUBLISH, CHANNEL, 'r')
   end

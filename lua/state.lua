@@ -17,5 +17,5 @@ local queue = {}
 for _, intent in ipairs(s.intents) do
   queue[#queue + 1] = { intent.token, intent.deadline }
 end
-return { s.now, s.fence, s.writer or '', s.writer_until or 0, s.foreign_writer_until or 0,
-         s.foreign_reader_until or 0, readers, queue }
+return { s.now, s.fence, s.writer or '', s.writer_until or 0, s.original_writer_until or 0,
+         s.original_reader_until or 0, readers, queue }

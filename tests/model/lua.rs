@@ -145,8 +145,8 @@ pub struct Loaded {
     pub dequeued: bool,
     pub fence: i64,
     pub writer: Option<(Tok, Time)>,
-    pub foreign_writer_until: Option<Time>,
-    pub foreign_reader_until: Option<Time>,
+    pub original_writer_until: Option<Time>,
+    pub original_reader_until: Option<Time>,
 }
 
 impl Loaded {
@@ -264,8 +264,8 @@ fn mark_queue(h: &mut Hash, s: &Loaded) {
     }
 }
 
-/// `load()` with the hash layout's `layout.foreign`: reads the hash, deletes every
-/// expired entry, returns the live state.
+/// `load()` with the hash layout's `layout.original_holds`: reads the hash, deletes
+/// every expired entry, returns the live state.
 pub fn load(h: &mut Hash, p: &Params, now: Time) -> Loaded {
     h.expire_if_due(now);
     let mut s = Loaded {
@@ -279,8 +279,8 @@ pub fn load(h: &mut Hash, p: &Params, now: Time) -> Loaded {
         dequeued: false,
         fence: h.int(Field::Fence).unwrap_or(0),
         writer: None,
-        foreign_writer_until: None,
-        foreign_reader_until: None,
+        original_writer_until: None,
+        original_reader_until: None,
     };
     let mut stale = Vec::new();
     for (&field, &value) in &h.fields {
@@ -321,7 +321,7 @@ pub fn load(h: &mut Hash, p: &Params, now: Time) -> Loaded {
             (s.freed, s.freed_writer, expired_writer) = (true, true, true);
         }
     }
-    layout_foreign(&mut s, h, p, &mut stale);
+    layout_original_holds(&mut s, h, p, &mut stale);
 
     if !stale.is_empty() {
         h.hdel(&stale);
@@ -420,28 +420,28 @@ fn clear_write(h: &mut Hash) {
     }
 }
 
-/// `layout.foreign` of the hash layout: original-design clients' holds.
-fn layout_foreign(s: &mut Loaded, h: &Hash, p: &Params, stale: &mut Vec<Field>) {
+/// `layout.original_holds` of the hash layout: original-design clients' holds.
+fn layout_original_holds(s: &mut Loaded, h: &Hash, p: &Params, stale: &mut Vec<Field>) {
     // `write` is ours while it equals `wstamp`; original holds are inclusive.
     if let Some(write) = h.int(Field::Write)
         && Some(write) != h.int(Field::Wstamp)
     {
         let deadline = write + p.original_write;
         if deadline >= s.now {
-            s.foreign_writer_until = Some(deadline);
+            s.original_writer_until = Some(deadline);
         } else {
             stale.push(Field::Write);
             s.freed = true;
         }
     }
-    let mut foreign = h.int(Field::OrigRead).unwrap_or(0);
+    let mut reader_until = h.int(Field::OrigRead).unwrap_or(0);
     if let Some(read) = h.int(Field::Read)
         && Some(read) != h.int(Field::Rstamp)
     {
-        foreign = foreign.max(read + p.original_read);
+        reader_until = reader_until.max(read + p.original_read);
     }
-    if foreign > 0 && foreign >= s.now {
-        s.foreign_reader_until = Some(foreign);
+    if reader_until > 0 && reader_until >= s.now {
+        s.original_reader_until = Some(reader_until);
     } else {
         if h.get(Field::OrigRead).is_some() {
             stale.push(Field::OrigRead);
@@ -455,21 +455,21 @@ fn layout_foreign(s: &mut Loaded, h: &Hash, p: &Params, stale: &mut Vec<Field>) 
 /// `original_beside`: an original-design client holds in a mode that conflicts with
 /// our hold in mode `write`: it judged our stamp stale and entered.
 fn original_beside(s: &Loaded, write: bool) -> bool {
-    s.foreign_writer_until.is_some() || (write && s.foreign_reader_until.is_some())
+    s.original_writer_until.is_some() || (write && s.original_reader_until.is_some())
 }
 
 fn is_free(s: &Loaded) -> bool {
     s.writer.is_none()
-        && s.foreign_writer_until.is_none()
+        && s.original_writer_until.is_none()
         && s.nreaders == 0
-        && s.foreign_reader_until.is_none()
+        && s.original_reader_until.is_none()
 }
 
 fn holds_until(s: &Loaded) -> Time {
     let mut t = [
         s.writer.map_or(0, |(_, until)| until),
-        s.foreign_writer_until.unwrap_or(0),
-        s.foreign_reader_until.unwrap_or(0),
+        s.original_writer_until.unwrap_or(0),
+        s.original_reader_until.unwrap_or(0),
     ]
     .into_iter()
     .max()
@@ -494,7 +494,7 @@ fn set_expiry(h: &mut Hash, s: &Loaded, p: &Params) {
 }
 
 fn stamp_read(h: &mut Hash, s: &Loaded) {
-    if let Some(until) = s.foreign_reader_until {
+    if let Some(until) = s.original_reader_until {
         h.hset(Field::OrigRead, Val::Int(until));
     }
     h.hset(Field::Read, Val::Int(s.now));
@@ -524,7 +524,7 @@ fn drop_reader(h: &mut Hash, s: &mut Loaded, token: Tok) {
     s.readers.remove(&token);
     s.nreaders -= 1;
     count_readers(h, s.nreaders);
-    if s.nreaders == 0 && s.foreign_reader_until.is_none() {
+    if s.nreaders == 0 && s.original_reader_until.is_none() {
         h.hdel(&[Field::Read, Field::Rstamp]); // layout.clear_read
     }
     s.freed = true;
@@ -559,7 +559,7 @@ fn wake(s: &Loaded) -> Option<Wake> {
                 .map_or(Wake::All, |i| Wake::Writer(i.token)),
         )
     } else if s.writer.is_none()
-        && s.foreign_writer_until.is_none()
+        && s.original_writer_until.is_none()
         && (s.freed_writer || (s.dequeued && s.intents.is_empty()))
     {
         Some(Wake::Readers)
@@ -611,11 +611,11 @@ pub fn acquire_read(
     let mut s = load(h, p, now);
     let held = s.readers.contains_key(&token);
     let blocked = s.writer.is_some()
-        || s.foreign_writer_until.is_some()
+        || s.original_writer_until.is_some()
         || (writer_preferred && !s.intents.is_empty());
     if blocked && !held {
         set_expiry(h, &s, p);
-        let hint = if s.writer.is_some() || s.foreign_writer_until.is_some() {
+        let hint = if s.writer.is_some() || s.original_writer_until.is_some() {
             retry_hint(&s)
         } else {
             queue_hint(&s)
