@@ -92,7 +92,13 @@ impl RwLock {
     pub(crate) fn new(client: LockClient, name: String, options: LockOptions) -> Self {
         let target = check_name("lock name", &name)
             .and_then(|()| options.validate())
-            .map(|()| Target::hash(&options.key_prefix, &name, options.original_leases()));
+            .map(|()| {
+                Target::hash(
+                    &options.key_prefix,
+                    &name,
+                    options.original_timeouts_in_force(),
+                )
+            });
         Self::with_target(client, name, options, target)
     }
 
@@ -105,7 +111,7 @@ impl RwLock {
     ) -> Self {
         let target = check_legacy_keys(&client, &read_key, &write_key)
             .and_then(|()| options.validate())
-            .map(|()| Target::legacy(&read_key, &write_key, options.original_leases()));
+            .map(|()| Target::legacy(&read_key, &write_key, options.original_timeouts_in_force()));
         Self::with_target(client, read_key, options, target)
     }
 

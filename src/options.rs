@@ -291,8 +291,9 @@ impl LockOptions {
         check_name("key_prefix", &self.key_prefix)
     }
 
-    /// The original clients' (read, write) timeouts in force.
-    pub(crate) fn original_leases(&self) -> (Duration, Duration) {
+    /// The (read, write) timeouts of original-design clients the scripts assume: the
+    /// configured [`original_timeouts`](Self::original_timeouts), else our own leases.
+    pub(crate) fn original_timeouts_in_force(&self) -> (Duration, Duration) {
         self.original_timeouts
             .unwrap_or((self.read_lease, self.write_lease))
     }

@@ -1,5 +1,5 @@
-//! Where locks live: one hash per name, spread over the cluster; names and foreign
-//! key types get defined answers.
+//! Where locks live: one hash per name, spread over the cluster; names and keys of
+//! other types get defined answers.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -82,7 +82,7 @@ async fn a_key_of_another_type_gives_wrong_type_and_is_left_alone() {
     let value: String = raw.get(key).await.unwrap();
     assert_eq!(value, "not a lock");
     let ttl: i64 = raw.pttl(key).await.unwrap();
-    assert_eq!(ttl, -1, "the foreign key got an expiry");
+    assert_eq!(ttl, -1, "the key of another type got an expiry");
 }
 
 #[tokio::test]

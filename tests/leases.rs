@@ -178,7 +178,7 @@ async fn a_stolen_lease_is_reported_lost_within_one_lease() {
 #[tokio::test]
 async fn no_token_but_the_owners_releases_or_renews() {
     let client = cluster_client().await;
-    // No renewal runs, so nothing but the foreign calls could change the hash.
+    // No renewal runs, so nothing but the stranger's calls could change the hash.
     let lock = client.rwlock_with(
         unique_name("owner"),
         LockOptions::default().auto_renew(false),
@@ -210,11 +210,11 @@ async fn no_token_but_the_owners_releases_or_renews() {
             let answer: i64 = call.invoke_async(&mut raw).await.unwrap();
             assert_eq!(
                 answer, 0,
-                "{name} with a foreign token acted on a {mode} hold"
+                "{name} with a stranger's token acted on a {mode} hold"
             );
         }
         let after: HashMap<String, String> = raw.hgetall(key).await.unwrap();
-        assert_eq!(before, after, "a foreign token changed the {mode} hold");
+        assert_eq!(before, after, "a stranger's token changed the {mode} hold");
         drop(guard);
         wait_for(&lock, |s| s.is_free()).await;
     }
