@@ -183,10 +183,8 @@ impl Target {
             cmd.arg(body)
                 .arg(self.keys.len() + extra_keys.len())
                 .arg(&self.keys)
-                .arg(extra_keys)
-                .arg(conn.publish_command())
-                .arg(self.original_ms.0)
-                .arg(self.original_ms.1);
+                .arg(extra_keys);
+            common_args(&mut cmd, conn.publish_command(), self.original_ms);
             args(&mut cmd);
             let reply = match replicas {
                 None => cmd
@@ -234,13 +232,9 @@ impl Target {
         writer_preferred: bool,
         replicas: Option<Replicas>,
     ) -> Result<(Acquired, u32), Error> {
-        let args = |cmd: &mut Cmd| {
-            cmd.arg(token.as_str())
-                .arg(millis(lease))
-                .arg(u8::from(writer_preferred));
-        };
+        let args = args::acquire_read(token, lease, writer_preferred);
         let (reply, acked) = self
-            .eval(conn, &self.scripts.acquire_read, &[], args, replicas)
+            .eval::<reply::Acquire>(conn, &self.scripts.acquire_read, &[], args, replicas)
             .await?;
         Ok((decode_acquired(reply), acked))
     }
@@ -255,13 +249,9 @@ impl Target {
         intent: Duration,
         replicas: Option<Replicas>,
     ) -> Result<(Acquired, u32), Error> {
-        let args = |cmd: &mut Cmd| {
-            cmd.arg(token.as_str())
-                .arg(millis(lease))
-                .arg(millis(intent));
-        };
+        let args = args::acquire_write(token, lease, intent);
         let (reply, acked) = self
-            .eval(conn, &self.scripts.acquire_write, &[], args, replicas)
+            .eval::<reply::Acquire>(conn, &self.scripts.acquire_write, &[], args, replicas)
             .await?;
         Ok((decode_acquired(reply), acked))
     }
@@ -269,10 +259,8 @@ impl Target {
     /// Ends whatever `token` has (a hold in either mode, a place in the writers'
     /// queue); true when a hold was removed.
     pub(crate) async fn release(&self, conn: &Connection, token: &Token) -> Result<bool, Error> {
-        let removed: i64 = self
-            .run(conn, &self.scripts.release, |cmd| {
-                cmd.arg(token.as_str());
-            })
+        let removed: reply::Done = self
+            .run(conn, &self.scripts.release, args::release(token))
             .await?;
         Ok(removed == 1)
     }
@@ -287,14 +275,8 @@ impl Target {
         mode: LockMode,
         lease: Duration,
     ) -> Result<bool, Error> {
-        let mode = match mode {
-            LockMode::Read => "read",
-            LockMode::Write => "write",
-        };
-        let renewed: i64 = self
-            .run(conn, &self.scripts.renew, |cmd| {
-                cmd.arg(token.as_str()).arg(millis(lease)).arg(mode);
-            })
+        let renewed: reply::Done = self
+            .run(conn, &self.scripts.renew, args::renew(token, lease, mode))
             .await?;
         Ok(renewed == 1)
     }
@@ -306,10 +288,8 @@ impl Target {
         token: &Token,
         lease: Duration,
     ) -> Result<bool, Error> {
-        let done: i64 = self
-            .run(conn, &self.scripts.downgrade, |cmd| {
-                cmd.arg(token.as_str()).arg(millis(lease));
-            })
+        let done: reply::Done = self
+            .run(conn, &self.scripts.downgrade, args::downgrade(token, lease))
             .await?;
         Ok(done == 1)
     }
@@ -323,29 +303,118 @@ impl Target {
         writes: &[Write],
     ) -> Result<bool, Error> {
         let keys: Vec<&str> = writes.iter().map(|w| w.key.as_str()).collect();
-        let args = |cmd: &mut Cmd| {
-            cmd.arg(token.as_str());
-            for write in writes {
-                // The script reads an expiry of 0 as "none".
-                let expiry_ms = write.expiry.map_or(0, millis);
-                cmd.arg(write.op).arg(&write.value).arg(expiry_ms);
-            }
-        };
-        let (fence, _): (u64, u32) = self
-            .eval(conn, &self.scripts.fenced_write, &keys, args, None)
+        let args = args::fenced_write(token, writes);
+        let (fence, _) = self
+            .eval::<reply::Fence>(conn, &self.scripts.fenced_write, &keys, args, None)
             .await?;
         Ok(fence > 0)
     }
 
     /// Ends every hold (the operator's break-glass); returns how many there were.
     pub(crate) async fn force_release(&self, conn: &Connection) -> Result<u64, Error> {
-        self.run(conn, &self.scripts.force_release, |_| {}).await
+        self.run::<reply::Count>(conn, &self.scripts.force_release, args::none)
+            .await
     }
 
     /// Who holds the lock, as the scripts see it (expired entries purged).
     pub(crate) async fn state(&self, conn: &Connection) -> Result<RawState, Error> {
-        self.run(conn, &self.scripts.state, |_| {}).await
+        self.run::<reply::State>(conn, &self.scripts.state, args::none)
+            .await
     }
+}
+
+/// The common arguments of every script, `ARGV[1..3]` (see `lua/prelude.lua`).
+fn common_args(cmd: &mut Cmd, publish: &str, original_ms: (u64, u64)) {
+    cmd.arg(publish).arg(original_ms.0).arg(original_ms.1);
+}
+
+/// Each script's own arguments (from `ARGV[4]`), in the order its header in `lua/`
+/// lists them; `tests::headers_state_the_contracts` holds the two together.
+mod args {
+    use std::time::Duration;
+
+    use redis::Cmd;
+
+    use super::{LockMode, Write, millis};
+    use crate::token::Token;
+
+    pub(super) fn acquire_read(
+        token: &Token,
+        lease: Duration,
+        writer_preferred: bool,
+    ) -> impl Fn(&mut Cmd) + '_ {
+        move |cmd| {
+            cmd.arg(token.as_str())
+                .arg(millis(lease))
+                .arg(u8::from(writer_preferred));
+        }
+    }
+
+    pub(super) fn acquire_write(
+        token: &Token,
+        lease: Duration,
+        intent: Duration,
+    ) -> impl Fn(&mut Cmd) + '_ {
+        move |cmd| {
+            cmd.arg(token.as_str())
+                .arg(millis(lease))
+                .arg(millis(intent));
+        }
+    }
+
+    pub(super) fn release(token: &Token) -> impl Fn(&mut Cmd) + '_ {
+        move |cmd| {
+            cmd.arg(token.as_str());
+        }
+    }
+
+    pub(super) fn renew(token: &Token, lease: Duration, mode: LockMode) -> impl Fn(&mut Cmd) + '_ {
+        let mode = match mode {
+            LockMode::Read => "read",
+            LockMode::Write => "write",
+        };
+        move |cmd| {
+            cmd.arg(token.as_str()).arg(millis(lease)).arg(mode);
+        }
+    }
+
+    pub(super) fn downgrade(token: &Token, lease: Duration) -> impl Fn(&mut Cmd) + '_ {
+        move |cmd| {
+            cmd.arg(token.as_str()).arg(millis(lease));
+        }
+    }
+
+    /// The token, then three arguments per write.
+    pub(super) fn fenced_write<'a>(
+        token: &'a Token,
+        writes: &'a [Write],
+    ) -> impl Fn(&mut Cmd) + 'a {
+        move |cmd| {
+            cmd.arg(token.as_str());
+            for write in writes {
+                // The script reads an expiry of 0 as "none".
+                let expiry_ms = write.expiry.map_or(0, millis);
+                cmd.arg(write.op).arg(&write.value).arg(expiry_ms);
+            }
+        }
+    }
+
+    /// `force_release` and `state` take only the common arguments.
+    pub(super) fn none(_: &mut Cmd) {}
+}
+
+/// The reply each wrapper decodes, as the script's header states it.
+mod reply {
+    /// `acquire_read`, `acquire_write`: `{1, fence}` granted or `{0, ms}` refused.
+    pub(super) type Acquire = (i64, i64);
+    /// `release`, `renew`, `downgrade`: 1 done, 0 not.
+    pub(super) type Done = i64;
+    /// `fenced_write`: the hold's fence, 0 when nothing was written.
+    pub(super) type Fence = u64;
+    /// `force_release`: how many holds were removed.
+    pub(super) type Count = u64;
+    /// `state`: see [`RawState`](super::RawState).
+    pub(super) type State = super::RawState;
 }
 
 /// The reply of `state.lua`: now, fence, writer token ('' for none), writer deadline,
@@ -425,6 +494,274 @@ mod tests {
             Target::legacy("{res}:read", "{res}:write", (second, second)).keys()[0],
             "{res}:rwlock:legacy"
         );
+    }
+
+    /// One script's contract as the wrappers above hold it: a word of each of its
+    /// own arguments' descriptions in its header, in order; the arguments its
+    /// wrapper sends (measured); whether a reply shaped as the header states it
+    /// decodes as the wrapper's reply type (and one shaped otherwise does not).
+    struct Contract {
+        file: &'static str,
+        header: &'static str,
+        args: &'static [&'static str],
+        sent: fn(&mut Cmd),
+        /// Arguments added per fenced write (the header says "three arguments").
+        per_write: usize,
+        decodes: fn(redis::Value) -> bool,
+    }
+
+    fn contracts() -> Vec<Contract> {
+        fn decodes<T: FromRedisValue>(v: redis::Value) -> bool {
+            redis::from_redis_value::<T>(v).is_ok()
+        }
+        // Static inputs, so the argument builders' closures can be stored as fns.
+        static TOKEN: LazyLock<Token> = LazyLock::new(Token::random);
+        const LEASE: Duration = Duration::from_secs(1);
+        vec![
+            Contract {
+                file: "acquire_read.lua",
+                header: include_str!("../lua/acquire_read.lua"),
+                args: &["token", "read lease", "writer preference"],
+                sent: |cmd| args::acquire_read(&TOKEN, LEASE, true)(cmd),
+                per_write: 0,
+                decodes: decodes::<reply::Acquire>,
+            },
+            Contract {
+                file: "acquire_write.lua",
+                header: include_str!("../lua/acquire_write.lua"),
+                args: &["token", "write lease", "intent lifetime"],
+                sent: |cmd| args::acquire_write(&TOKEN, LEASE, LEASE)(cmd),
+                per_write: 0,
+                decodes: decodes::<reply::Acquire>,
+            },
+            Contract {
+                file: "release.lua",
+                header: include_str!("../lua/release.lua"),
+                args: &["token"],
+                sent: |cmd| args::release(&TOKEN)(cmd),
+                per_write: 0,
+                decodes: decodes::<reply::Done>,
+            },
+            Contract {
+                file: "renew.lua",
+                header: include_str!("../lua/renew.lua"),
+                args: &["token", "lease", "'write' or 'read'"],
+                sent: |cmd| args::renew(&TOKEN, LEASE, LockMode::Write)(cmd),
+                per_write: 0,
+                decodes: decodes::<reply::Done>,
+            },
+            Contract {
+                file: "downgrade.lua",
+                header: include_str!("../lua/downgrade.lua"),
+                args: &["token", "read lease"],
+                sent: |cmd| args::downgrade(&TOKEN, LEASE)(cmd),
+                per_write: 0,
+                decodes: decodes::<reply::Done>,
+            },
+            Contract {
+                file: "fenced_write.lua",
+                header: include_str!("../lua/fenced_write.lua"),
+                args: &["token"],
+                sent: |cmd| args::fenced_write(&TOKEN, &[])(cmd),
+                per_write: {
+                    let write = Write {
+                        key: "{k}:x".into(),
+                        op: "set",
+                        value: b"v".to_vec(),
+                        expiry: None,
+                    };
+                    let mut cmd = Cmd::new();
+                    args::fenced_write(&TOKEN, &[write])(&mut cmd);
+                    cmd.args_iter().count() - 1
+                },
+                decodes: decodes::<reply::Fence>,
+            },
+            Contract {
+                file: "force_release.lua",
+                header: include_str!("../lua/force_release.lua"),
+                args: &[],
+                sent: args::none,
+                per_write: 0,
+                decodes: decodes::<reply::Count>,
+            },
+            Contract {
+                file: "state.lua",
+                header: include_str!("../lua/state.lua"),
+                args: &[],
+                sent: args::none,
+                per_write: 0,
+                decodes: decodes::<reply::State>,
+            },
+        ]
+    }
+
+    /// The leading comment block of a script, each line without its `--`.
+    fn header(source: &str) -> Vec<&str> {
+        source
+            .lines()
+            .map_while(|line| line.strip_prefix("--"))
+            .map(str::trim)
+            .collect()
+    }
+
+    /// The `ARGV[n] description` lines of a header (not the `ARGV[1..3]` reference).
+    fn argv_lines<'a>(header: &[&'a str]) -> Vec<(usize, &'a str)> {
+        header
+            .iter()
+            .filter_map(|line| {
+                let rest = line.strip_prefix("ARGV[")?;
+                let (n, text) = rest.split_once(']')?;
+                Some((n.parse().ok()?, text.trim()))
+            })
+            .collect()
+    }
+
+    /// A sample reply shaped as a header's `Returns` describes it: `{a, b, ...}` an
+    /// array (an element naming a token is a string, `{{...}, ...}` a list of such
+    /// arrays, anything else an integer); no braces, an integer.
+    fn sample_reply(header: &[&str]) -> redis::Value {
+        let text = header.join(" ");
+        let returns = text.split_once("Returns ").expect("a Returns line").1;
+        fn element(text: &str) -> redis::Value {
+            let text = text.trim();
+            if let Some(inner) = text.strip_prefix('{') {
+                let inner = &inner[..closing(inner)];
+                if inner.starts_with('{') {
+                    // A list: one sample of its first element.
+                    let first = &inner[1..1 + closing(&inner[1..])];
+                    return redis::Value::Array(vec![element(&format!("{{{first}}}"))]);
+                }
+                return redis::Value::Array(split_top(inner).into_iter().map(element).collect());
+            }
+            if text.contains("token") {
+                redis::Value::BulkString(b"t".to_vec())
+            } else {
+                redis::Value::Int(1)
+            }
+        }
+        /// Where the brace block that `text` is inside of closes.
+        fn closing(text: &str) -> usize {
+            let mut depth = 0;
+            for (i, c) in text.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => return i,
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+            }
+            panic!("unbalanced braces in {text}")
+        }
+        fn split_top(text: &str) -> Vec<&str> {
+            let (mut depth, mut start, mut out) = (0, 0, Vec::new());
+            for (i, c) in text.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        out.push(&text[start..i]);
+                        start = i + 1;
+                    }
+                    _ => {}
+                }
+            }
+            out.push(&text[start..]);
+            out
+        }
+        if returns.starts_with('{') {
+            element(returns)
+        } else {
+            element("count")
+        }
+    }
+
+    fn measured(sent: impl Fn(&mut Cmd)) -> usize {
+        let mut cmd = Cmd::new();
+        sent(&mut cmd);
+        cmd.args_iter().count()
+    }
+
+    #[test]
+    fn headers_state_the_contracts() {
+        // The common ARGV[1..3]: what eval() sends, as prelude.lua lists it.
+        let prelude = header(include_str!("../lua/prelude.lua"));
+        let common = argv_lines(&prelude);
+        let sent = measured(|cmd| common_args(cmd, "SPUBLISH", (1, 2)));
+        assert_eq!(
+            common.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+            (1..=sent).collect::<Vec<_>>(),
+            "prelude.lua's common ARGV lines vs common_args()"
+        );
+        for (word, (_, line)) in ["publish", "reader", "writer"].iter().zip(&common) {
+            assert!(
+                line.contains(word),
+                "prelude.lua ARGV line {line:?}: {word}"
+            );
+        }
+
+        for c in contracts() {
+            let file = c.file;
+            let header = header(c.header);
+            assert!(
+                header.iter().any(|line| {
+                    let words: Vec<&str> = line.split_whitespace().collect();
+                    words.join(" ") == "ARGV[1..3] common (see prelude.lua)"
+                }),
+                "{file}: the header refers to the common arguments"
+            );
+            let own = argv_lines(&header);
+            let numbers: Vec<usize> = own.iter().map(|(n, _)| *n).collect();
+            let sent = measured(c.sent);
+            assert_eq!(
+                numbers,
+                (common.len() + 1..=common.len() + sent).collect::<Vec<_>>(),
+                "{file}: the header's ARGV lines vs the {sent} argument(s) its wrapper sends"
+            );
+            assert_eq!(own.len(), c.args.len(), "{file}: the contract's arguments");
+            for (word, (n, line)) in c.args.iter().zip(&own) {
+                assert!(line.contains(word), "{file} ARGV[{n}] {line:?}: {word}");
+            }
+            match c.per_write {
+                0 => {}
+                3 => assert!(
+                    header
+                        .join(" ")
+                        .contains("per key to write, in order, three arguments"),
+                    "{file}: the header states the arguments per write"
+                ),
+                n => panic!("{file}: {n} arguments per write, undocumented"),
+            }
+            // KEYS[1] is the state hash; fenced writes add the caller's keys.
+            let keys = header.iter().filter(|l| l.starts_with("KEYS[")).count();
+            assert_eq!(keys, 1 + c.per_write.min(1), "{file}: KEYS lines");
+
+            let reply = sample_reply(&header);
+            assert!(
+                (c.decodes)(reply.clone()),
+                "{file}: the wrapper does not decode {reply:?}"
+            );
+            let other = match reply {
+                redis::Value::Array(mut items) => {
+                    items.push(redis::Value::Int(1));
+                    redis::Value::Array(items)
+                }
+                _ => redis::Value::Array(vec![redis::Value::Int(1), redis::Value::Int(1)]),
+            };
+            assert!(
+                !(c.decodes)(other.clone()),
+                "{file}: the wrapper also decodes {other:?}, not the header's shape"
+            );
+        }
+
+        // The legacy layout's keys, as legacy.lua lists them.
+        let legacy = header(include_str!("../lua/legacy.lua"));
+        let keys: Vec<&str> = legacy
+            .iter()
+            .filter_map(|l| l.strip_prefix("KEYS["))
+            .collect();
+        let second = Duration::from_secs(1);
+        let target = Target::legacy("{r}:read", "{r}:write", (second, second));
+        assert_eq!(keys.len(), target.keys().len(), "legacy.lua's KEYS lines");
     }
 
     #[test]
