@@ -1,0 +1,206 @@
+//! What the checker holds the model to: invariants on every state, examples it
+//! must reach, and the bounds on waiting.
+
+use stateright::Property;
+
+use super::lua::{self, Reply, Tok};
+use super::system::{
+    FENCE_NOT_RISING, FENCED_WRITE_WENT_BACK, Lock, Mode, Phase, READER_PASSED_QUEUED_WRITER,
+    STRAY_RELEASE_CHANGED, State, WRITER_JUMPED_QUEUE,
+};
+
+impl Lock {
+    pub(super) fn all_properties(&self) -> Vec<Property<Self>> {
+        let mut props = vec![
+            Property::always("fencing tokens strictly increase", |_: &Lock, s: &State| {
+                s.violations & FENCE_NOT_RISING == 0
+            }),
+            Property::always(
+                "a release by a non-owner changes nothing",
+                |_: &Lock, s: &State| s.violations & STRAY_RELEASE_CHANGED == 0,
+            ),
+            Property::always(
+                "fenced writes never go back to a smaller fence",
+                |_: &Lock, s: &State| s.violations & FENCED_WRITE_WENT_BACK == 0,
+            ),
+            Property::always(
+                "writers are served in arrival order",
+                |_: &Lock, s: &State| s.violations & WRITER_JUMPED_QUEUE == 0,
+            ),
+            Property::always(
+                "no new reader enters while a writer is queued",
+                |_: &Lock, s: &State| s.violations & READER_PASSED_QUEUED_WRITER == 0,
+            ),
+            Property::always(
+                "readers and queue_until summarise their entries",
+                |_: &Lock, s: &State| s.hash.summaries_agree(),
+            ),
+            Property::sometimes("a writer holds", |_: &Lock, s: &State| {
+                s.clients
+                    .iter()
+                    .any(|c| c.believes(s.now) == Some(Mode::Write))
+            }),
+            Property::sometimes("two readers hold at once", |_: &Lock, s: &State| {
+                s.clients
+                    .iter()
+                    .filter(|c| c.believes(s.now) == Some(Mode::Read))
+                    .count()
+                    >= 2
+            }),
+            Property::sometimes(
+                "a writer waits while another holds",
+                |_: &Lock, s: &State| {
+                    let waiting = s.clients.iter().any(|c| {
+                        matches!(
+                            c.phase,
+                            Phase::Waiting {
+                                mode: Mode::Write,
+                                ..
+                            }
+                        )
+                    });
+                    waiting && s.clients.iter().any(|c| c.believes(s.now).is_some())
+                },
+            ),
+            Property::sometimes(
+                "a reader waits behind a queued writer",
+                |_: &Lock, s: &State| {
+                    let queued = s
+                        .hash
+                        .fields
+                        .keys()
+                        .any(|f| matches!(f, lua::Field::Wait(_)));
+                    let writer = s
+                        .clients
+                        .iter()
+                        .any(|c| c.believes(s.now) == Some(Mode::Write));
+                    queued
+                        && !writer
+                        && s.clients.iter().any(|c| {
+                            matches!(
+                                c.phase,
+                                Phase::Waiting {
+                                    mode: Mode::Read,
+                                    ..
+                                }
+                            )
+                        })
+                },
+            ),
+            Property::sometimes(
+                "a holder learns its lease is lost",
+                |_: &Lock, s: &State| {
+                    s.clients
+                        .iter()
+                        .any(|c| matches!(c.phase, Phase::Holding { lost: true, .. }))
+                },
+            ),
+        ];
+        props.push(Property::sometimes(
+            "two writers believe they hold (exclusion lost)",
+            |_: &Lock, s: &State| {
+                s.clients
+                    .iter()
+                    .filter(|c| c.believes(s.now) == Some(Mode::Write))
+                    .count()
+                    >= 2
+            },
+        ));
+        props.push(Property::sometimes(
+            "an original-design client holds",
+            |_: &Lock, s: &State| {
+                s.clients.iter().any(|c| {
+                    matches!(c.phase, Phase::Original { .. }) && c.believes(s.now).is_some()
+                })
+            },
+        ));
+        props.push(Property::sometimes(
+            "one of ours and an original-design client read together",
+            |_: &Lock, s: &State| {
+                let theirs = s.clients.iter().any(|c| {
+                    matches!(
+                        c.phase,
+                        Phase::Original {
+                            mode: Mode::Read,
+                            ..
+                        }
+                    ) && c.believes(s.now).is_some()
+                });
+                theirs
+                    && s.clients.iter().any(|c| {
+                        matches!(c.phase, Phase::Holding { .. })
+                            && c.believes(s.now) == Some(Mode::Read)
+                    })
+            },
+        ));
+        props.push(Property::sometimes(
+            "a waiter gives up",
+            |_: &Lock, s: &State| s.clients.iter().any(|c| c.gave_up),
+        ));
+        props.push(Property::sometimes(
+            "a fenced write is accepted",
+            |_: &Lock, s: &State| s.max_written > 0,
+        ));
+        // Examples the configuration asks for; the checker fails if one is unreachable.
+        props.retain(|p| {
+            p.expectation != stateright::Expectation::Sometimes
+                || self.cfg.examples.contains(&p.name)
+        });
+        if self.cfg.exclusion {
+            props.push(Property::always(
+                "no writer beside another believed hold",
+                |m: &Lock, s: &State| exclusion_holds(m, s),
+            ));
+        }
+        props.push(Property::always(
+            "no waiter stays refused longer than a re-check period once it could go",
+            |m: &Lock, s: &State| {
+                s.clients.iter().all(|c| {
+                    c.grantable_since
+                        .is_none_or(|since| s.now - since <= m.cfg.recheck.1)
+                })
+            },
+        ));
+        if self.cfg.wait_bound.is_some() {
+            props.push(Property::always(
+                "every waiter is served within the wait bound",
+                |m: &Lock, s: &State| waits_bounded(m, s),
+            ));
+        }
+        props
+    }
+}
+
+fn exclusion_holds(_: &Lock, s: &State) -> bool {
+    let beliefs: Vec<Mode> = s.clients.iter().filter_map(|c| c.believes(s.now)).collect();
+    beliefs.len() < 2 || !beliefs.contains(&Mode::Write)
+}
+
+fn waits_bounded(m: &Lock, s: &State) -> bool {
+    let Some(bound) = m.cfg.wait_bound else {
+        return true;
+    };
+    s.clients.iter().all(|c| match c.phase {
+        Phase::Waiting {
+            since,
+            mode,
+            paused: false,
+            ..
+        } if mode == Mode::Write || !m.cfg.bound_writers_only => s.now - since <= bound,
+        _ => true,
+    })
+}
+
+/// A release by a token that never held anything (`X.0`), run on a copy of `s`,
+/// leaves the live state as it was: only expired entries may go.
+fn stray_release_is_noop(m: &Lock, s: &State) -> bool {
+    let p = &m.cfg.params;
+    let token = Tok {
+        client: lua::OUTSIDER,
+        generation: 0,
+    };
+    let mut h = s.hash.clone();
+    let before = lua::live_view(&h, p, s.now);
+    let out = lua::release(&mut h, p, s.now, token);
+    out.reply == Reply::Int(0) && lua::live_view(&h, p, s.now) == before
+}

@@ -1,0 +1,220 @@
+//! Readable traces: a checker path replayed with stable client names, each step and
+//! state as text.
+
+use std::fmt::Write as _;
+
+use super::lua::{Outcome, Reply};
+use super::system::{
+    Action, FENCE_NOT_RISING, FENCED_WRITE_WENT_BACK, Lock, Mode, Op, Phase,
+    READER_PASSED_QUEUED_WRITER, STRAY_RELEASE_CHANGED, State, WRITER_JUMPED_QUEUE,
+};
+
+impl Lock {
+    /// A checker path (of canonical states) as a readable trace with stable names:
+    /// replays it on concrete states, renaming each action back.
+    pub fn trace(&self, path: &[(State, Option<Action>)]) -> String {
+        let Some((first, _)) = path.first() else {
+            return String::new();
+        };
+        let n = self.cfg.all_clients() as usize;
+        // `to_concrete[i]`: the concrete index of canonical client `i`.
+        let mut to_concrete: Vec<usize> = (0..n).collect();
+        let mut concrete = first.clone();
+        let mut out = self.describe_state(&concrete);
+        for (k, (_, action)) in path.iter().enumerate() {
+            let Some(action) = *action else { break };
+            let map = |i: u8| to_concrete[i as usize] as u8;
+            let action = match action {
+                Action::Call(i, op, lost) => Action::Call(map(i), op, lost),
+                Action::Resend(i) => Action::Resend(map(i)),
+                Action::GiveUp(i) => Action::GiveUp(map(i)),
+                Action::Crash(i) => Action::Crash(map(i)),
+                Action::Pause(i) => Action::Pause(map(i)),
+                Action::LoseWakeup(i) => Action::LoseWakeup(map(i)),
+                Action::Original(i) => Action::Original(map(i)),
+                Action::SendLateRenewal(i) => Action::SendLateRenewal(map(i)),
+                Action::LateRenewalArrives(i) => Action::LateRenewalArrives(map(i)),
+                other => other,
+            };
+            let _ = writeln!(
+                out,
+                "{:>3}. {}",
+                k + 1,
+                self.describe_step(&concrete, action)
+            );
+            let Some(next) = self.step(&concrete, action, None) else {
+                out.push_str("    (the step does not replay)\n");
+                break;
+            };
+            // canonical(next) = perm(next): concrete client j is canonical perm[j].
+            let (_, perm) = self.canonical(&next);
+            for (j, &p) in perm.iter().enumerate() {
+                to_concrete[p] = j;
+            }
+            concrete = next;
+            out.push_str(&self.describe_state(&concrete));
+        }
+        out
+    }
+
+    /// One step as a line of a trace.
+    pub fn describe_step(&self, last: &State, action: Action) -> String {
+        let mut note = String::new();
+        self.step(last, action, Some(&mut note));
+        let who = |i: u8| self.cfg.name(i as usize);
+        let what = match action {
+            Action::Call(i, op, _) => format!("{} {}", who(i), op_name(op)),
+            Action::Resend(i) => {
+                let op = last.clients[i as usize].inflight.map(|f| f.op);
+                format!("{} resends {}", who(i), op.map_or("?".into(), op_name))
+            }
+            Action::GiveUp(i) => format!("{} times out", who(i)),
+            Action::Crash(i) => format!("{} crashes", who(i)),
+            Action::Pause(i) => format!("{} pauses past its lease", who(i)),
+            Action::LoseWakeup(i) => format!("a wake-up for {} is lost", who(i)),
+            Action::Failover => "failover: the last script's writes are lost".into(),
+            Action::Original(i) => who(i),
+            Action::SendLateRenewal(i) => format!(
+                "{}'s renewal task sends a renewal that will arrive late",
+                who(i)
+            ),
+            Action::LateRenewalArrives(i) => format!("{}'s late renewal arrives", who(i)),
+            Action::Tick => "time passes".into(),
+        };
+        if note.is_empty() {
+            what
+        } else {
+            format!("{what}: {note}")
+        }
+    }
+
+    /// A state as a few lines of a trace.
+    pub fn describe_state(&self, s: &State) -> String {
+        let mut out = format!("    t={}  {}\n", s.now, s.hash);
+        for (bit, what) in [
+            (FENCE_NOT_RISING, "a fencing token did not rise"),
+            (
+                STRAY_RELEASE_CHANGED,
+                "a release by a non-owner changed the lock",
+            ),
+            (
+                FENCED_WRITE_WENT_BACK,
+                "a fenced write went back to a smaller fence",
+            ),
+            (
+                WRITER_JUMPED_QUEUE,
+                "a writer was granted ahead of the queue",
+            ),
+            (
+                READER_PASSED_QUEUED_WRITER,
+                "a new reader entered past a queued writer",
+            ),
+        ] {
+            if s.violations & bit != 0 {
+                let _ = writeln!(out, "    VIOLATION: {what}");
+            }
+        }
+        for (i, c) in s.clients.iter().enumerate() {
+            let name = self.cfg.name(i);
+            let phase = match c.phase {
+                Phase::Idle => "idle".to_owned(),
+                Phase::Crashed => "crashed".to_owned(),
+                Phase::Original {
+                    mode,
+                    stamp,
+                    until,
+                    collided,
+                } => {
+                    let note = if collided {
+                        " (its stamp equals ours: invisible)"
+                    } else {
+                        ""
+                    };
+                    format!(
+                        "holds {mode:?} (original design) with stamp {stamp} until t={until}{note}"
+                    )
+                }
+                Phase::Waiting {
+                    token,
+                    mode,
+                    since,
+                    recheck_at,
+                    ..
+                } => format!(
+                    "waits to {mode:?} as {token} since t={since}, re-checks at t={recheck_at}"
+                ),
+                Phase::Holding {
+                    token,
+                    mode,
+                    until,
+                    fence,
+                    lost,
+                    ..
+                } => {
+                    let belief = if c.believes(s.now).is_some() {
+                        "believes it holds"
+                    } else if lost {
+                        "knows its lease is lost"
+                    } else {
+                        "its local deadline passed"
+                    };
+                    format!("holds {mode:?} as {token} until t={until} (fence {fence}): {belief}")
+                }
+            };
+            let mut extra = String::new();
+            if c.paused_until > s.now {
+                let _ = write!(extra, ", paused until t={}", c.paused_until);
+            }
+            if c.woken {
+                extra.push_str(", woken");
+            }
+            if let Some(f) = c.inflight {
+                let _ = write!(extra, ", awaiting a resend of {}", op_name(f.op));
+            }
+            if let Some(late) = c.late {
+                let _ = write!(
+                    extra,
+                    ", a {:?} renewal of {} sent at t={} on its way",
+                    late.mode, late.token, late.sent
+                );
+            }
+            let _ = writeln!(out, "    {name}: {phase}{extra}");
+        }
+        out
+    }
+}
+
+fn op_name(op: Op) -> String {
+    match op {
+        Op::Acquire {
+            mode: Mode::Read, ..
+        } => "acquire_read".into(),
+        Op::Acquire {
+            mode: Mode::Write,
+            wait: true,
+        } => "acquire_write (queues)".into(),
+        Op::Acquire {
+            mode: Mode::Write,
+            wait: false,
+        } => "acquire_write (try)".into(),
+        Op::Renew => "renew".into(),
+        Op::Release => "release".into(),
+        Op::Downgrade => "downgrade".into(),
+        Op::FencedWrite => "fenced_write".into(),
+    }
+}
+
+pub(super) fn describe(op: Op, out: &Outcome) -> String {
+    let reply = match (op, out.reply) {
+        (_, Reply::Granted(0)) => "granted".to_owned(),
+        (_, Reply::Granted(f)) => format!("granted, fence {f}"),
+        (_, Reply::Refused(hint)) => format!("refused (retry in {hint})"),
+        (Op::FencedWrite, Reply::Int(0)) => "rejected".to_owned(),
+        (Op::FencedWrite, Reply::Int(f)) => format!("written with fence {f}"),
+        (_, Reply::Int(n)) => format!("returns {n}"),
+    };
+    match out.published {
+        Some(w) => format!("{reply}, publishes {w}"),
+        None => reply,
+    }
+}
