@@ -626,9 +626,9 @@ mod tests {
             let text = text.trim();
             if let Some(inner) = text.strip_prefix('{') {
                 let inner = &inner[..closing(inner)];
-                if inner.starts_with('{') {
+                if let Some(list) = inner.strip_prefix('{') {
                     // A list: one sample of its first element.
-                    let first = &inner[1..1 + closing(&inner[1..])];
+                    let first = &list[..closing(list)];
                     return redis::Value::Array(vec![element(&format!("{{{first}}}"))]);
                 }
                 return redis::Value::Array(split_top(inner).into_iter().map(element).collect());
