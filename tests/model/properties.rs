@@ -11,7 +11,21 @@ use super::system::{
 
 impl Lock {
     pub(super) fn all_properties(&self) -> Vec<Property<Self>> {
-        let mut props = vec![
+        let mut props = Self::script_invariants();
+        // Examples the configuration asks for; the checker fails if one is unreachable.
+        props.extend(
+            Self::examples()
+                .into_iter()
+                .filter(|p| self.cfg.examples.contains(&p.name)),
+        );
+        props.extend(self.holds_and_waits());
+        props
+    }
+
+    /// What every script run must keep (`exec` records breaches in `violations`),
+    /// and the hash's summaries.
+    fn script_invariants() -> Vec<Property<Self>> {
+        vec![
             Property::always("fencing tokens strictly increase", |_: &Lock, s: &State| {
                 s.violations & FENCE_NOT_RISING == 0
             }),
@@ -35,6 +49,12 @@ impl Lock {
                 "readers and queue_until summarise their entries",
                 |_: &Lock, s: &State| s.hash.summaries_agree(),
             ),
+        ]
+    }
+
+    /// States the checker must reach when a configuration names them.
+    fn examples() -> Vec<Property<Self>> {
+        let mut props = vec![
             Property::sometimes("a writer holds", |_: &Lock, s: &State| {
                 s.clients
                     .iter()
@@ -141,11 +161,13 @@ impl Lock {
             "a fenced write is accepted",
             |_: &Lock, s: &State| s.max_written > 0,
         ));
-        // Examples the configuration asks for; the checker fails if one is unreachable.
-        props.retain(|p| {
-            p.expectation != stateright::Expectation::Sometimes
-                || self.cfg.examples.contains(&p.name)
-        });
+        props
+    }
+
+    /// Exclusion among believed holds (when the configuration promises it) and how
+    /// long waiters wait.
+    fn holds_and_waits(&self) -> Vec<Property<Self>> {
+        let mut props = Vec::new();
         if self.cfg.exclusion {
             props.push(Property::always(
                 "no writer beside another believed hold",

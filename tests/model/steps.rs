@@ -276,67 +276,9 @@ impl Lock {
         let mut s = last.clone();
         let now = s.now;
         match action {
-            Action::Call(i, op, lose_reply) => {
-                let i = i as usize;
-                let token = match (op, s.clients[i].token()) {
-                    (Op::Acquire { .. }, Some(t)) => t, // a retry of a waiting acquire
-                    (Op::Acquire { .. }, None) => self.fresh_token(&s, i),
-                    (_, Some(t)) => t,
-                    (_, None) => return None,
-                };
-                let mode = match s.clients[i].phase {
-                    Phase::Holding { mode, .. } | Phase::Waiting { mode, .. } => mode,
-                    _ => self.cfg.role(i),
-                };
-                if matches!(op, Op::Acquire { .. }) && s.clients[i].phase == Phase::Idle {
-                    s.clients[i].acquisitions += 1;
-                }
-                s.clients[i].acted = true;
-                let out = self.exec(&mut s, op, token, mode);
-                if let Some(note) = note {
-                    let _ = write!(note, "{}", describe(op, &out));
-                    if lose_reply {
-                        note.push_str(" (reply lost)");
-                    }
-                }
-                if lose_reply {
-                    s.budget.lost_replies -= 1;
-                    s.clients[i].inflight = Some(Inflight {
-                        op,
-                        token,
-                        sent: now,
-                    });
-                } else {
-                    self.take_reply(&mut s, i, op, token, now, out);
-                }
-            }
-            Action::Resend(i) => {
-                let i = i as usize;
-                let inflight = s.clients[i].inflight.take()?;
-                s.clients[i].acted = true;
-                let mode = match (inflight.op, s.clients[i].phase) {
-                    (_, Phase::Holding { mode, .. }) => mode,
-                    (Op::Acquire { mode, .. }, _) => mode,
-                    _ => self.cfg.role(i),
-                };
-                let out = self.exec(&mut s, inflight.op, inflight.token, mode);
-                if let Some(note) = note {
-                    let _ = write!(note, "{}", describe(inflight.op, &out));
-                }
-                self.take_reply(&mut s, i, inflight.op, inflight.token, inflight.sent, out);
-            }
-            Action::GiveUp(i) => {
-                let i = i as usize;
-                let token = s.clients[i].token()?;
-                let out = self.exec(&mut s, Op::Release, token, Mode::Read);
-                if let Some(note) = note {
-                    let _ = write!(note, "withdraws: {}", describe(Op::Release, &out));
-                }
-                s.clients[i].phase = Phase::Idle;
-                s.clients[i].woken = false;
-                s.clients[i].acted = true;
-                s.clients[i].gave_up = true;
-            }
+            Action::Call(i, op, lose_reply) => self.call(&mut s, i, op, lose_reply, note)?,
+            Action::Resend(i) => self.resend(&mut s, i, note)?,
+            Action::GiveUp(i) => self.give_up(&mut s, i, note)?,
             Action::Crash(i) => {
                 s.budget.crashes -= 1;
                 let c = &mut s.clients[i as usize];
@@ -356,103 +298,200 @@ impl Lock {
                 s.budget.lost_messages -= 1;
                 s.clients[i as usize].woken = false;
             }
-            Action::Failover => {
-                s.budget.failovers -= 1;
-                s.hash = s.unreplicated.take()?;
-                // The promotion takes time; subscriptions are restored with a `*`.
-                self.advance(&mut s);
-                self.deliver(&mut s, Wake::All);
-                // Waiters could not reach the server meanwhile: count from now.
-                for c in &mut s.clients {
-                    c.grantable_since = None;
-                }
-            }
-            Action::Original(i) => {
-                let i = i as usize;
-                let p = &self.cfg.params;
-                let c = &mut s.clients[i];
-                c.acted = true;
-                let text = match (c.phase, self.cfg.original(i)) {
-                    (Phase::Original { mode, stamp, .. }, _) => {
-                        let write = mode == Mode::Write;
-                        let done = lua::original_release(&mut s.hash, now, write, stamp);
-                        c.phase = Phase::Idle;
-                        format!(
-                            "original release: {}",
-                            if done { "deleted" } else { "stamp gone" }
-                        )
-                    }
-                    (_, Some(mode)) => {
-                        let write = mode == Mode::Write;
-                        let ttl = self.cfg.original_key_ttl;
-                        let ours = s.hash.fields.get(&lua::Field::Rstamp).copied();
-                        if lua::original_acquire(&mut s.hash, p, now, write, ttl) {
-                            let timeout = if write {
-                                p.original_write
-                            } else {
-                                p.original_read
-                            };
-                            let inclusive = i64::from(self.cfg.original_inclusive);
-                            c.acquisitions += 1;
-                            c.phase = Phase::Original {
-                                mode,
-                                stamp: now,
-                                until: now + timeout + inclusive,
-                                collided: !write && ours == Some(lua::Val::Int(now)),
-                            };
-                            "original acquire: granted".to_owned()
-                        } else {
-                            "original acquire: refused".to_owned()
-                        }
-                    }
-                    _ => return None,
-                };
-                if let Some(note) = note {
-                    note.push_str(&text);
-                }
-            }
-            Action::SendLateRenewal(i) => {
-                s.budget.late_renewals -= 1;
-                let c = &mut s.clients[i as usize];
-                let Phase::Holding { token, mode, .. } = c.phase else {
-                    return None;
-                };
-                c.late = Some(Late {
-                    token,
-                    mode,
-                    sent: now,
-                });
-            }
-            Action::LateRenewalArrives(i) => {
-                let i = i as usize;
-                let late = s.clients[i].late.take()?;
-                let out = self.exec(&mut s, Op::Renew, late.token, late.mode);
-                if let Some(note) = note {
-                    let _ = write!(note, "{}", describe(Op::Renew, &out));
-                }
-                // The renewal task still awaits it only if the guard holds in that
-                // mode; it gave up (lease lost) at the local deadline.
-                if let Phase::Holding {
-                    token,
-                    mode,
-                    until,
-                    lost,
-                    ..
-                } = &mut s.clients[i].phase
-                    && *token == late.token
-                    && *mode == late.mode
-                {
-                    if out.reply == Reply::Int(1) && now < *until {
-                        *until = late.sent + self.cfg.held_for(late.mode);
-                    } else {
-                        *lost = true;
-                    }
-                }
-            }
+            Action::Failover => self.failover(&mut s)?,
+            Action::Original(i) => self.original(&mut s, i, note)?,
+            Action::SendLateRenewal(i) => self.send_late_renewal(&mut s, i)?,
+            Action::LateRenewalArrives(i) => self.late_renewal_arrives(&mut s, i, note)?,
             Action::Tick => self.advance(&mut s),
         }
         self.note_grantable(&mut s);
         Some(s)
+    }
+
+    /// A client calls `op` (its reply lost when `lose_reply`).
+    fn call(
+        &self,
+        s: &mut State,
+        i: u8,
+        op: Op,
+        lose_reply: bool,
+        note: Option<&mut String>,
+    ) -> Option<()> {
+        let now = s.now;
+        let i = i as usize;
+        let token = match (op, s.clients[i].token()) {
+            (Op::Acquire { .. }, Some(t)) => t, // a retry of a waiting acquire
+            (Op::Acquire { .. }, None) => self.fresh_token(s, i),
+            (_, Some(t)) => t,
+            (_, None) => return None,
+        };
+        let mode = match s.clients[i].phase {
+            Phase::Holding { mode, .. } | Phase::Waiting { mode, .. } => mode,
+            _ => self.cfg.role(i),
+        };
+        if matches!(op, Op::Acquire { .. }) && s.clients[i].phase == Phase::Idle {
+            s.clients[i].acquisitions += 1;
+        }
+        s.clients[i].acted = true;
+        let out = self.exec(s, op, token, mode);
+        if let Some(note) = note {
+            let _ = write!(note, "{}", describe(op, &out));
+            if lose_reply {
+                note.push_str(" (reply lost)");
+            }
+        }
+        if lose_reply {
+            s.budget.lost_replies -= 1;
+            s.clients[i].inflight = Some(Inflight {
+                op,
+                token,
+                sent: now,
+            });
+        } else {
+            self.take_reply(s, i, op, token, now, out);
+        }
+        Some(())
+    }
+
+    /// The driver resends a request whose reply was lost; the client takes this reply.
+    fn resend(&self, s: &mut State, i: u8, note: Option<&mut String>) -> Option<()> {
+        let i = i as usize;
+        let inflight = s.clients[i].inflight.take()?;
+        s.clients[i].acted = true;
+        let mode = match (inflight.op, s.clients[i].phase) {
+            (_, Phase::Holding { mode, .. }) => mode,
+            (Op::Acquire { mode, .. }, _) => mode,
+            _ => self.cfg.role(i),
+        };
+        let out = self.exec(s, inflight.op, inflight.token, mode);
+        if let Some(note) = note {
+            let _ = write!(note, "{}", describe(inflight.op, &out));
+        }
+        self.take_reply(s, i, inflight.op, inflight.token, inflight.sent, out);
+        Some(())
+    }
+
+    /// A waiter times out and withdraws its request.
+    fn give_up(&self, s: &mut State, i: u8, note: Option<&mut String>) -> Option<()> {
+        let i = i as usize;
+        let token = s.clients[i].token()?;
+        let out = self.exec(s, Op::Release, token, Mode::Read);
+        if let Some(note) = note {
+            let _ = write!(note, "withdraws: {}", describe(Op::Release, &out));
+        }
+        s.clients[i].phase = Phase::Idle;
+        s.clients[i].woken = false;
+        s.clients[i].acted = true;
+        s.clients[i].gave_up = true;
+        Some(())
+    }
+
+    /// A replica without the last script's writes takes over.
+    fn failover(&self, s: &mut State) -> Option<()> {
+        s.budget.failovers -= 1;
+        s.hash = s.unreplicated.take()?;
+        // The promotion takes time; subscriptions are restored with a `*`.
+        self.advance(s);
+        self.deliver(s, Wake::All);
+        // Waiters could not reach the server meanwhile: count from now.
+        for c in &mut s.clients {
+            c.grantable_since = None;
+        }
+        Some(())
+    }
+
+    /// An original-design client acquires (when idle) or releases.
+    fn original(&self, s: &mut State, i: u8, note: Option<&mut String>) -> Option<()> {
+        let now = s.now;
+        let i = i as usize;
+        let p = &self.cfg.params;
+        let c = &mut s.clients[i];
+        c.acted = true;
+        let text = match (c.phase, self.cfg.original(i)) {
+            (Phase::Original { mode, stamp, .. }, _) => {
+                let write = mode == Mode::Write;
+                let done = lua::original_release(&mut s.hash, now, write, stamp);
+                c.phase = Phase::Idle;
+                format!(
+                    "original release: {}",
+                    if done { "deleted" } else { "stamp gone" }
+                )
+            }
+            (_, Some(mode)) => {
+                let write = mode == Mode::Write;
+                let ttl = self.cfg.original_key_ttl;
+                let ours = s.hash.fields.get(&lua::Field::Rstamp).copied();
+                if lua::original_acquire(&mut s.hash, p, now, write, ttl) {
+                    let timeout = if write {
+                        p.original_write
+                    } else {
+                        p.original_read
+                    };
+                    let inclusive = i64::from(self.cfg.original_inclusive);
+                    c.acquisitions += 1;
+                    c.phase = Phase::Original {
+                        mode,
+                        stamp: now,
+                        until: now + timeout + inclusive,
+                        collided: !write && ours == Some(lua::Val::Int(now)),
+                    };
+                    "original acquire: granted".to_owned()
+                } else {
+                    "original acquire: refused".to_owned()
+                }
+            }
+            _ => return None,
+        };
+        if let Some(note) = note {
+            note.push_str(&text);
+        }
+        Some(())
+    }
+
+    /// The renewal task sends a renewal that will reach the server late.
+    fn send_late_renewal(&self, s: &mut State, i: u8) -> Option<()> {
+        let now = s.now;
+        s.budget.late_renewals -= 1;
+        let c = &mut s.clients[i as usize];
+        let Phase::Holding { token, mode, .. } = c.phase else {
+            return None;
+        };
+        c.late = Some(Late {
+            token,
+            mode,
+            sent: now,
+        });
+        Some(())
+    }
+
+    /// That renewal reaches the server now.
+    fn late_renewal_arrives(&self, s: &mut State, i: u8, note: Option<&mut String>) -> Option<()> {
+        let now = s.now;
+        let i = i as usize;
+        let late = s.clients[i].late.take()?;
+        let out = self.exec(s, Op::Renew, late.token, late.mode);
+        if let Some(note) = note {
+            let _ = write!(note, "{}", describe(Op::Renew, &out));
+        }
+        // The renewal task still awaits it only if the guard holds in that
+        // mode; it gave up (lease lost) at the local deadline.
+        if let Phase::Holding {
+            token,
+            mode,
+            until,
+            lost,
+            ..
+        } = &mut s.clients[i].phase
+            && *token == late.token
+            && *mode == late.mode
+        {
+            if out.reply == Reply::Int(1) && now < *until {
+                *until = late.sent + self.cfg.held_for(late.mode);
+            } else {
+                *lost = true;
+            }
+        }
+        Some(())
     }
 
     /// Updates `grantable_since` of every waiter: would its acquire be granted now?
