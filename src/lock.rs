@@ -24,12 +24,12 @@ use crate::{Error, LockOptions, RwLockReadGuard, RwLockWriteGuard};
 ///
 /// # Priority policy
 ///
-/// By default ([`Fairness::WriterPreferred`]) a waiting writer queues in the lock:
+/// By default ([`Fairness::WriterPreferred`](crate::Fairness::WriterPreferred)) a waiting writer queues in the lock:
 /// new readers wait behind it, and writers are served in arrival order, so a
 /// refresher is never starved by a stream of readers. A writer's place in the queue
 /// expires a few seconds after its waiter stops re-checking (a crashed waiter does not
 /// block the lock for long; a cancelled one withdraws at once).
-/// [`Fairness::ReaderPreferred`] lets readers in whenever no writer holds.
+/// [`Fairness::ReaderPreferred`](crate::Fairness::ReaderPreferred) lets readers in whenever no writer holds.
 ///
 /// # Drop contract
 ///
@@ -163,7 +163,7 @@ impl RwLock {
 
     /// Takes the write hold, waiting for every holder to leave, at most
     /// [`LockOptions::wait_timeout`]. While it waits, it is queued: new readers and
-    /// later writers wait behind it (with [`Fairness::WriterPreferred`]).
+    /// later writers wait behind it (with [`Fairness::WriterPreferred`](crate::Fairness::WriterPreferred)).
     ///
     /// # Errors
     ///
