@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use rand::Rng;
+use rand::RngExt;
 use tokio::runtime::Handle;
 use tokio::time::{Instant, sleep_until};
 use tracing::Instrument;

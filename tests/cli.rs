@@ -1,7 +1,7 @@
 //! The `redis-rwlock` command-line tool, end to end: the built binary against the
 //! shared test cluster, judged by exit codes, output and the lock's state as the
 //! library sees it.
-#![cfg(feature = "cli")]
+#![cfg(all(unix, feature = "cli"))]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -9,15 +9,21 @@ mod common;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use redis_rwlock::LockOptions;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, ChildStdout, Command};
 use tokio::time::{Instant, timeout};
 
-use common::{cluster_client, shared_cluster, shared_standalone, unique_name, wait_for};
+use common::{
+    cluster_client, shared_cluster, shared_standalone, standalone_client, unique_name, wait_for,
+};
 
 /// Exit codes the tool documents.
+const HELD: i32 = 0;
+const FREE: i32 = 1;
 const USAGE: i32 = 64;
 const UNAVAILABLE: i32 = 69;
 const NOT_ACQUIRED: i32 = 75;
@@ -98,23 +104,21 @@ fn json(stdout: &str) -> Value {
     serde_json::from_str(stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
 }
 
-/// Sends `signal` (e.g. `-INT`) to a process.
-fn signal(pid: u32, signal: &str) {
-    let status = std::process::Command::new("kill")
-        .args([signal, &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill {signal} {pid}");
+/// Sends `signal` to a process.
+fn signal(pid: u32, signal: Signal) {
+    let pid = Pid::from_raw(i32::try_from(pid).unwrap());
+    kill(pid, signal).unwrap_or_else(|err| panic!("kill {signal} {pid}: {err}"));
 }
 
 #[tokio::test]
-async fn status_of_a_free_lock_says_it_is_free() {
+async fn status_of_a_free_lock_says_it_is_free_and_exits_1() {
     let name = unique_name("cli-free");
     let lock = cluster_client().await.rwlock(&name);
     let key = lock.key().unwrap();
 
     let (code, stdout, stderr) = run(cli(&["status", &name])).await;
-    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(code, FREE, "{stderr}");
+    assert_eq!(stderr, "", "free is no failure");
     assert!(
         stdout.contains(&format!("lock \"{name}\" (key {key}) is free")),
         "{stdout}"
@@ -122,7 +126,7 @@ async fn status_of_a_free_lock_says_it_is_free() {
     assert!(stdout.contains("queued writers: 0"), "{stdout}");
 
     let (code, stdout, stderr) = run(cli(&["status", &name, "--json"])).await;
-    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(code, FREE, "{stderr}");
     let status = json(&stdout);
     assert_eq!(status["mode"], "free");
     assert_eq!(status["lock"], name.as_str());
@@ -148,7 +152,7 @@ async fn status_of_a_held_lock_shows_each_holder_the_queue_and_the_fence() {
     let state = lock.state().await.unwrap();
 
     let (code, stdout, stderr) = run(cli(&["status", &name, "--json"])).await;
-    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(code, HELD, "{stderr}");
     let status = json(&stdout);
     assert_eq!(status["mode"], "read");
     assert!(status["writer"].is_null());
@@ -180,7 +184,7 @@ async fn status_of_a_held_lock_shows_each_holder_the_queue_and_the_fence() {
     );
 
     let (code, stdout, _) = run(cli(&["status", &name])).await;
-    assert_eq!(code, 0);
+    assert_eq!(code, HELD);
     assert!(stdout.contains("is held for read"), "{stdout}");
     for reader in &state.readers {
         let line = stdout
@@ -198,7 +202,7 @@ async fn status_of_a_held_lock_shows_each_holder_the_queue_and_the_fence() {
     second.release().await.unwrap();
     let writer = timeout(RUN_LIMIT, queued).await.unwrap().unwrap().unwrap();
     let (code, stdout, _) = run(cli(&["status", &name, "--json"])).await;
-    assert_eq!(code, 0);
+    assert_eq!(code, HELD);
     let status = json(&stdout);
     assert_eq!(status["mode"], "write");
     assert!(status["writer"]["token"].is_string(), "{stdout}");
@@ -210,6 +214,155 @@ async fn status_of_a_held_lock_shows_each_holder_the_queue_and_the_fence() {
         "{text}"
     );
     writer.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn status_exit_code_tells_held_from_free_for_a_script() {
+    let client = cluster_client().await;
+    let name = unique_name("cli-test");
+    let lock = client.rwlock(name.as_str());
+    // As a shell script tests it: no output parsed.
+    let script = |name: &str| {
+        format!(
+            "if {} --cluster {} status {name} >/dev/null; then echo held; else echo \"free $?\"; fi",
+            env!("CARGO_BIN_EXE_redis-rwlock"),
+            shared_cluster().urls().join(",")
+        )
+    };
+    let shell = |name: &str| {
+        let mut sh = Command::new("sh");
+        sh.args(["-c", &script(name)])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        sh
+    };
+
+    let (_, stdout, stderr) = run(shell(&name)).await;
+    assert_eq!(stdout.trim(), "free 1", "{stderr}");
+
+    let reader = lock.read().await.unwrap();
+    let (_, stdout, stderr) = run(shell(&name)).await;
+    assert_eq!(stdout.trim(), "held", "{stderr}");
+    reader.release().await.unwrap();
+
+    let writer = lock.write().await.unwrap();
+    let (code, stdout, _) = run(cli(&["status", "--json", &name])).await;
+    assert_eq!(code, HELD);
+    assert_eq!(json(&stdout)["mode"], "write");
+    writer.release().await.unwrap();
+
+    let (code, _, _) = run(cli(&["status", &name])).await;
+    assert_eq!(code, FREE);
+    // A failure is never mistaken for "free": it has a code of its own.
+    let (code, _, _) = run(cli(&["status", "bad{name}"])).await;
+    assert_eq!(code, USAGE);
+}
+
+#[tokio::test]
+async fn status_works_for_a_read_only_user() {
+    let server = shared_standalone();
+    let owner = standalone_client().await;
+    let name = unique_name("cli-read-only");
+    let lock = owner.rwlock(name.as_str());
+    // The README's read-only user: it may read keys under `rwlock:` and run
+    // read-only scripts. No INFO, so the version check at connect is skipped.
+    let user = unique_name("cli-viewer");
+    let password = "viewer-secret";
+    server.raw(
+        &server.nodes[0],
+        &[
+            "ACL",
+            "SETUSER",
+            &user,
+            "on",
+            &format!(">{password}"),
+            "resetkeys",
+            "%R~rwlock:*",
+            "resetchannels",
+            "-@all",
+            "+@read",
+            "+evalsha_ro",
+            "+eval_ro",
+            "+time",
+        ],
+    );
+    let url = server
+        .url()
+        .replace("redis://", &format!("redis://{user}:{password}@"));
+    let viewer = |args: &[&str]| {
+        let mut cmd = bare();
+        cmd.arg("--url").arg(&url).args(args);
+        cmd
+    };
+
+    let (code, stdout, stderr) = run(viewer(&["status", "--json", &name])).await;
+    assert_eq!(code, FREE, "{stderr}");
+    assert_eq!(json(&stdout)["mode"], "free");
+
+    let writer = lock.write().await.unwrap();
+    let (code, stdout, stderr) = run(viewer(&["status", "--json", &name])).await;
+    assert_eq!(code, HELD, "{stderr}");
+    let status = json(&stdout);
+    assert_eq!(status["mode"], "write");
+    assert_eq!(status["fencing_token"], writer.fencing_token());
+    let (code, stdout, stderr) = run(viewer(&["status", &name])).await;
+    assert_eq!(code, HELD, "{stderr}");
+    assert!(stdout.contains("is held for write"), "{stdout}");
+    assert!(writer.is_held());
+
+    // Looking is all it may do: taking the lock is refused by the server.
+    let (code, stdout, stderr) = run(viewer(&["exec", "--read", &name, "--", "echo", "ran"])).await;
+    assert_eq!(code, UNAVAILABLE, "{stderr}");
+    assert_eq!(stdout, "", "the command ran");
+    assert!(stderr.contains("no permissions"), "{stderr}");
+    writer.release().await.unwrap();
+    server.raw(&server.nodes[0], &["ACL", "DELUSER", &user]);
+}
+
+#[tokio::test]
+async fn exec_wait_takes_plain_seconds_like_flock() {
+    let client = cluster_client().await;
+    let name = unique_name("cli-wait-secs");
+    let lock = client.rwlock(name.as_str());
+    let guard = lock.write().await.unwrap();
+
+    let started = Instant::now();
+    let (code, stdout, stderr) = run(cli(&[
+        "exec", "--read", "--wait", "1", &name, "--", "echo", "ran",
+    ]))
+    .await;
+    assert_eq!(code, NOT_ACQUIRED, "{stderr}");
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    assert_eq!(stdout, "", "the command ran");
+    assert!(
+        stderr.starts_with("redis-rwlock: timed out after 1s waiting for the read lock"),
+        "{stderr}"
+    );
+
+    // 0 does not wait at all, as `flock -w 0`.
+    let (code, _, stderr) = run(cli(&[
+        "exec", "--read", "--wait", "0", &name, "--", "echo", "ran",
+    ]))
+    .await;
+    assert_eq!(code, NOT_ACQUIRED, "{stderr}");
+    assert!(stderr.contains("busy"), "{stderr}");
+    guard.release().await.unwrap();
+
+    let (code, stdout, stderr) = run(cli(&[
+        "exec", "--read", "--wait", "30", &name, "--", "echo", "ran",
+    ]))
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "ran\n");
+
+    let (code, _, stderr) = run(cli(&[
+        "exec", "--read", "--wait", "1.2.3", &name, "--", "true",
+    ]))
+    .await;
+    assert_eq!(code, USAGE);
+    assert!(stderr.contains("not a number of seconds"), "{stderr}");
 }
 
 #[tokio::test]
@@ -368,6 +521,38 @@ async fn exec_terminates_the_command_when_the_lease_is_lost() {
 }
 
 #[tokio::test]
+async fn a_lost_lease_stops_everything_the_command_started() {
+    let client = cluster_client().await;
+    let name = unique_name("cli-lost-group");
+    let lock = client.rwlock(name.as_str());
+
+    // The command leaves a background process of its own; SIGTERM goes to both.
+    let (child, stdout) = start_ready(cli(&[
+        "exec",
+        "--write",
+        "--lease",
+        "1s",
+        &name,
+        "--",
+        "sh",
+        "-c",
+        "sh -c \"trap 'echo helper got SIGTERM; exit 0' TERM; while :; do sleep 0.1; done\" & \
+         trap 'wait; echo main got SIGTERM; exit 3' TERM; echo ready; while :; do sleep 0.1; done",
+    ]))
+    .await;
+    lock.force_release().await.unwrap();
+
+    let (code, stdout, stderr) = finish_ready(child, stdout).await;
+    assert_eq!(code, LEASE_LOST, "{stderr}");
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        ["helper got SIGTERM", "main got SIGTERM"],
+        "{stderr}"
+    );
+    assert!(stderr.contains("exited with 3"), "{stderr}");
+}
+
+#[tokio::test]
 async fn exec_kills_a_command_that_ignores_sigterm_after_the_grace_period() {
     let client = cluster_client().await;
     let name = unique_name("cli-stubborn");
@@ -412,7 +597,7 @@ async fn an_interrupt_is_passed_to_the_command_and_the_lock_released() {
     ]))
     .await;
     assert!(lock.state().await.unwrap().writer.is_some());
-    signal(child.id().unwrap(), "-INT");
+    signal(child.id().unwrap(), Signal::SIGINT);
 
     let (code, stdout, stderr) = finish_ready(child, stdout).await;
     assert_eq!(code, 5, "{stderr}");
@@ -431,7 +616,7 @@ async fn an_interrupted_wait_leaves_no_queued_writer_behind() {
         .spawn()
         .unwrap();
     wait_for(&lock, |s| s.queued_writers.len() == 1).await;
-    signal(child.id().unwrap(), "-TERM");
+    signal(child.id().unwrap(), Signal::SIGTERM);
 
     let (code, stdout, stderr) = finish(child).await;
     assert_eq!(code, 128 + 15, "{stderr}");
@@ -573,6 +758,6 @@ async fn the_environment_names_the_cluster_or_the_server() {
     cmd.env("REDIS_URL", &server)
         .args(["status", "--json", &name]);
     let (code, stdout, stderr) = run(cmd).await;
-    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(code, FREE, "{stderr}");
     assert_eq!(json(&stdout)["mode"], "free");
 }

@@ -9,7 +9,7 @@ use std::future::Future;
 use std::task::Poll;
 use std::time::Duration;
 
-use rand::Rng;
+use rand::RngExt;
 use redis_rwlock::{LockClient, LockOptions, RwLock};
 use tokio::time::{Instant, sleep, timeout};
 

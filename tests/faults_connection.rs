@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use rand::Rng;
+use rand::RngExt;
 use redis_rwlock::{Error, LockClient, LockOptions, RwLock};
 use tokio::time::{Instant, sleep, timeout};
 

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rand::Rng;
+use rand::RngExt;
 use redis::AsyncCommands;
 use redis::cluster_async::ClusterConnection;
 use redis_rwlock::{Error, FencedWrites, LockClient, LockOptions, RwLock, cluster_client_builder};

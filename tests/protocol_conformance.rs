@@ -20,7 +20,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use redis::{Script, Value};
 
 use model::lua::{self, Field, Hash, Outcome, Params, Reply, Time, Tok, Val, Wake};

@@ -8,6 +8,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
+use nix::errno::Errno;
 use tokio::process::{Child, Command};
 use tokio::time::{Instant, sleep_until};
 
@@ -121,7 +122,7 @@ impl Running {
                         Some((_, Sig::Kill)) => {}
                         None if was != Stopped::No => {}
                         _ => {
-                            self.signal(Sig::Term).await;
+                            self.signal(Sig::Term);
                             next = Some((Instant::now() + self.grace, Sig::Kill));
                         }
                     }
@@ -132,12 +133,12 @@ impl Running {
                         if sig == Sig::Int && !self.group {
                             next = Some((Instant::now() + self.grace, Sig::Term));
                         } else {
-                            self.signal(sig).await;
+                            self.signal(sig);
                             next = Some((Instant::now() + self.grace, Sig::Kill));
                         }
                     } else {
                         warn(format_args!("SIG{} again: killing {:?}", sig.name(), self.program));
-                        self.signal(Sig::Kill).await;
+                        self.signal(Sig::Kill);
                         next = None;
                     }
                 }
@@ -148,7 +149,7 @@ impl Running {
                             self.program,
                             sig.name()
                         ));
-                        self.signal(sig).await;
+                        self.signal(sig);
                         if sig == Sig::Term {
                             next = Some((Instant::now() + self.grace, Sig::Kill));
                         }
@@ -158,24 +159,22 @@ impl Running {
         }
     }
 
-    /// Sends `sig` to the command (its group, when it has one). SIGKILL to a lone
-    /// process, and any signal when `kill` cannot be run, falls back to tokio's own
-    /// kill of the command's process.
-    async fn signal(&mut self, sig: Sig) {
+    /// Sends `sig` to the command (its group, when it has one). If the system
+    /// refuses, the command's process is killed instead.
+    fn signal(&mut self, sig: Sig) {
         // `id()` is `None` once the command was reaped: nothing left to signal, and no
-        // chance of hitting a recycled process id.
+        // chance of hitting a recycled process id (until then an exited command is a
+        // zombie that keeps its id).
         let Some(pid) = self.child.id() else {
             return;
         };
-        if sig == Sig::Kill && !self.group {
-            let _ = self.child.start_kill();
-            return;
-        }
-        match send(sig, pid, self.group).await {
-            Ok(_) => {}
+        match send(sig, pid, self.group) {
+            Ok(()) => {}
+            // The group is empty: the command and all it started are gone.
+            Err(Errno::ESRCH) => {}
             Err(err) => {
                 warn(format_args!(
-                    "cannot run `kill` to send SIG{} ({err}); killing {:?} instead",
+                    "cannot send SIG{} to {:?} ({err}); killing it instead",
                     sig.name(),
                     self.program
                 ));

@@ -9,14 +9,18 @@ const AFTER_HELP: &str = "\
 Connection: --url (one server) or --cluster (a cluster); without either, the
 environment variable REDIS_URL or REDIS_CLUSTER_NODES (comma-separated URLs).
 
+Durations: 500ms, 30s, 2m, 1h 30m; a plain number is seconds (30, 0.5), as for
+flock -w.
+
 Exit codes (exec passes the command's own status through):
-   0  success
+   0  success; status: the lock is held (for read or write)
+   1  status: the lock is free (no holder; writers may be queued)
   64  usage error: bad arguments, no Redis given, bad lock name, release without --force
   65  the lock's key holds another Redis type
   69  Redis unreachable or failed
   70  unexpected internal error
   71  operating-system error (signals, waiting for the command)
-  75  lock not acquired: busy (--wait 0s) or --wait ran out
+  75  lock not acquired: busy (--wait 0) or --wait ran out
   79  exec: the lease was lost while the command ran; the command was terminated
  126  exec: the command could not be started
  127  exec: the command was not found
@@ -66,6 +70,13 @@ pub struct ConnectionArgs {
 pub enum Command {
     /// Show who holds a lock: mode, each holder with its lease deadline (local time)
     /// and time left, queued writers, the fencing counter.
+    ///
+    /// Exits 0 if the lock is held (for read or write) and 1 if it is free (writers
+    /// may be queued), so a script can test it without reading the output:
+    /// `if redis-rwlock status NAME >/dev/null; then ...`. Codes from 64 up are
+    /// failures, as listed below. It only reads, so a Redis user allowed to read keys
+    /// and run read-only scripts (EVALSHA_RO, EVAL_RO) is enough.
+    #[command(after_help = AFTER_HELP)]
     Status(StatusArgs),
     /// Run a command while holding a lock, like flock(1) across machines.
     ///
@@ -129,8 +140,8 @@ pub struct ExecArgs {
     /// The lock's name.
     pub name: String,
 
-    /// How long to wait for the lock, e.g. 500ms, 30s, 2m; 0s: do not wait
-    /// [default: wait without limit]
+    /// How long to wait for the lock, e.g. 500ms, 30s, 2m, or plain seconds as in
+    /// `flock -w 30`; 0: do not wait [default: wait without limit]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub wait: Option<Duration>,
 
@@ -159,9 +170,38 @@ pub struct ReleaseArgs {
     pub force: bool,
 }
 
-/// Human durations: `500ms`, `30s`, `2m`, `1h 30m`.
-fn parse_duration(text: &str) -> Result<Duration, humantime::DurationError> {
-    humantime::parse_duration(text)
+/// Human durations: `500ms`, `30s`, `2m`, `1h 30m`; or a plain number of seconds,
+/// `30` or `0.5`, as `flock -w` and `timeout` take it.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let plain = |b: u8| b.is_ascii_digit() || b == b'.';
+    if !text.is_empty() && text.bytes().all(plain) {
+        return seconds(text).ok_or_else(|| {
+            format!("{text:?} is not a number of seconds (write e.g. 30, 0.5 or 500ms)")
+        });
+    }
+    humantime::parse_duration(text).map_err(|err| err.to_string())
+}
+
+/// `30`, `0.5`, `.25`, `2.`: whole seconds and up to nine decimals, exactly.
+fn seconds(text: &str) -> Option<Duration> {
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    let digits = |part: &str| part.bytes().all(|b| b.is_ascii_digit());
+    if (whole.is_empty() && fraction.is_empty())
+        || !digits(whole)
+        || !digits(fraction)
+        || fraction.len() > 9
+    {
+        return None;
+    }
+    let secs = match whole {
+        "" => 0,
+        whole => whole.parse().ok()?,
+    };
+    let nanos = match fraction {
+        "" => 0,
+        fraction => format!("{fraction:0<9}").parse().ok()?,
+    };
+    Some(Duration::new(secs, nanos))
 }
 
 #[cfg(test)]
@@ -233,6 +273,51 @@ mod tests {
         ] {
             assert!(Cli::try_parse_from(args).is_err(), "{args:?} accepted");
         }
+    }
+
+    #[test]
+    fn a_plain_number_is_seconds_like_flock_w() {
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("0.5"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration(".25"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2."), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("1.000000001"), Ok(Duration::new(1, 1)));
+        for bad in [".", "1.2.3", "1.0000000001", "99999999999999999999999"] {
+            assert!(parse_duration(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn units_are_still_read_by_humantime() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1h 30m"), Ok(Duration::from_secs(5400)));
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("-1").is_err());
+    }
+
+    #[test]
+    fn exec_takes_wait_in_plain_seconds() {
+        let cli = Cli::try_parse_from([
+            "redis-rwlock",
+            "exec",
+            "--read",
+            "x",
+            "--wait",
+            "30",
+            "--kill-after",
+            "2",
+            "--",
+            "true",
+        ])
+        .unwrap();
+        let Command::Exec(exec) = cli.command else {
+            panic!("not exec");
+        };
+        assert_eq!(exec.wait, Some(Duration::from_secs(30)));
+        assert_eq!(exec.kill_after, Duration::from_secs(2));
     }
 
     #[test]

@@ -22,7 +22,7 @@ pub mod code {
     /// The operating system refused something: signal handlers, waiting for the
     /// command (EX_OSERR).
     pub const OS: u8 = 71;
-    /// The lock was not acquired: busy with `--wait 0s`, or still held by others when
+    /// The lock was not acquired: busy with `--wait 0`, or still held by others when
     /// `--wait` ran out (EX_TEMPFAIL: try again later).
     pub const NOT_ACQUIRED: u8 = 75;
     /// The lease was lost while the command ran; the command was terminated (or had

@@ -11,34 +11,62 @@
 //!
 //! Without `--url`/`--cluster`, `REDIS_URL` (one server) or `REDIS_CLUSTER_NODES`
 //! (comma-separated cluster nodes) say where the locks live. Durations are human:
-//! `500ms`, `30s`, `2m`. Errors are printed as `redis-rwlock: <message>: <cause>...`.
+//! `500ms`, `30s`, `2m`, or plain seconds (`30`, `0.5`) as `flock -w` takes them. Errors are printed as `redis-rwlock: <message>: <cause>...`.
 //!
-//! `exec` exits with the command's status (128 + N if it died of signal N). The
+//! `status` exits 0 when the lock is held and 1 when it is free. `exec` exits with
+//! the command's status (128 + N if it died of signal N). The
 //! tool's own exit codes are in [`failure::code`]: 64 usage, 65 the key holds another
 //! type, 69 Redis unreachable or failed, 70 internal, 71 OS error, 75 lock not
 //! acquired (busy or `--wait` ran out), 79 lease lost while the command ran (it was
 //! terminated), 126 command not runnable, 127 command not found, 128 + N interrupted
 //! by signal N while waiting. `redis-rwlock --help` prints the same table.
 //!
-//! Built with the `cli` feature: `cargo install redis-rwlock --features cli`.
+//! Built with the `cli` feature: `cargo install redis-rwlock --features cli`. Unix
+//! only: it supervises the command with unix signals and process groups. Elsewhere
+//! the binary builds, prints that and exits 70.
 
+#[cfg(unix)]
 mod child;
+#[cfg(unix)]
 mod cli;
+#[cfg(unix)]
 mod connect;
+#[cfg(unix)]
 mod exec;
+#[cfg(unix)]
 mod failure;
+#[cfg(unix)]
 mod release;
+#[cfg(unix)]
 mod signals;
+#[cfg(unix)]
 mod status;
 
 use std::process::ExitCode;
 
+#[cfg(unix)]
 use clap::Parser;
 
+#[cfg(unix)]
 use crate::cli::{Cli, Command};
+#[cfg(unix)]
 use crate::connect::Target;
+#[cfg(unix)]
 use crate::failure::{Failure, code};
 
+/// Not a unix system: `exec` has no signals or process groups to stop its command
+/// with, so the tool does nothing at all.
+#[cfg(not(unix))]
+fn main() -> ExitCode {
+    eprintln!(
+        "redis-rwlock: this tool runs on unix systems only (it stops the commands it \
+         runs with unix signals); use the redis_rwlock library here"
+    );
+    // EX_SOFTWARE, as the unix build's internal errors.
+    ExitCode::from(70)
+}
+
+#[cfg(unix)]
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -61,11 +89,13 @@ fn main() -> ExitCode {
     }
 }
 
+#[cfg(unix)]
 fn fail(failure: Failure) -> ExitCode {
     failure.print();
     failure.exit_code()
 }
 
+#[cfg(unix)]
 async fn run(cli: Cli) -> Result<ExitCode, Failure> {
     let target = Target::resolve(&cli.connection, |name| std::env::var(name).ok())?;
     let client = target.connect().await?;
@@ -73,8 +103,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
     let options = redis_rwlock::LockOptions::default().key_prefix(&cli.connection.prefix);
     match cli.command {
         Command::Status(args) => {
-            status::run(&client.rwlock_with(args.name, options), args.json).await?;
-            Ok(ExitCode::SUCCESS)
+            status::run(&client.rwlock_with(args.name, options), args.json).await
         }
         Command::Exec(args) => exec::run(&client, options, args).await,
         Command::Release(args) => {

@@ -1,7 +1,8 @@
 //! Signals: the ones redis-rwlock listens for, and sending them to the command.
 
-use std::process::Stdio;
-
+use nix::errno::Errno;
+use nix::sys::signal::{Signal as NixSignal, kill, killpg};
+use nix::unistd::Pid;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::failure::{Failure, code};
@@ -20,17 +21,22 @@ pub enum Sig {
 }
 
 impl Sig {
-    /// Its number on Linux and the BSDs.
-    pub fn number(self) -> u8 {
+    /// The system's signal.
+    fn system(self) -> NixSignal {
         match self {
-            Sig::Hup => 1,
-            Sig::Int => 2,
-            Sig::Kill => 9,
-            Sig::Term => 15,
+            Sig::Hup => NixSignal::SIGHUP,
+            Sig::Int => NixSignal::SIGINT,
+            Sig::Kill => NixSignal::SIGKILL,
+            Sig::Term => NixSignal::SIGTERM,
         }
     }
 
-    /// Its name without the `SIG` prefix, as `kill -s` takes it.
+    /// Its number on this system.
+    pub fn number(self) -> i32 {
+        self.system() as i32
+    }
+
+    /// Its name without the `SIG` prefix.
     pub fn name(self) -> &'static str {
         match self {
             Sig::Hup => "HUP",
@@ -42,7 +48,7 @@ impl Sig {
 
     /// The exit code of a process that died of this signal (128 + N).
     pub fn exit_code(self) -> u8 {
-        code::SIGNAL_BASE + self.number()
+        u8::try_from(i32::from(code::SIGNAL_BASE) + self.number()).unwrap_or(code::SOFTWARE)
     }
 }
 
@@ -80,21 +86,37 @@ impl Incoming {
     }
 }
 
-/// Sends `sig` to process `pid`, or to the process group `pid` leads when `group`,
-/// with the system's `kill` program (`kill -s SIG -- [-]PID`), so no unsafe code is
-/// needed. Returns whether `kill` ran and succeeded.
-pub async fn send(sig: Sig, pid: u32, group: bool) -> std::io::Result<bool> {
-    let target = if group {
-        format!("-{pid}")
-    } else {
-        pid.to_string()
+/// Sends `sig` to process `pid`, or to every process in the group `pid` leads when
+/// `group` (kill(2), killpg(2)). `ESRCH`: no such process (or group) is left.
+pub fn send(sig: Sig, pid: u32, group: bool) -> nix::Result<()> {
+    // 0 and negative numbers would name other processes (kill(2)): never send there.
+    let pid = match i32::try_from(pid) {
+        Ok(pid) if pid > 0 => Pid::from_raw(pid),
+        _ => return Err(Errno::ESRCH),
     };
-    let status = tokio::process::Command::new("kill")
-        .args(["-s", sig.name(), "--", &target])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .await?;
-    Ok(status.success())
+    if group {
+        killpg(pid, sig.system())
+    } else {
+        kill(pid, sig.system())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signal_numbers_and_exit_codes_are_the_systems() {
+        assert_eq!(Sig::Int.number(), 2);
+        assert_eq!(Sig::Kill.number(), 9);
+        assert_eq!(Sig::Term.exit_code(), 143);
+        assert_eq!(Sig::Hup.exit_code(), 129);
+    }
+
+    #[test]
+    fn no_signal_goes_to_process_zero_or_a_negative_pid() {
+        assert_eq!(send(Sig::Term, 0, false), Err(Errno::ESRCH));
+        assert_eq!(send(Sig::Term, 0, true), Err(Errno::ESRCH));
+        assert_eq!(send(Sig::Term, u32::MAX, false), Err(Errno::ESRCH));
+    }
 }

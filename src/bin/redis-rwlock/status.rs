@@ -1,6 +1,7 @@
 //! `status`: who holds a lock, as text for people or JSON for scripts.
 
 use std::fmt::Write as _;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use chrono::{DateTime, Local};
@@ -9,8 +10,16 @@ use serde::Serialize;
 
 use crate::failure::Failure;
 
-/// Prints the lock's state; exit code 0 whether it is free or held.
-pub async fn run(lock: &RwLock, json: bool) -> Result<(), Failure> {
+/// The exit code of `status` for a lock that is held (for read or write).
+pub const HELD: u8 = 0;
+/// The exit code of `status` for a lock that is free: no reader or writer holds it
+/// (writers may be queued). Below the failures' codes (64 and up), as `grep` exits 1
+/// for "no match".
+pub const FREE: u8 = 1;
+
+/// Prints the lock's state; the exit code says whether it is held ([`HELD`]) or free
+/// ([`FREE`]), so a script need not parse the output.
+pub async fn run(lock: &RwLock, json: bool) -> Result<ExitCode, Failure> {
     let cannot = |err| {
         Failure::lock(
             format!("cannot read the state of lock {:?}", lock.name()),
@@ -28,7 +37,7 @@ pub async fn run(lock: &RwLock, json: bool) -> Result<(), Failure> {
     } else {
         print!("{}", view.text());
     }
-    Ok(())
+    Ok(ExitCode::from(if state.is_free() { FREE } else { HELD }))
 }
 
 /// What `status` shows: the library's [`LockState`] with times in local time and
