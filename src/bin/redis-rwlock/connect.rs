@@ -10,16 +10,16 @@ pub const URL_VAR: &str = "REDIS_URL";
 /// The variable naming cluster nodes (comma-separated) when no flag does.
 pub const CLUSTER_VAR: &str = "REDIS_CLUSTER_NODES";
 
-/// A resolved connection target.
+/// Where the tool connects: one server or a cluster (from flags or the environment).
 #[derive(Debug, PartialEq, Eq)]
-pub enum Target {
+pub enum Endpoint {
     /// One server.
     Standalone(String),
     /// Nodes of a cluster.
     Cluster(Vec<String>),
 }
 
-impl Target {
+impl Endpoint {
     /// `--url`/`--cluster` if given, else `REDIS_URL`/`REDIS_CLUSTER_NODES` (read
     /// through `var`; empty counts as unset). Both variables set is ambiguous.
     pub fn resolve(
@@ -27,10 +27,10 @@ impl Target {
         var: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, Failure> {
         if let Some(url) = &args.url {
-            return Ok(Target::Standalone(url.clone()));
+            return Ok(Endpoint::Standalone(url.clone()));
         }
         if !args.cluster.is_empty() {
-            return Target::cluster(args.cluster.iter().map(String::as_str), "--cluster");
+            return Endpoint::cluster(args.cluster.iter().map(String::as_str), "--cluster");
         }
         let set = |name| var(name).filter(|value| !value.trim().is_empty());
         match (set(URL_VAR), set(CLUSTER_VAR)) {
@@ -40,8 +40,8 @@ impl Target {
                     "both {URL_VAR} and {CLUSTER_VAR} are set; choose one with --url or --cluster"
                 ),
             )),
-            (Some(url), None) => Ok(Target::Standalone(url.trim().to_owned())),
-            (None, Some(nodes)) => Target::cluster(nodes.split(','), CLUSTER_VAR),
+            (Some(url), None) => Ok(Endpoint::Standalone(url.trim().to_owned())),
+            (None, Some(nodes)) => Endpoint::cluster(nodes.split(','), CLUSTER_VAR),
             (None, None) => Err(Failure::new(
                 code::USAGE,
                 format!(
@@ -64,16 +64,16 @@ impl Target {
                 format!("{from} names no cluster node"),
             ));
         }
-        Ok(Target::Cluster(nodes))
+        Ok(Endpoint::Cluster(nodes))
     }
 
     /// Connects.
     pub async fn connect(&self) -> Result<LockClient, Failure> {
         match self {
-            Target::Standalone(url) => LockClient::standalone(url)
+            Endpoint::Standalone(url) => LockClient::standalone(url)
                 .await
                 .map_err(|err| Failure::lock(format!("cannot connect to Redis at {url}"), err)),
-            Target::Cluster(nodes) => LockClient::cluster(nodes).await.map_err(|err| {
+            Endpoint::Cluster(nodes) => LockClient::cluster(nodes).await.map_err(|err| {
                 Failure::lock(
                     format!("cannot connect to the Redis Cluster at {}", nodes.join(",")),
                     err,
@@ -110,39 +110,39 @@ mod tests {
     fn flags_win_over_the_environment() {
         let vars = [(URL_VAR, "redis://env"), (CLUSTER_VAR, "redis://c1")];
         assert_eq!(
-            Target::resolve(&args(Some("redis://flag"), &[]), env(&vars)).unwrap(),
-            Target::Standalone("redis://flag".into())
+            Endpoint::resolve(&args(Some("redis://flag"), &[]), env(&vars)).unwrap(),
+            Endpoint::Standalone("redis://flag".into())
         );
         assert_eq!(
-            Target::resolve(&args(None, &["redis://a", "redis://b"]), env(&vars)).unwrap(),
-            Target::Cluster(vec!["redis://a".into(), "redis://b".into()])
+            Endpoint::resolve(&args(None, &["redis://a", "redis://b"]), env(&vars)).unwrap(),
+            Endpoint::Cluster(vec!["redis://a".into(), "redis://b".into()])
         );
     }
 
     #[test]
     fn the_environment_names_one_server_or_cluster_nodes() {
         assert_eq!(
-            Target::resolve(&args(None, &[]), env(&[(URL_VAR, "redis://one")])).unwrap(),
-            Target::Standalone("redis://one".into())
+            Endpoint::resolve(&args(None, &[]), env(&[(URL_VAR, "redis://one")])).unwrap(),
+            Endpoint::Standalone("redis://one".into())
         );
         assert_eq!(
-            Target::resolve(
+            Endpoint::resolve(
                 &args(None, &[]),
                 env(&[(CLUSTER_VAR, "redis://a, redis://b,"), (URL_VAR, "")])
             )
             .unwrap(),
-            Target::Cluster(vec!["redis://a".into(), "redis://b".into()])
+            Endpoint::Cluster(vec!["redis://a".into(), "redis://b".into()])
         );
     }
 
     #[test]
     fn nothing_or_both_variables_is_a_usage_error() {
-        let none = Target::resolve(&args(None, &[]), env(&[])).unwrap_err();
+        let none = Endpoint::resolve(&args(None, &[]), env(&[])).unwrap_err();
         assert!(none.report().contains("REDIS_URL"), "{}", none.report());
         let both = [(URL_VAR, "redis://a"), (CLUSTER_VAR, "redis://b")];
-        let both = Target::resolve(&args(None, &[]), env(&both)).unwrap_err();
+        let both = Endpoint::resolve(&args(None, &[]), env(&both)).unwrap_err();
         assert!(both.report().contains("both"), "{}", both.report());
-        let empty = Target::resolve(&args(None, &[]), env(&[(CLUSTER_VAR, " , ")])).unwrap_err();
+        let empty = Endpoint::resolve(&args(None, &[]), env(&[(CLUSTER_VAR, " , ")])).unwrap_err();
         assert!(
             empty.report().contains("no cluster node"),
             "{}",

@@ -50,7 +50,7 @@ use clap::Parser;
 #[cfg(unix)]
 use crate::cli::{Cli, Command};
 #[cfg(unix)]
-use crate::connect::Target;
+use crate::connect::Endpoint;
 #[cfg(unix)]
 use crate::failure::{Failure, code};
 
@@ -97,8 +97,8 @@ fn fail(failure: Failure) -> ExitCode {
 
 #[cfg(unix)]
 async fn run(cli: Cli) -> Result<ExitCode, Failure> {
-    let target = Target::resolve(&cli.connection, |name| std::env::var(name).ok())?;
-    let client = target.connect().await?;
+    let endpoint = Endpoint::resolve(&cli.connection, |name| std::env::var(name).ok())?;
+    let client = endpoint.connect().await?;
     // Every command names its lock with the same key prefix.
     let options = redis_rwlock::LockOptions::default().key_prefix(&cli.connection.prefix);
     match cli.command {
