@@ -7,7 +7,8 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, timeout_at};
 
-use crate::connection::Connection;
+use crate::builder::LockClientBuilder;
+use crate::connection::{Connection, Limits};
 use crate::error::Chain;
 use crate::live::Live;
 use crate::wakeups::Wakeups;
@@ -16,10 +17,11 @@ use crate::{Error, LockOptions, RwLock};
 /// A handle to a Redis Cluster or a single Redis server, from which locks are made.
 ///
 /// Cheap to clone: clones share one multiplexed connection per node for lock
-/// scripts and one more for wake-up subscriptions. Every request has explicit limits:
-/// at most 2 s for a reply, 4 s in all with up to 3 retries, 1 s to connect
-/// ([`cluster_client_builder`](crate::cluster_client_builder) gives connections of
-/// your own the same).
+/// scripts and one more for wake-up subscriptions. Every request has explicit limits,
+/// by default at most 2 s for a reply, 4 s in all with up to 3 retries, 1 s to
+/// connect ([`cluster_client_builder`](crate::cluster_client_builder) gives
+/// connections of your own the same); [`LockClient::builder`] changes them and takes
+/// your own configured redis-rs client (TLS, ACL user, protocol settings).
 ///
 /// # Examples
 ///
@@ -40,12 +42,21 @@ pub struct LockClient {
 pub(crate) struct ClientInner {
     pub(crate) conn: Connection,
     pub(crate) wakeups: Wakeups,
+    /// The request limits, also for the lock's own retries of a release.
+    pub(crate) limits: Limits,
     /// Live holds and pending acquires, for [`LockClient::shutdown`].
     pub(crate) live: Live,
 }
 
 impl LockClient {
-    /// Connects to a Redis Cluster through any of its nodes.
+    /// Connects to a Redis Cluster through any of its nodes, with the default limits
+    /// (shorthand for [`LockClient::builder`] with
+    /// [`cluster_nodes`](LockClientBuilder::cluster_nodes)).
+    ///
+    /// `rediss://` URLs connect over TLS (feature `tls-rustls`), verified against the
+    /// system's root certificates; `redis://user:password@host:port` logs in as an
+    /// ACL user (the subscription connection too). For a private CA or a client
+    /// certificate, give the builder a redis-rs client of your own.
     ///
     /// The cluster must run Redis 7.0 or newer, or a server compatible with it such as
     /// Valkey: one `INFO server` on a node checks the `redis_version` it reports. If
@@ -55,8 +66,8 @@ impl LockClient {
     ///
     /// [`Error::InvalidOptions`] when no URL is given, the nodes are not in cluster
     /// mode, or the server is older than Redis 7.0 (the message names the server and
-    /// its version); [`Error::Redis`] when a URL is malformed or no node answers in
-    /// time.
+    /// its version); [`Error::Redis`] when a URL is malformed, TLS or authentication
+    /// fails, or no node answers in time.
     ///
     /// # Cancel safety
     ///
@@ -74,14 +85,14 @@ impl LockClient {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let nodes: Vec<String> = nodes.into_iter().map(|n| n.as_ref().to_owned()).collect();
-        let conn = Connection::cluster(&nodes, None, true).await?;
-        let wakeups = Wakeups::connect(Some(&nodes), "").await?;
-        Ok(Self::from_parts(conn, wakeups))
+        Self::builder().cluster_nodes(nodes).build().await
     }
 
     /// Connects to one Redis server (7.0 or newer, or a compatible server such as
-    /// Valkey) that is not part of a cluster.
+    /// Valkey) that is not part of a cluster, with the default limits (shorthand for
+    /// [`LockClient::builder`] with
+    /// [`standalone_url`](LockClientBuilder::standalone_url)). `rediss://` and
+    /// `user:password@` work as for [`cluster`](Self::cluster).
     ///
     /// One `INFO server` checks the `redis_version` the server reports and that it is
     /// not a cluster node. If an ACL denies `INFO`, the check is skipped with a
@@ -91,8 +102,8 @@ impl LockClient {
     ///
     /// [`Error::InvalidOptions`] when the server is a cluster node (or a sentinel) or
     /// older than Redis 7.0 (the message names the server and its version);
-    /// [`Error::Redis`] when the URL is malformed or the server does not answer in
-    /// time.
+    /// [`Error::Redis`] when the URL is malformed, TLS or authentication fails, or
+    /// the server does not answer in time.
     ///
     /// # Cancel safety
     ///
@@ -106,17 +117,35 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn standalone(url: impl AsRef<str>) -> Result<Self, Error> {
-        let url = url.as_ref();
-        let conn = Connection::standalone(url, None, true).await?;
-        let wakeups = Wakeups::connect(None, url).await?;
-        Ok(Self::from_parts(conn, wakeups))
+        Self::builder().standalone_url(url.as_ref()).build().await
     }
 
-    fn from_parts(conn: Connection, wakeups: Wakeups) -> Self {
+    /// A [`LockClientBuilder`]: connects to servers given as URLs or as your own
+    /// configured redis-rs client, with limits of your choice.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redis_rwlock::Error> {
+    /// use std::time::Duration;
+    ///
+    /// let client = redis_rwlock::LockClient::builder()
+    ///     .cluster_nodes(["rediss://locker:secret@10.0.0.1:6379"])
+    ///     .response_timeout(Duration::from_secs(1))
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder() -> LockClientBuilder {
+        LockClientBuilder::new()
+    }
+
+    pub(crate) fn from_parts(conn: Connection, wakeups: Wakeups, limits: Limits) -> Self {
         LockClient {
             inner: Arc::new(ClientInner {
                 conn,
                 wakeups,
+                limits,
                 live: Live::new(),
             }),
         }

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClientBuilder;
+use redis::cluster::{ClusterClientBuilder, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{
@@ -29,7 +29,7 @@ pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// The longest a request may take in all, retries and redirections included.
 pub(crate) const OVERALL_TIMEOUT: Duration = Duration::from_secs(4);
 /// The longest a (re)connection attempt may take.
-const CONNECTION_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const CONNECTION_TIMEOUT: Duration = Duration::from_secs(1);
 /// Retries after a timeout, a lost connection, TRYAGAIN or CLUSTERDOWN.
 const RETRIES: u32 = 3;
 const MIN_RETRY_WAIT_MS: u64 = 10;
@@ -71,84 +71,168 @@ where
         .max_retry_wait(MAX_RETRY_WAIT_MS)
 }
 
+/// The limits on every request of a [`LockClient`](crate::LockClient).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Limits {
+    /// The longest a (re)connection attempt may take.
+    pub(crate) connection: Duration,
+    /// The longest a single request may wait for its reply.
+    pub(crate) response: Duration,
+    /// The longest a request may take in all, retries and redirections included.
+    pub(crate) overall: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            connection: CONNECTION_TIMEOUT,
+            response: RESPONSE_TIMEOUT,
+            overall: OVERALL_TIMEOUT,
+        }
+    }
+}
+
+impl Limits {
+    /// Every limit is positive, and a request may wait for at least one reply.
+    pub(crate) fn check(&self) -> Result<(), Error> {
+        let zero = [
+            ("connection_timeout", self.connection),
+            ("response_timeout", self.response),
+            ("overall_timeout", self.overall),
+        ]
+        .into_iter()
+        .find(|(_, limit)| limit.is_zero());
+        if let Some((name, _)) = zero {
+            return Err(Error::InvalidOptions(format!("{name} must be positive")));
+        }
+        if self.overall < self.response {
+            return Err(Error::InvalidOptions(format!(
+                "overall_timeout ({:?}) is shorter than response_timeout ({:?})",
+                self.overall, self.response
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// A connection to a cluster or to one server; cheap to clone (clones share the
 /// underlying multiplexed connections).
 #[derive(Clone)]
 pub(crate) enum Connection {
     Cluster(ClusterConnection),
-    Standalone(ConnectionManager),
+    Standalone(Standalone),
 }
 
+/// A connection to one server, with the overall limit the driver's connection
+/// manager does not apply itself.
+#[derive(Clone)]
+pub(crate) struct Standalone {
+    conn: ConnectionManager,
+    overall: Duration,
+}
+
+/// The two connections of a client: one for lock scripts, one for nothing but
+/// wake-up subscriptions.
+pub(crate) struct Connections {
+    pub(crate) lock: Connection,
+    pub(crate) subscriptions: Connection,
+}
+
+/// Makes sure the driver's rustls finds a crypto provider: it panics at the first
+/// `rediss://` connection otherwise. Installs ring's, unless the application
+/// installed one of its own first (that one stays).
+#[cfg(feature = "tls-rustls")]
+pub(crate) fn install_crypto_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            // Err: another thread installed one meanwhile, which is as good.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+    });
+}
+
+/// The marker `Debug` shows for a cluster client builder that reads from replicas.
+const READS_FROM_REPLICAS: &str = "read_routing_factory: \"set\"";
+
 impl Connection {
-    /// Connects to a Redis Cluster through any of its nodes. With `check`, one node's
-    /// `INFO server` must show a version the lock can use.
+    /// Connects to a Redis Cluster with the application's (or our) `builder`, and
+    /// checks one node's `INFO server`. Both connections come from one client built
+    /// with RESP3 (pushes need it); the subscription one alone gets `push`. `first`
+    /// names a node for messages when the caller knows one.
     pub(crate) async fn cluster(
-        nodes: &[String],
-        push: Option<Pushes>,
-        check: bool,
-    ) -> Result<Self, Error> {
-        if nodes.is_empty() {
-            return Err(Error::InvalidOptions("no cluster node URL given".into()));
+        builder: ClusterClientBuilder,
+        limits: Limits,
+        push: Pushes,
+        first: Option<&str>,
+    ) -> Result<Connections, Error> {
+        // The builder's fields are private; its Debug output is the only view of
+        // whether it routes reads to replicas.
+        if format!("{builder:?}").contains(READS_FROM_REPLICAS) {
+            return Err(Error::InvalidOptions(
+                "the cluster client reads from replicas (read_routing_strategy or \
+                 read_from_replicas): lock state must be read from masters, since replication \
+                 is asynchronous; give the lock a builder without it"
+                    .into(),
+            ));
         }
-        let mut builder = cluster_client_builder(nodes);
-        if let Some(push) = push {
-            builder = builder
-                .use_protocol(ProtocolVersion::RESP3)
-                .push_sender(push);
-        }
-        let mut conn = builder
-            .build()?
+        let client = builder
+            .connection_timeout(limits.connection)
+            .response_timeout(limits.response)
+            .overall_response_timeout(Some(limits.overall))
+            .use_protocol(ProtocolVersion::RESP3)
+            .build()?;
+        let what = match first {
+            Some(url) => format!("the cluster at {}", address(url)),
+            None => "the cluster".to_owned(),
+        };
+        let mut conn = client
             .get_async_connection()
             .await
-            .map_err(|err| not_a_cluster(err, nodes))?;
-        if check {
-            // One node stands for the cluster: its nodes run one version (a rolling
-            // upgrade only moves it forward).
-            let reply = conn
-                .route_command(
-                    info_server(),
-                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
-                )
-                .await;
-            let what = format!("the cluster at {}", address(&nodes[0]));
-            if let Some(info) = server_info(reply, &what)? {
-                checked(&info, &what, true)?;
-            }
+            .map_err(|err| not_a_cluster(err, &what))?;
+        // One node stands for the cluster: its nodes run one version (a rolling
+        // upgrade only moves it forward).
+        let reply = conn
+            .route_command(
+                info_server(),
+                RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+            )
+            .await;
+        if let Some(info) = server_info(reply, &what)? {
+            checked(&info, &what, true)?;
         }
-        Ok(Connection::Cluster(conn))
+        let config = ClusterConfig::new()
+            .set_connection_timeout(limits.connection)
+            .set_response_timeout(limits.response)
+            .set_push_sender(push);
+        let subscriptions = client.get_async_connection_with_config(config).await?;
+        Ok(Connections {
+            lock: Connection::Cluster(conn),
+            subscriptions: Connection::Cluster(subscriptions),
+        })
     }
 
-    /// Connects to one Redis server (not a cluster node). With `check`, its
-    /// `INFO server` must show a version the lock can use and no cluster mode.
+    /// Connects to one Redis server (not a cluster node) with the application's (or
+    /// our) `client`, and checks its `INFO server`. The lock connection speaks the
+    /// client's protocol; the subscription connection is made from the same
+    /// connection info (address, TLS, credentials, database) with RESP3 and `push`.
     pub(crate) async fn standalone(
-        url: &str,
-        push: Option<Pushes>,
-        check: bool,
-    ) -> Result<Self, Error> {
-        let mut info = url.into_connection_info()?;
-        let mut config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(CONNECTION_TIMEOUT))
-            .set_response_timeout(Some(RESPONSE_TIMEOUT))
+        client: Client,
+        limits: Limits,
+        push: Pushes,
+    ) -> Result<Connections, Error> {
+        let info = client.get_connection_info().clone();
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(limits.connection))
+            .set_response_timeout(Some(limits.response))
             .set_number_of_retries(RETRIES as usize)
             .set_max_delay(Duration::from_millis(MAX_RETRY_WAIT_MS));
-        if let Some(push) = push {
-            let settings = info
-                .redis_settings()
-                .clone()
-                .set_protocol(ProtocolVersion::RESP3);
-            info = info.set_redis_settings(settings);
-            config = config.set_push_sender(push).set_automatic_resubscription();
-        }
         let what = format!("the server at {}", info.addr());
-        let client = Client::open(info)?;
-        let mut conn = ConnectionManager::new_with_config(client, config).await?;
-        if check {
-            let reply = info_server().query_async(&mut conn).await;
-            let Some(info) = server_info(reply, &what)? else {
-                return Ok(Connection::Standalone(conn));
-            };
-            checked(&info, &what, false)?;
-            let mode = match info.mode {
+        let mut conn = ConnectionManager::new_with_config(client, config.clone()).await?;
+        let reply = info_server().query_async(&mut conn).await;
+        if let Some(server) = server_info(reply, &what)? {
+            checked(&server, &what, false)?;
+            let mode = match server.mode {
                 Some(mode) => mode,
                 // A server whose INFO server names no mode: ask INFO cluster.
                 None => {
@@ -174,7 +258,21 @@ impl Connection {
                 _ => {}
             }
         }
-        Ok(Connection::Standalone(conn))
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
+        let subscriber = Client::open(info.set_redis_settings(settings))?;
+        let config = config.set_push_sender(push).set_automatic_resubscription();
+        let subscriptions = ConnectionManager::new_with_config(subscriber, config).await?;
+        let overall = limits.overall;
+        Ok(Connections {
+            lock: Connection::Standalone(Standalone { conn, overall }),
+            subscriptions: Connection::Standalone(Standalone {
+                conn: subscriptions,
+                overall,
+            }),
+        })
     }
 
     /// The command a script publishes wake-ups with: sharded on a cluster.
@@ -189,7 +287,7 @@ impl Connection {
     pub(crate) async fn subscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
         match self {
             Connection::Cluster(conn) => conn.ssubscribe(channel).await,
-            Connection::Standalone(conn) => conn.subscribe(channel).await,
+            Connection::Standalone(s) => s.conn.subscribe(channel).await,
         }
     }
 
@@ -197,18 +295,17 @@ impl Connection {
     pub(crate) async fn unsubscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
         match self {
             Connection::Cluster(conn) => conn.sunsubscribe(channel).await,
-            Connection::Standalone(conn) => conn.unsubscribe(channel).await,
+            Connection::Standalone(s) => s.conn.unsubscribe(channel).await,
         }
     }
 }
 
 /// A standalone server refuses the cluster client's first request; say so plainly.
-fn not_a_cluster(err: redis::RedisError, nodes: &[String]) -> Error {
+fn not_a_cluster(err: redis::RedisError, what: &str) -> Error {
     if err.to_string().contains("cluster support disabled") {
-        let addresses: Vec<String> = nodes.iter().map(|url| address(url)).collect();
         Error::InvalidOptions(format!(
-            "{} is not a Redis Cluster node: use LockClient::standalone",
-            addresses.join(", ")
+            "{what} is not a Redis Cluster: its nodes run without cluster mode; use \
+             LockClient::standalone"
         ))
     } else {
         Error::Redis(err)
@@ -264,7 +361,11 @@ impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Connection::Cluster(conn) => conn.req_packed_command(cmd),
-            Connection::Standalone(conn) => conn.req_packed_command(cmd),
+            Connection::Standalone(s) => {
+                let overall = s.overall;
+                let reply = s.conn.req_packed_command(cmd);
+                Box::pin(async move { within(overall, reply).await })
+            }
         }
     }
 
@@ -276,14 +377,32 @@ impl ConnectionLike for Connection {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Connection::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
-            Connection::Standalone(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Connection::Standalone(s) => {
+                let overall = s.overall;
+                let replies = s.conn.req_packed_commands(pipeline, offset, count);
+                Box::pin(async move { within(overall, replies).await })
+            }
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Connection::Cluster(conn) => conn.get_db(),
-            Connection::Standalone(conn) => conn.get_db(),
+            Connection::Standalone(s) => s.conn.get_db(),
         }
+    }
+}
+
+/// `request`, or a timeout error once `overall` has passed.
+async fn within<T>(
+    overall: Duration,
+    request: impl std::future::Future<Output = RedisResult<T>>,
+) -> RedisResult<T> {
+    match tokio::time::timeout(overall, request).await {
+        Ok(reply) => reply,
+        Err(elapsed) => Err(redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            elapsed,
+        ))),
     }
 }

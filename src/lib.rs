@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod builder;
 mod client;
 mod connection;
 mod error;
@@ -19,6 +20,7 @@ mod waiting;
 mod wakeups;
 mod write_guard;
 
+pub use builder::LockClientBuilder;
 pub use client::LockClient;
 pub use connection::cluster_client_builder;
 pub use error::{Error, Result};

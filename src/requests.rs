@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::connection::{OVERALL_TIMEOUT, RESPONSE_TIMEOUT};
 use crate::error::Chain;
 use crate::scripts::{Acquired, LockMode, Replicas};
 use crate::token::Token;
@@ -106,11 +105,12 @@ impl RwLock {
         token: &Token,
         until: Instant,
     ) -> Result<bool, Error> {
-        let give_up = until.max(Instant::now() + OVERALL_TIMEOUT);
+        let limits = self.client().inner.limits;
+        let give_up = until.max(Instant::now() + limits.overall);
         loop {
             let left = give_up.saturating_duration_since(Instant::now());
             let attempt = tokio::time::timeout(
-                left.min(RESPONSE_TIMEOUT + RELEASE_RETRY),
+                left.min(limits.response + RELEASE_RETRY),
                 self.release_token(token),
             );
             match attempt.await {

@@ -19,11 +19,11 @@ use std::time::Duration;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 
+use crate::Fairness;
 use crate::connection::Connection;
 use crate::error::Chain;
 use crate::scripts::LockMode;
 use crate::token::Token;
-use crate::{Error, Fairness};
 
 /// Sent to a channel's listeners when its subscription was restored: messages may
 /// have been lost in between, so everyone re-checks. (Not a token: tokens are hex.)
@@ -75,21 +75,17 @@ struct Mailbox {
 }
 
 impl Wakeups {
-    /// Opens the subscription connection (the same kind as the command connection).
-    pub(crate) async fn connect(cluster: Option<&[String]>, url: &str) -> Result<Self, Error> {
-        let (push_tx, push_rx) = mpsc::unbounded_channel();
-        let conn = match cluster {
-            Some(nodes) => Connection::cluster(nodes, Some(push_tx), false).await?,
-            None => Connection::standalone(url, Some(push_tx), false).await?,
-        };
+    /// Serves wake-ups over `conn`, a connection used for nothing but subscriptions,
+    /// whose pushes arrive on `pushes`. Spawns the task that routes them.
+    pub(crate) fn new(conn: Connection, pushes: mpsc::UnboundedReceiver<PushInfo>) -> Self {
         let hub = Arc::new(Hub {
             conn,
             channels: Mutex::new(HashMap::new()),
             subscribed: tokio::sync::Mutex::new(HashSet::new()),
             next_id: AtomicU64::new(0),
         });
-        tokio::spawn(dispatch(Arc::downgrade(&hub), push_rx));
-        Ok(Wakeups { hub })
+        tokio::spawn(dispatch(Arc::downgrade(&hub), pushes));
+        Wakeups { hub }
     }
 
     /// A listener on `channel` at no cost, if the channel is already subscribed:
