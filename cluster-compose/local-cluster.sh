@@ -2,9 +2,15 @@
 # local-cluster.sh - run a throw-away Redis Cluster (or one plain server) on
 # loopback, straight from the server binary (Redis or Valkey). No docker needed.
 #
-#   bash cluster-compose/local-cluster.sh [--standalone] [--node-timeout MS] [--server redis|valkey]
+#   bash cluster-compose/local-cluster.sh [--standalone] [--tls] [--node-timeout MS] [--server redis|valkey]
 #
 #   --standalone       start one plain (non-cluster) server instead of a cluster
+#   --tls              TLS only (port 0 + tls-port; cluster bus and replication
+#                      over TLS too): a CA, a server certificate for
+#                      127.0.0.1/localhost and a client certificate are made
+#                      with openssl in the temporary directory; clients must
+#                      trust the CA and may present the client certificate
+#                      (tls-auth-clients optional); URLs are rediss://
 #   --node-timeout MS  cluster-node-timeout in milliseconds (default 2000)
 #   --server valkey    run the pinned Valkey 8.1.8 (downloaded once, see
 #                      ensure-redis.sh --valkey) instead of REDIS_SERVER/REDIS_CLI
@@ -24,6 +30,7 @@
 #   NODE redis://127.0.0.1:<port> <pid> <master|replica>     (one per node)
 #   REDIS_CLUSTER_NODES=<url>,<url>,...                      (cluster mode)
 #   REDIS_URL=<url>                                          (--standalone)
+#   TLS_CA=<path> / TLS_CLIENT_CERT=<path> / TLS_CLIENT_KEY=<path>  (--tls)
 #   READY
 #
 # Then the script stays in the foreground until its stdin reaches EOF (a test
@@ -51,7 +58,7 @@ log() { echo "$PROG: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 usage() {
-    sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//' >&2
 }
 
 # shellcheck source=servers.sh
@@ -61,11 +68,13 @@ source "$(dirname "${BASH_SOURCE[0]}")/servers.sh"
 # Options
 # --------------------------------------------------------------------------
 standalone=0
+tls=0
 node_timeout=2000
 server_kind=redis
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --standalone) standalone=1 ;;
+        --tls) tls=1 ;;
         --node-timeout)
             [[ $# -ge 2 ]] || die "--node-timeout needs a value in milliseconds"
             node_timeout=$2
@@ -154,11 +163,39 @@ WORKDIR=$(mktemp -d "${TMPDIR:-/tmp}/redis-local-cluster.XXXXXX")
 # Helpers
 # --------------------------------------------------------------------------
 
+# The CLI's TLS options (--tls): filled in by make_certs.
+CLI_TLS=()
+
 # The CLI against one of our nodes, never hanging (coreutils timeout).
 rcli() {
     local port=$1
     shift
-    timeout 5 "$REDIS_CLI" -h "$HOST" -p "$port" "$@" 2>/dev/null
+    timeout 5 "$REDIS_CLI" "${CLI_TLS[@]}" -h "$HOST" -p "$port" "$@" 2>/dev/null
+}
+
+# A CA, a server certificate for 127.0.0.1/localhost and a client certificate,
+# all signed by the CA, in $WORKDIR/tls. Sets CLI_TLS.
+make_certs() {
+    command -v openssl >/dev/null 2>&1 || die "--tls needs openssl (apt-get install openssl)"
+    local dir="$WORKDIR/tls"
+    mkdir -p "$dir"
+    {
+        openssl req -x509 -new -nodes -newkey rsa:2048 -days 2 -sha256 \
+            -subj "/CN=redis-rwlock test CA" \
+            -keyout "$dir/ca.key" -out "$dir/ca.crt"
+        printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n' >"$dir/server.ext"
+        openssl req -new -nodes -newkey rsa:2048 -subj "/CN=localhost" \
+            -keyout "$dir/server.key" -out "$dir/server.csr"
+        openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" \
+            -CAcreateserial -days 2 -sha256 -extfile "$dir/server.ext" -out "$dir/server.crt"
+        printf 'extendedKeyUsage=clientAuth\n' >"$dir/client.ext"
+        openssl req -new -nodes -newkey rsa:2048 -subj "/CN=redis-rwlock test client" \
+            -keyout "$dir/client.key" -out "$dir/client.csr"
+        openssl x509 -req -in "$dir/client.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" \
+            -CAcreateserial -days 2 -sha256 -extfile "$dir/client.ext" -out "$dir/client.crt"
+    } >"$dir/openssl.log" 2>&1 || { tail -n 20 "$dir/openssl.log" >&2; die "openssl could not make the test certificates"; }
+    TLS_DIR=$dir
+    CLI_TLS=(--tls --cacert "$dir/ca.crt" --cert "$dir/client.crt" --key "$dir/client.key")
 }
 
 # Print every local TCP port that is in use (any state), one per line.
@@ -206,10 +243,18 @@ start_node() {
     shift
     local dir="$WORKDIR/$port"
     mkdir -p "$dir"
+    local listen=(--port "$port")
+    if ((tls)); then
+        listen=(--port 0 --tls-port "$port" --cluster-port $((port + 10000))
+            --tls-cert-file "$TLS_DIR/server.crt" --tls-key-file "$TLS_DIR/server.key"
+            --tls-ca-cert-file "$TLS_DIR/ca.crt" --tls-auth-clients optional
+            --tls-replication yes)
+        ((standalone)) || listen+=(--tls-cluster yes)
+    fi
     # stdin is /dev/null for background jobs; stdout/stderr go to the node's
     # log so the node never holds our stdout pipe open.
     "$REDIS_SERVER" \
-        --port "$port" \
+        "${listen[@]}" \
         --bind "$HOST" \
         --protected-mode no \
         --daemonize no \
@@ -318,9 +363,14 @@ cluster_healthy() {
 # Start
 # --------------------------------------------------------------------------
 PORTS=()
+scheme=redis
+if ((tls)); then
+    make_certs
+    scheme=rediss
+fi
 if ((standalone)); then
     start_all 1
-    url="redis://$HOST:${PORTS[0]}"
+    url="$scheme://$HOST:${PORTS[0]}"
     echo "NODE $url ${PIDS[0]} master"
     echo "REDIS_URL=$url"
 else
@@ -341,7 +391,7 @@ else
     for port in "${PORTS[@]}"; do
         addrs+=("$HOST:$port")
     done
-    if ! timeout 60 "$REDIS_CLI" --cluster create "${addrs[@]}" \
+    if ! timeout 60 "$REDIS_CLI" "${CLI_TLS[@]}" --cluster create "${addrs[@]}" \
         --cluster-replicas 1 --cluster-yes >"$WORKDIR/cluster-create.log" 2>&1; then
         log "$(basename "$REDIS_CLI") --cluster create failed:"
         tail -n 30 "$WORKDIR/cluster-create.log" >&2 || true
@@ -367,10 +417,15 @@ else
     for i in "${!PORTS[@]}"; do
         port=${PORTS[$i]}
         role=$(awk -v p="$port" '$1 == p { print $2 }' <<<"$roles")
-        echo "NODE redis://$HOST:$port ${PIDS[$i]} $role"
-        urls+=("redis://$HOST:$port")
+        echo "NODE $scheme://$HOST:$port ${PIDS[$i]} $role"
+        urls+=("$scheme://$HOST:$port")
     done
     (IFS=,; echo "REDIS_CLUSTER_NODES=${urls[*]}")
+fi
+if ((tls)); then
+    echo "TLS_CA=$TLS_DIR/ca.crt"
+    echo "TLS_CLIENT_CERT=$TLS_DIR/client.crt"
+    echo "TLS_CLIENT_KEY=$TLS_DIR/client.key"
 fi
 echo "READY"
 

@@ -326,10 +326,20 @@ pub(super) fn raw_command(
     args: &[&str],
     timeout: Duration,
 ) -> redis::RedisResult<Value> {
-    let info = format!("redis://127.0.0.1:{port}").into_connection_info()?;
+    let tls = super::launcher::tls_ports()
+        .lock()
+        .unwrap()
+        .get(&port)
+        .cloned();
+    let scheme = if tls.is_some() { "rediss" } else { "redis" };
+    let info = format!("{scheme}://127.0.0.1:{port}").into_connection_info()?;
     // No CLIENT SETINFO on connect: keeps commandstats about the code under test.
     let settings = info.redis_settings().clone().set_skip_set_lib_name();
-    let client = redis::Client::open(info.set_redis_settings(settings))?;
+    let info = info.set_redis_settings(settings);
+    let client = match tls {
+        None => redis::Client::open(info)?,
+        Some(files) => tls_client(info, &files)?,
+    };
     let mut con = client.get_connection_with_timeout(CONNECT_TIMEOUT.min(timeout))?;
     con.set_read_timeout(Some(timeout))?;
     con.set_write_timeout(Some(timeout))?;
@@ -339,6 +349,40 @@ pub(super) fn raw_command(
         cmd.arg(*arg);
     }
     cmd.query::<Value>(&mut con)
+}
+
+/// A client that trusts the launcher's CA and presents its client certificate.
+#[cfg(feature = "tls-rustls")]
+pub fn tls_client(
+    info: redis::ConnectionInfo,
+    files: &super::TlsFiles,
+) -> redis::RedisResult<redis::Client> {
+    // The driver's rustls needs a crypto provider before its first connection.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    redis::Client::build_with_tls(info, tls_certificates(files))
+}
+
+/// The launcher's CA and client certificate, as the driver takes them.
+#[cfg(feature = "tls-rustls")]
+pub fn tls_certificates(files: &super::TlsFiles) -> redis::TlsCertificates {
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+    };
+    redis::TlsCertificates {
+        client_tls: Some(redis::ClientTlsConfig {
+            client_cert: read(&files.client_cert),
+            client_key: read(&files.client_key),
+        }),
+        root_cert: Some(read(&files.ca)),
+    }
+}
+
+#[cfg(not(feature = "tls-rustls"))]
+fn tls_client(
+    _info: redis::ConnectionInfo,
+    _files: &super::TlsFiles,
+) -> redis::RedisResult<redis::Client> {
+    panic!("servers started with --tls need the tests built with --features tls-rustls")
 }
 
 /// Text of a bulk/simple/verbatim string reply; panics on anything else.

@@ -37,6 +37,25 @@ pub struct Node {
     pub role: String,
 }
 
+/// Where a TLS launcher (`--tls`) put its certificates (PEM files).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The CA that signed the server and client certificates.
+    pub ca: PathBuf,
+    /// A client certificate the servers accept.
+    pub client_cert: PathBuf,
+    /// Its private key.
+    pub client_key: PathBuf,
+}
+
+/// Ports served over TLS, with their certificates: the inspection helpers, which
+/// know only a port, look the TLS settings up here.
+pub(super) fn tls_ports() -> &'static std::sync::Mutex<std::collections::HashMap<u16, TlsFiles>> {
+    static PORTS: OnceLock<std::sync::Mutex<std::collections::HashMap<u16, TlsFiles>>> =
+        OnceLock::new();
+    PORTS.get_or_init(Default::default)
+}
+
 /// A running set of Redis servers owned by one `local-cluster.sh` process.
 /// Dropping it closes the launcher's stdin; the launcher then kills its
 /// servers and removes their files, and `drop` waits for that.
@@ -46,6 +65,8 @@ pub struct LocalRedis {
     child: Child,
     stdin: Option<ChildStdin>,
     cluster: bool,
+    /// The certificates, for a TLS launcher.
+    pub tls: Option<TlsFiles>,
 }
 
 impl LocalRedis {
@@ -63,6 +84,17 @@ impl LocalRedis {
     /// Starts one private plain (non-cluster) server.
     pub fn standalone() -> LocalRedis {
         Self::start(&["--standalone"], false)
+    }
+
+    /// Starts a private 6-node cluster that speaks TLS only (`rediss://`, cluster
+    /// bus and replication included); [`LocalRedis::tls`] holds its certificates.
+    pub fn cluster_tls() -> LocalRedis {
+        Self::start(&["--tls"], true)
+    }
+
+    /// Starts one private plain server that speaks TLS only.
+    pub fn standalone_tls() -> LocalRedis {
+        Self::start(&["--standalone", "--tls"], false)
     }
 
     fn start(args: &[&str], cluster: bool) -> LocalRedis {
@@ -108,7 +140,9 @@ impl LocalRedis {
             child,
             stdin,
             cluster,
+            tls: None,
         };
+        let (mut ca, mut client_cert, mut client_key) = (None, None, None);
         let deadline = Instant::now() + START_TIMEOUT;
         let mut seen = Vec::new();
         loop {
@@ -121,6 +155,15 @@ impl LocalRedis {
                     }
                     if let Some(rest) = line.strip_prefix("NODE ") {
                         local.nodes.push(parse_node_line(rest, &line));
+                    }
+                    if let Some(path) = line.strip_prefix("TLS_CA=") {
+                        ca = Some(PathBuf::from(path));
+                    }
+                    if let Some(path) = line.strip_prefix("TLS_CLIENT_CERT=") {
+                        client_cert = Some(PathBuf::from(path));
+                    }
+                    if let Some(path) = line.strip_prefix("TLS_CLIENT_KEY=") {
+                        client_key = Some(PathBuf::from(path));
                     }
                     seen.push(line);
                 }
@@ -144,6 +187,18 @@ impl LocalRedis {
                     );
                 }
             }
+        }
+        if let (Some(ca), Some(client_cert), Some(client_key)) = (ca, client_cert, client_key) {
+            let files = TlsFiles {
+                ca,
+                client_cert,
+                client_key,
+            };
+            let mut ports = tls_ports().lock().unwrap();
+            for node in &local.nodes {
+                ports.insert(node.port, files.clone());
+            }
+            local.tls = Some(files);
         }
         let expected = if cluster { 6 } else { 1 };
         assert_eq!(
