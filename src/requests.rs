@@ -160,7 +160,7 @@ impl RwLock {
     /// Listens for wake-ups on the lock's channel, subscribing if needed.
     pub(crate) async fn listen(&self, interest: Interest) -> Result<Listener, Error> {
         let channel = &self.target()?.channel;
-        Ok(self.client().inner.wakeups.listen(channel, interest).await)
+        self.client().inner.wakeups.listen(channel, interest).await
     }
 
     /// Listens for wake-ups if the channel is already subscribed (for free).

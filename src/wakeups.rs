@@ -19,11 +19,11 @@ use std::time::Duration;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 
-use crate::Fairness;
 use crate::connection::Connection;
 use crate::error::Chain;
 use crate::scripts::LockMode;
 use crate::token::Token;
+use crate::{Error, Fairness};
 
 /// Sent to a channel's listeners when its subscription was restored: messages may
 /// have been lost in between, so everyone re-checks. (Not a token: tokens are hex.)
@@ -110,12 +110,24 @@ impl Wakeups {
     /// after this returns reach the listener. If Redis refuses the subscription (a
     /// failover in progress), the listener still works as a timer-only waiter and a
     /// later listener or reconnection subscribes again.
-    pub(crate) async fn listen(&self, channel: &str, interest: Interest) -> Listener {
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] when an ACL forbids the subscription (NOPERM): that is a
+    /// configuration to fix, not a fault to wait out on a timer.
+    pub(crate) async fn listen(
+        &self,
+        channel: &str,
+        interest: Interest,
+    ) -> Result<Listener, Error> {
         let listener = self.hub.register(&self.hub, channel, interest);
         if let Err(err) = self.hub.sync(channel).await {
+            if err.code() == Some("NOPERM") {
+                return Err(Error::Redis(err));
+            }
             tracing::warn!(channel, error = %Chain(&err), "could not subscribe to wake-ups; waiting on the re-check timer");
         }
-        listener
+        Ok(listener)
     }
 }
 

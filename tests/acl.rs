@@ -1,0 +1,240 @@
+//! ACL users: the README's least-privilege rule is enough for every feature of the
+//! lock, on every node of a cluster and on a single server, and leaves `ACL LOG`
+//! empty; a user missing a permission gets the server's NOPERM, not a hang.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use redis::Value;
+use redis_rwlock::{Error, FencedWrites, LockClient, LockOptions};
+use tokio::time::{Instant, timeout};
+
+use common::{LocalRedis, blocking, unique_name};
+
+/// The README's rule, after `ACL SETUSER <name> on ><password>`.
+const RULE: &str = "resetkeys ~rwlock:* resetchannels &rwlock:* -@all +evalsha +eval \
+    +evalsha_ro +eval_ro +script|load +ssubscribe +sunsubscribe +subscribe +unsubscribe \
+    +spublish +publish +wait +info +cluster|slots +ping +hello +auth +time +hgetall +hmget \
+    +hset +hdel +hlen +hincrby +pexpire +pttl +del +set +get +type";
+
+#[test]
+fn the_readme_gives_the_tested_rule() {
+    let readme = include_str!("../README.md")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        readme.contains(&format!("ACL SETUSER locker on >PASSWORD {RULE}")),
+        "README.md lacks the rule tested here"
+    );
+    assert!(
+        readme.contains("+client|setinfo"),
+        "README.md must say when to add client|setinfo"
+    );
+}
+
+/// Creates `user` (password `secret`) on every node with the rule plus `extra`,
+/// and clears `ACL LOG`. Adds `client|setinfo` where the server knows it (7.2+,
+/// Valkey); Redis 7.0 refuses the name, and the driver's CLIENT SETINFO fails there
+/// as an unknown subcommand, never reaching the ACL.
+fn create_user(redis: &LocalRedis, user: &str, extra: &str) {
+    for node in &redis.nodes {
+        let mut args = vec!["ACL", "SETUSER", user, "reset", "on", ">secret"];
+        args.extend(RULE.split_whitespace());
+        args.extend(extra.split_whitespace());
+        redis.raw(node, &args);
+        let _ = redis.try_raw(node, &["ACL", "SETUSER", user, "+client|setinfo"]);
+        redis.raw(node, &["ACL", "LOG", "RESET"]);
+    }
+}
+
+fn urls_as(redis: &LocalRedis, user: &str) -> Vec<String> {
+    redis
+        .nodes
+        .iter()
+        .map(|n| format!("redis://{user}:secret@127.0.0.1:{}", n.port))
+        .collect()
+}
+
+fn assert_acl_log_empty(redis: &LocalRedis) {
+    for node in &redis.nodes {
+        match redis.raw(node, &["ACL", "LOG"]) {
+            Value::Array(entries) if entries.is_empty() => {}
+            other => panic!("ACL LOG on {} is not empty: {other:?}", node.url),
+        }
+    }
+}
+
+/// Subscribers of `channel` on all nodes, sharded or not (as the admin user).
+fn subscribers(redis: &LocalRedis, channel: &str) -> i64 {
+    let count = |reply: Value| match reply {
+        Value::Array(items) => match items.as_slice() {
+            [_, Value::Int(n)] => *n,
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    };
+    redis
+        .nodes
+        .iter()
+        .map(|node| {
+            count(redis.raw(node, &["PUBSUB", "NUMSUB", channel]))
+                + count(redis.raw(node, &["PUBSUB", "SHARDNUMSUB", channel]))
+        })
+        .sum()
+}
+
+/// Every feature as the least-privileged user.
+async fn run_everything(
+    redis: &LocalRedis,
+    client: &LockClient,
+    other: &LockClient,
+    cluster: bool,
+) {
+    let name = unique_name("acl");
+    let lock = client.rwlock(&name);
+
+    // Reads, writes, try_*.
+    let r = lock.read().await.unwrap();
+    let r2 = lock.try_read().await.unwrap();
+    assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
+    r.release().await.unwrap();
+    r2.release().await.unwrap();
+
+    // Waiting with wake-ups: a reader on another client waits for the writer.
+    let long = LockOptions::default().write_lease(Duration::from_secs(30));
+    let writer = client
+        .rwlock_with(&name, long.clone())
+        .write()
+        .await
+        .unwrap();
+    let waiter_lock = other.rwlock_with(&name, long.clone());
+    let waiter = tokio::spawn(async move {
+        let guard = waiter_lock.read().await.unwrap();
+        let at = Instant::now();
+        guard.release().await.unwrap();
+        at
+    });
+    // The reader was refused once it subscribed (its re-check timer is about a
+    // second; it retries once right after subscribing).
+    let channel = format!("{}:released", lock.key().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while blocking(|| subscribers(redis, &channel)) == 0 {
+        assert!(Instant::now() < deadline, "the reader never subscribed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let released = Instant::now();
+    writer.release().await.unwrap();
+    let got_in = timeout(Duration::from_secs(10), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        got_in.saturating_duration_since(released) < Duration::from_millis(500),
+        "the reader was not woken by the release"
+    );
+
+    // Renewal, downgrade, fencing and fenced writes to the user's own keys.
+    let short = client.rwlock_with(
+        &name,
+        LockOptions::default().write_lease(Duration::from_secs(1)),
+    );
+    let guard = short.write().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(guard.is_held());
+    let fence = guard.fencing_token();
+    assert!(fence > 0);
+    guard
+        .fenced_write(FencedWrites::new().set(format!("cache:{{{name}}}"), "v1"))
+        .await
+        .unwrap();
+    let read = guard.downgrade().await.unwrap();
+    assert_eq!(lock.state().await.unwrap().readers.len(), 1);
+    read.release().await.unwrap();
+
+    // min_replicas (the cluster has a replica per master).
+    if cluster {
+        let replicated = client.rwlock_with(&name, LockOptions::default().min_replicas(1));
+        replicated.write().await.unwrap().release().await.unwrap();
+    }
+
+    // state and force_release.
+    let stuck = lock.write().await.unwrap();
+    assert!(lock.state().await.unwrap().writer.is_some());
+    assert_eq!(lock.force_release().await.unwrap(), 1);
+    assert!(lock.state().await.unwrap().is_free());
+    drop(stuck);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_least_privileged_user_runs_every_feature_on_a_cluster() {
+    let redis = blocking(LocalRedis::cluster);
+    blocking(|| create_user(&redis, "locker", "~cache:*"));
+    let client = LockClient::cluster(urls_as(&redis, "locker"))
+        .await
+        .unwrap();
+    let other = LockClient::cluster(urls_as(&redis, "locker"))
+        .await
+        .unwrap();
+    run_everything(&redis, &client, &other, true).await;
+    blocking(|| assert_acl_log_empty(&redis));
+
+    // Without EVALSHA: the server's refusal, named.
+    blocking(|| create_user(&redis, "nosha", "-evalsha"));
+    let client = LockClient::cluster(urls_as(&redis, "nosha")).await.unwrap();
+    let err = client
+        .rwlock(unique_name("acl-nosha"))
+        .write()
+        .await
+        .unwrap_err();
+    let Error::Redis(cause) = &err else {
+        panic!("{err:?}")
+    };
+    let text = cause.to_string().to_lowercase();
+    assert!(
+        text.contains("noperm") && text.contains("evalsha"),
+        "{cause}"
+    );
+
+    // Without the channel: a waiter fails at once with the refusal, no polling.
+    blocking(|| create_user(&redis, "nochannel", "resetchannels"));
+    let holder = LockClient::cluster(urls_as(&redis, "locker"))
+        .await
+        .unwrap();
+    let deaf = LockClient::cluster(urls_as(&redis, "nochannel"))
+        .await
+        .unwrap();
+    let name = unique_name("acl-nochannel");
+    let held = holder.rwlock(&name).write().await.unwrap();
+    let started = Instant::now();
+    let err = timeout(Duration::from_secs(5), deaf.rwlock(&name).read())
+        .await
+        .expect("the waiter hung")
+        .unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let Error::Redis(cause) = &err else {
+        panic!("{err:?}")
+    };
+    let text = cause.to_string().to_lowercase();
+    assert!(
+        text.contains("noperm") && text.contains("channel"),
+        "{cause}"
+    );
+    held.release().await.unwrap();
+    // Nothing of the refused waiter is left behind.
+    assert!(holder.rwlock(&name).state().await.unwrap().is_free());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_least_privileged_user_runs_every_feature_on_one_server() {
+    let redis = blocking(LocalRedis::standalone);
+    blocking(|| create_user(&redis, "locker", "~cache:*"));
+    let url = &urls_as(&redis, "locker")[0];
+    let client = LockClient::standalone(url).await.unwrap();
+    let other = LockClient::standalone(url).await.unwrap();
+    run_everything(&redis, &client, &other, false).await;
+    blocking(|| assert_acl_log_empty(&redis));
+}
