@@ -283,6 +283,9 @@ wait_nodes_up() {
                     log "port $port was taken by someone else meanwhile; retrying with other ports"
                     return 2
                 fi
+                if ((tls)) && grep -qsi 'tls support\|connection type tls' "$WORKDIR/$port/redis.log"; then
+                    log "$server_desc was built without TLS support: --tls needs a build with TLS (Debian's redis-server has it)"
+                fi
                 log "$server_desc on port $port (pid $pid) exited during start-up; its log:"
                 tail -n 20 "$WORKDIR/$port/redis.log" "$WORKDIR/$port/stdout.log" >&2 || true
                 return 1
