@@ -86,6 +86,47 @@ fn subscribers(redis: &LocalRedis, channel: &str) -> i64 {
         .sum()
 }
 
+/// The command-line tool's `status` as the user: exit 0 when the lock is held, 1
+/// when it is free. `flag` is `--cluster` or `--url`.
+#[cfg(all(unix, feature = "cli"))]
+async fn cli_status(flag: &str, urls: &[String], name: &str) -> i32 {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_redis-rwlock"))
+        .env_remove("REDIS_URL")
+        .env_remove("REDIS_CLUSTER_NODES")
+        .arg(flag)
+        .arg(urls.join(","))
+        .arg("status")
+        .arg(name)
+        .output()
+        .await
+        .expect("run redis-rwlock status");
+    assert!(
+        out.status.code().is_some_and(|code| code <= 1),
+        "status failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.status.code().unwrap_or(-1)
+}
+
+/// `status` tells a held lock from a free one as the user (then `ACL LOG` must
+/// still be empty).
+#[cfg(all(unix, feature = "cli"))]
+async fn status_as_the_user(client: &LockClient, flag: &str, urls: &[String]) {
+    let name = unique_name("acl-cli");
+    let held = client.rwlock(&name).write().await.unwrap();
+    assert_eq!(
+        cli_status(flag, urls, &name).await,
+        0,
+        "held, as the CLI sees it"
+    );
+    held.release().await.unwrap();
+    assert_eq!(
+        cli_status(flag, urls, &name).await,
+        1,
+        "free, as the CLI sees it"
+    );
+}
+
 /// Every feature as the least-privileged user.
 async fn run_everything(
     redis: &LocalRedis,
@@ -180,6 +221,8 @@ async fn the_least_privileged_user_runs_every_feature_on_a_cluster() {
         .await
         .unwrap();
     run_everything(&redis, &client, &other, true).await;
+    #[cfg(all(unix, feature = "cli"))]
+    status_as_the_user(&client, "--cluster", &urls_as(&redis, "locker")).await;
     blocking(|| assert_acl_log_empty(&redis));
 
     // Without EVALSHA: the server's refusal, named.
@@ -236,5 +279,7 @@ async fn the_least_privileged_user_runs_every_feature_on_one_server() {
     let client = LockClient::standalone(url).await.unwrap();
     let other = LockClient::standalone(url).await.unwrap();
     run_everything(&redis, &client, &other, false).await;
+    #[cfg(all(unix, feature = "cli"))]
+    status_as_the_user(&client, "--url", &urls_as(&redis, "locker")).await;
     blocking(|| assert_acl_log_empty(&redis));
 }
