@@ -18,7 +18,8 @@ use tokio::process::{Child, ChildStdout, Command};
 use tokio::time::{Instant, timeout};
 
 use common::{
-    cluster_client, shared_cluster, shared_standalone, standalone_client, unique_name, wait_for,
+    cluster_client, read_only_user, shared_cluster, shared_standalone, standalone_client,
+    unique_name, wait_for,
 };
 
 /// Exit codes the tool documents.
@@ -266,31 +267,9 @@ async fn status_works_for_a_read_only_user() {
     let owner = standalone_client().await;
     let name = unique_name("cli-read-only");
     let lock = owner.rwlock(name.as_str());
-    // The README's read-only user: it may read keys under `rwlock:` and run
-    // read-only scripts. No INFO, so the version check at connect is skipped.
-    let user = unique_name("cli-viewer");
-    let password = "viewer-secret";
-    server.raw(
-        &server.nodes[0],
-        &[
-            "ACL",
-            "SETUSER",
-            &user,
-            "on",
-            &format!(">{password}"),
-            "resetkeys",
-            "%R~rwlock:*",
-            "resetchannels",
-            "-@all",
-            "+@read",
-            "+evalsha_ro",
-            "+eval_ro",
-            "+time",
-        ],
-    );
-    let url = server
-        .url()
-        .replace("redis://", &format!("redis://{user}:{password}@"));
+    // A read-only user: it may read keys under `rwlock:` and run read-only
+    // scripts. No INFO, so the version check at connect is skipped.
+    let (user, url) = read_only_user(&[]);
     let viewer = |args: &[&str]| {
         let mut cmd = bare();
         cmd.arg("--url").arg(&url).args(args);

@@ -10,35 +10,7 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use redis_rwlock::{Error, LockClient, LockOptions};
 
-use common::{shared_standalone, standalone_client, unique_name};
-
-/// A user that may read keys under `rwlock:` and run scripts, nothing else.
-fn read_only_user() -> (String, String) {
-    let server = shared_standalone();
-    let user = unique_name("reader");
-    let password = "read-only-secret";
-    server.raw(
-        &server.nodes[0],
-        &[
-            "ACL",
-            "SETUSER",
-            &user,
-            "on",
-            &format!(">{password}"),
-            "resetkeys",
-            "%R~rwlock:*",
-            "resetchannels",
-            "-@all",
-            "+@read",
-            "+@connection",
-            "+eval_ro",
-            "+evalsha_ro",
-            "+time",
-            "+info",
-        ],
-    );
-    (user, password.to_owned())
-}
+use common::{read_only_user, shared_standalone, standalone_client, unique_name};
 
 #[tokio::test]
 async fn state_only_reads_and_works_for_a_read_only_user() {
@@ -66,10 +38,7 @@ async fn state_only_reads_and_works_for_a_read_only_user() {
     let ttl_before: i64 = raw.pttl(&key).await.unwrap();
     assert!(!before.is_empty());
 
-    let (user, password) = read_only_user();
-    let url = server
-        .url()
-        .replace("redis://", &format!("redis://{user}:{password}@"));
+    let (_, url) = read_only_user(&["+@connection", "+info"]);
     let viewer = LockClient::standalone(url).await.unwrap();
     let seen = viewer.rwlock(&name).state().await.unwrap();
     assert!(

@@ -183,3 +183,34 @@ pub async fn until_subscribers(lock: &RwLock, n: u64) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// A new user on the shared standalone server that may read keys under `rwlock:`
+/// (`%R~`) and run read-only scripts (`EVALSHA_RO`, `EVAL_RO`, `TIME`), plus the
+/// `extra` ACL rules; returns the user's name and the server's URL as that user.
+pub fn read_only_user(extra: &[&str]) -> (String, String) {
+    let server = shared_standalone();
+    let user = unique_name("reader");
+    let password = "read-only-secret";
+    let pass_rule = format!(">{password}");
+    let mut rules = vec![
+        "ACL",
+        "SETUSER",
+        &user,
+        "on",
+        &pass_rule,
+        "resetkeys",
+        "%R~rwlock:*",
+        "resetchannels",
+        "-@all",
+        "+@read",
+        "+evalsha_ro",
+        "+eval_ro",
+        "+time",
+    ];
+    rules.extend_from_slice(extra);
+    server.raw(&server.nodes[0], &rules);
+    let url = server
+        .url()
+        .replace("redis://", &format!("redis://{user}:{password}@"));
+    (user, url)
+}
