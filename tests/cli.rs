@@ -300,6 +300,35 @@ async fn status_works_for_a_read_only_user() {
     server.raw(&server.nodes[0], &["ACL", "DELUSER", &user]);
 }
 
+/// `exec --<mode> --wait <wait>` on a lock someone else holds: gives up after at
+/// least `at_least` without running its command, saying it timed out after `shown`.
+async fn exec_times_out(name: &str, mode: &str, wait: &str, at_least: Duration, shown: &str) {
+    let started = Instant::now();
+    let flag = format!("--{mode}");
+    let (code, stdout, stderr) = run(cli(&[
+        "exec", &flag, "--wait", wait, name, "--", "echo", "ran",
+    ]))
+    .await;
+    assert_eq!(code, NOT_ACQUIRED, "{stderr}");
+    assert!(started.elapsed() >= at_least);
+    assert_eq!(stdout, "", "the command ran");
+    let said = format!("redis-rwlock: timed out after {shown} waiting for the {mode} lock");
+    assert!(stderr.starts_with(&said), "{stderr}");
+}
+
+/// `exec --<mode> --wait <wait>` that may not wait at all: refused at once as busy,
+/// without running its command.
+async fn exec_is_busy(name: &str, mode: &str, wait: &str) {
+    let flag = format!("--{mode}");
+    let (code, stdout, stderr) = run(cli(&[
+        "exec", &flag, "--wait", wait, name, "--", "echo", "ran",
+    ]))
+    .await;
+    assert_eq!(code, NOT_ACQUIRED, "{stderr}");
+    assert_eq!(stdout, "", "the command ran");
+    assert!(stderr.contains("busy"), "{stderr}");
+}
+
 #[tokio::test]
 async fn exec_wait_takes_plain_seconds_like_flock() {
     let client = cluster_client().await;
@@ -307,26 +336,9 @@ async fn exec_wait_takes_plain_seconds_like_flock() {
     let lock = client.rwlock(name.as_str());
     let guard = lock.write().await.unwrap();
 
-    let started = Instant::now();
-    let (code, stdout, stderr) = run(cli(&[
-        "exec", "--read", "--wait", "1", &name, "--", "echo", "ran",
-    ]))
-    .await;
-    assert_eq!(code, NOT_ACQUIRED, "{stderr}");
-    assert!(started.elapsed() >= Duration::from_secs(1));
-    assert_eq!(stdout, "", "the command ran");
-    assert!(
-        stderr.starts_with("redis-rwlock: timed out after 1s waiting for the read lock"),
-        "{stderr}"
-    );
-
+    exec_times_out(&name, "read", "1", Duration::from_secs(1), "1s").await;
     // 0 does not wait at all, as `flock -w 0`.
-    let (code, _, stderr) = run(cli(&[
-        "exec", "--read", "--wait", "0", &name, "--", "echo", "ran",
-    ]))
-    .await;
-    assert_eq!(code, NOT_ACQUIRED, "{stderr}");
-    assert!(stderr.contains("busy"), "{stderr}");
+    exec_is_busy(&name, "read", "0").await;
     guard.release().await.unwrap();
 
     let (code, stdout, stderr) = run(cli(&[
@@ -418,27 +430,9 @@ async fn exec_write_excludes_others_while_the_command_runs() {
     assert!(lock.state().await.unwrap().writer.is_some());
 
     // Another writer gives up after --wait, without running its command.
-    let started = Instant::now();
-    let (code, stdout, stderr) = run(cli(&[
-        "exec", "--write", "--wait", "200ms", &name, "--", "echo", "ran",
-    ]))
-    .await;
-    assert_eq!(code, NOT_ACQUIRED, "{stderr}");
-    assert!(started.elapsed() >= Duration::from_millis(200));
-    assert_eq!(stdout, "", "the command ran");
-    assert!(
-        stderr.starts_with("redis-rwlock: timed out after 200ms waiting for the write lock"),
-        "{stderr}"
-    );
-
+    exec_times_out(&name, "write", "200ms", Duration::from_millis(200), "200ms").await;
     // A reader that may not wait at all is refused at once.
-    let (code, stdout, stderr) = run(cli(&[
-        "exec", "--read", "--wait", "0s", &name, "--", "echo", "ran",
-    ]))
-    .await;
-    assert_eq!(code, NOT_ACQUIRED, "{stderr}");
-    assert_eq!(stdout, "", "the command ran");
-    assert!(stderr.contains("busy"), "{stderr}");
+    exec_is_busy(&name, "read", "0s").await;
 
     // A writer that waits runs only after the holder's command is done.
     let mut waiter = cli(&["exec", "--write", "--wait", "20s", &name, "--", "true"])

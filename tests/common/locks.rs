@@ -214,3 +214,17 @@ pub fn read_only_user(extra: &[&str]) -> (String, String) {
         .replace("redis://", &format!("redis://{user}:{password}@"));
     (user, url)
 }
+
+/// A holder that vanished without a word (no release, no message) is replaced when
+/// its lease ends: not before (50 ms of clock slack), and within 1.5 s after (a
+/// re-check period and a loaded machine's delays).
+pub fn assert_entered_when_the_lease_ended(waited: Duration, lease: Duration) {
+    assert!(
+        waited >= lease - Duration::from_millis(50),
+        "entered early: {waited:?}"
+    );
+    assert!(
+        waited <= lease + Duration::from_millis(1500),
+        "entered late: {waited:?}"
+    );
+}
