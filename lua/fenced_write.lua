@@ -3,17 +3,17 @@
 -- what a newer holder wrote.
 -- KEYS[1]     the lock hash
 -- KEYS[FIRST_USER_KEY..n]  the keys to write (same hash tag as the lock: same slot)
--- ARGV[1..3]  common (see prelude.lua)
+-- ARGV[1..3]  common (see helpers.lua)
 -- ARGV[4]     token of the write hold
 -- then, per key to write, in order, three arguments:
 --   'set' or 'del';  the value ('' for del);  expiry in ms ('0': none)
 -- Returns the hold's fencing token when the writes were made, 0 when the hold is gone
 -- or an original-design client holds beside it (nothing was written).
-local token = ARGV[4]
-local s = load()
-if s.writer ~= token or original_beside(s, true) then
-  set_expiry(s)
-  wake(s)
+bind(KEYS, ARGV)
+local s = load(ARGV[4])
+local holds = s.writer == s.token and not original_beside(s, true)
+settle(s)
+if not holds then
   return 0
 end
 for i = FIRST_USER_KEY, #KEYS do

@@ -1,26 +1,32 @@
 -- force_release.lua: an operator's break-glass: end every hold, whoever owns it.
--- Queued writers keep their places and the fencing counter is kept, so tokens
--- still rise. Holders learn of it at their next renewal (their lease is lost).
+-- Queued writers keep their places (the first is handed the lock) and the fencing
+-- counter is kept, so tokens still rise. Holders learn of it at their next renewal
+-- (their lease is lost).
 -- KEYS[1]  the lock's state hash
--- ARGV[1..3] common (see prelude.lua)
+-- ARGV[1..3] common (see helpers.lua)
 -- Returns the number of holds removed (readers, the writer, original-design stamps).
-local s = load()
+bind(KEYS, ARGV)
+local s = load('')
+
 local removed = s.nreaders
-for token in pairs(s.readers) do
-  redis.call('HDEL', KEY, 'r:' .. token)
+if s.nreaders > 0 then
+  -- Every reader's field becomes a leftover.
+  s.gone = math.max(s.gone, s.readers_until)
+  set(s, 'readers_gone', int(s.gone))
+  del(s, 'readers')
+  del(s, 'readers_until')
 end
-count_readers(0)
 if s.writer or s.original_writer_until then
   removed = removed + 1
+  s.freed_writer = true
 end
 if s.original_reader_until then
   removed = removed + 1
 end
-redis.call('HDEL', KEY, 'w:owner', 'w:until')
+del(s, 'w:owner')
+del(s, 'w:until')
 layout.clear_all(s)
-s.readers, s.nreaders, s.writer, s.writer_until = {}, 0, nil, nil
+s.nreaders, s.readers_until, s.writer, s.writer_until = 0, 0, nil, nil
 s.original_writer_until, s.original_reader_until = nil, nil
-s.freed = true
-set_expiry(s)
-wake(s)
+settle(s)
 return removed

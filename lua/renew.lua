@@ -1,7 +1,7 @@
 -- renew.lua: extend this token's live hold in one mode and refresh the `read`/`write`
 -- stamp that original-design clients look at.
 -- KEYS[1]  the lock's state hash
--- ARGV[1..3] common (see prelude.lua)
+-- ARGV[1..3] common (see helpers.lua)
 -- ARGV[4]  token of the hold
 -- ARGV[5]  lease (ms) from now
 -- ARGV[6]  'write' or 'read': the mode the caller holds in. A hold of the other mode
@@ -10,19 +10,19 @@
 -- Returns 1 renewed, 0 the lease is lost: the hold is gone (expired, released, or
 --         now in the other mode), or an original-design client holds beside it (it
 --         judged our stamp stale and entered; renewing would overwrite its stamp).
-local token, lease, write = ARGV[4], tonumber(ARGV[5]), ARGV[6] == 'write'
-local s = load()
+bind(KEYS, ARGV)
+local s = load(ARGV[4])
+local lease, write = tonumber(ARGV[5]), ARGV[6] == 'write'
 
 local renewed = 0
 if original_beside(s, write) then
   renewed = 0
-elseif write and s.writer == token then
-  hold_write(s, token, lease)
+elseif write and s.writer == s.token then
+  hold_write(s, s.token, lease)
   renewed = 1
-elseif not write and s.readers[token] then
-  hold_read(s, token, lease)
+elseif not write and reading(s) then
+  hold_read(s, lease)
   renewed = 1
 end
-set_expiry(s)
-wake(s)
+settle(s)
 return renewed

@@ -68,16 +68,30 @@ impl Status {
 }
 
 impl Lease {
-    /// Starts tracking a hold granted to `token`; `sent` is when the request that
-    /// granted it was sent.
-    pub(crate) fn start(lock: RwLock, token: Token, mode: LockMode, sent: Instant) -> Self {
+    /// Starts tracking a hold granted to `token`; it counts for `lasts` after
+    /// `sent` (when the request that granted it was sent) until renewed.
+    pub(crate) fn start(
+        lock: RwLock,
+        token: Token,
+        mode: LockMode,
+        sent: Instant,
+        lasts: Duration,
+    ) -> Self {
         let (lost, _) = watch::channel(false);
         let status = Arc::new(Status {
             lost,
-            deadline: Mutex::new(sent + lock.held_for(mode)),
+            deadline: Mutex::new(sent + lasts),
         });
         let runtime = Handle::current();
-        let renewal = runtime.spawn(renew(lock.clone(), token.clone(), mode, status.clone()));
+        // A hold that counts less than usual (handed over) renews sooner the first time.
+        let first = (sent + lasts / 3).max(Instant::now());
+        let renewal = runtime.spawn(renew(
+            lock.clone(),
+            token.clone(),
+            mode,
+            status.clone(),
+            first,
+        ));
         let end = {
             let (status, renewal) = (status.clone(), renewal.abort_handle());
             move || {
@@ -206,7 +220,16 @@ impl Lease {
             return Err(Error::Shutdown);
         }
         match self.held.take() {
-            Some(held) => Ok(Lease::start(held.lock, held.token, LockMode::Read, sent)),
+            Some(held) => {
+                let lasts = held.lock.held_for(LockMode::Read);
+                Ok(Lease::start(
+                    held.lock,
+                    held.token,
+                    LockMode::Read,
+                    sent,
+                    lasts,
+                ))
+            }
             None => Err(Error::LeaseLost),
         }
     }
@@ -292,7 +315,7 @@ impl Drop for Lease {
 /// ([`RwLock::renew_period`]) until the hold is lost or the guard goes. Without
 /// auto-renewal it only marks the lease lost when its deadline (which `extend()` may
 /// move) passes.
-async fn renew(lock: RwLock, token: Token, mode: LockMode, status: Arc<Status>) {
+async fn renew(lock: RwLock, token: Token, mode: LockMode, status: Arc<Status>, first: Instant) {
     if !lock.options().auto_renew {
         while Instant::now() < status.deadline() {
             sleep_until(status.deadline()).await;
@@ -301,8 +324,10 @@ async fn renew(lock: RwLock, token: Token, mode: LockMode, status: Arc<Status>) 
         return;
     }
     let period = lock.renew_period(mode);
+    let mut due = first;
     loop {
-        sleep(period).await;
+        sleep_until(due).await;
+        due = Instant::now() + period;
         loop {
             match renew_once(&lock, &token, mode, &status).await {
                 Ok(()) => break,

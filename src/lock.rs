@@ -369,6 +369,7 @@ impl RwLock {
                 granted.token,
                 LockMode::Read,
                 granted.sent,
+                granted.lasts,
             )))
         })
     }
@@ -381,7 +382,13 @@ impl RwLock {
         SyncFuture::new(async move {
             let granted = acquire(&lock, LockMode::Write, wait).await?;
             Ok(RwLockWriteGuard::new(
-                Lease::start(lock, granted.token, LockMode::Write, granted.sent),
+                Lease::start(
+                    lock,
+                    granted.token,
+                    LockMode::Write,
+                    granted.sent,
+                    granted.lasts,
+                ),
                 granted.fence,
             ))
         })

@@ -13,8 +13,8 @@ use crate::slot::hash_tag;
 pub(crate) use crate::state::LockMode;
 use crate::token::Token;
 
-/// One layout's compiled scripts: each is the shared prelude, the layout's hooks and
-/// the operation.
+/// One layout's compiled scripts: each is the shared helpers, the layout's hooks, the
+/// writers' queue, the holds and the operation (see [`source`]).
 pub(crate) struct Scripts {
     acquire_read: Lua,
     acquire_write: Lua,
@@ -38,10 +38,7 @@ struct Lua {
 impl Scripts {
     fn build(layout: &str) -> Self {
         let make = |operation: &str| {
-            let source = format!(
-                "{}\n{layout}\n{operation}",
-                include_str!("../lua/prelude.lua")
-            );
+            let source = source(layout, operation);
             let sha = Script::new(&source).get_hash().to_owned();
             Lua {
                 source,
@@ -63,6 +60,20 @@ impl Scripts {
             },
         }
     }
+}
+
+/// The shared part of every script, in order: the helpers, then (where `{layout}`
+/// stands) one layout's hooks, then the writers' queue and the holds, which use them.
+const SHARED: [&str; 3] = [
+    include_str!("../lua/helpers.lua"),
+    include_str!("../lua/queue.lua"),
+    include_str!("../lua/holds.lua"),
+];
+
+/// One script's source: the shared part with `layout`'s hooks, then `operation`.
+fn source(layout: &str, operation: &str) -> String {
+    let [helpers, queue, holds] = SHARED;
+    format!("{helpers}\n{layout}\n{queue}\n{holds}\n{operation}")
 }
 
 /// How often a call is retried while its slot moves between nodes (about 3 s in
@@ -93,10 +104,11 @@ fn is_slot_moving(err: &redis::RedisError) -> bool {
 }
 
 /// The hash layout: everything in one hash.
-static HASH: LazyLock<Scripts> = LazyLock::new(|| Scripts::build(""));
+static HASH: LazyLock<Scripts> =
+    LazyLock::new(|| Scripts::build(include_str!("../lua/hash_layout.lua")));
 /// The legacy two-key layout: our state in a companion hash, mirrored into the keys.
 static LEGACY: LazyLock<Scripts> =
-    LazyLock::new(|| Scripts::build(include_str!("../lua/legacy.lua")));
+    LazyLock::new(|| Scripts::build(include_str!("../lua/legacy_layout.lua")));
 
 /// The answer of an acquire script.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,14 +116,15 @@ pub(crate) enum Acquired {
     /// The hold is ours; `fence` is the fencing token (0 for readers).
     Granted { fence: u64 },
     /// Someone else holds or is first in line; their holds end within `holds_for`
-    /// unless renewed.
-    Refused { holds_for: Duration },
+    /// unless renewed. `fence` is the lock's last fencing token when refused (0 for
+    /// readers): a hand-over message with a larger one was sent after this refusal.
+    Refused { holds_for: Duration, fence: u64 },
 }
 
 /// One lock's keys, its scripts and the settings every script call carries.
 pub(crate) struct Target {
-    /// The keys every script gets, our state hash first (see `lua/prelude.lua` and
-    /// `lua/legacy.lua`); all in one slot.
+    /// The keys every script gets, our state hash first (see `lua/holds.lua` and
+    /// `lua/legacy_layout.lua`); all in one slot.
     keys: Vec<String>,
     /// Where releases are announced, in the keys' slot.
     pub(crate) channel: String,
@@ -323,7 +336,7 @@ impl Target {
     }
 }
 
-/// The common arguments of every script, `ARGV[1..3]` (see `lua/prelude.lua`).
+/// The common arguments of every script, `ARGV[1..3]` (see `lua/helpers.lua`).
 fn common_args(cmd: &mut Cmd, publish: &str, original_ms: (u64, u64)) {
     cmd.arg(publish).arg(original_ms.0).arg(original_ms.1);
 }
@@ -405,8 +418,9 @@ mod args {
 
 /// The reply each wrapper decodes, as the script's header states it.
 mod reply {
-    /// `acquire_read`, `acquire_write`: `{1, fence}` granted or `{0, ms}` refused.
-    pub(super) type Acquire = (i64, i64);
+    /// `acquire_read`, `acquire_write`: `{1, fence}` granted, `{0, ms}` or (writers)
+    /// `{0, ms, fence}` refused.
+    pub(super) type Acquire = Vec<i64>;
     /// `release`, `renew`, `downgrade`: 1 done, 0 not.
     pub(super) type Done = i64;
     /// `fenced_write`: the hold's fence, 0 when nothing was written.
@@ -449,14 +463,14 @@ pub(crate) struct Write {
     pub(crate) expiry: Option<Duration>,
 }
 
-fn decode_acquired((granted, value): (i64, i64)) -> Acquired {
-    if granted == 1 {
-        Acquired::Granted {
-            fence: u64::try_from(value).unwrap_or(0),
-        }
+fn decode_acquired(reply: Vec<i64>) -> Acquired {
+    let number = |i: usize| reply.get(i).map_or(0, |&n| u64::try_from(n).unwrap_or(0));
+    if reply.first() == Some(&1) {
+        Acquired::Granted { fence: number(1) }
     } else {
         Acquired::Refused {
-            holds_for: Duration::from_millis(u64::try_from(value).unwrap_or(0)),
+            holds_for: Duration::from_millis(number(1)),
+            fence: number(2),
         }
     }
 }
@@ -683,19 +697,19 @@ mod tests {
 
     #[test]
     fn headers_state_the_contracts() {
-        // The common ARGV[1..3]: what eval() sends, as prelude.lua lists it.
-        let prelude = header(include_str!("../lua/prelude.lua"));
+        // The common ARGV[1..3]: what eval() sends, as helpers.lua lists it.
+        let prelude = header(include_str!("../lua/helpers.lua"));
         let common = argv_lines(&prelude);
         let sent = measured(|cmd| common_args(cmd, "SPUBLISH", (1, 2)));
         assert_eq!(
             common.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
             (1..=sent).collect::<Vec<_>>(),
-            "prelude.lua's common ARGV lines vs common_args()"
+            "helpers.lua's common ARGV lines vs common_args()"
         );
         for (word, (_, line)) in ["publish", "reader", "writer"].iter().zip(&common) {
             assert!(
                 line.contains(word),
-                "prelude.lua ARGV line {line:?}: {word}"
+                "helpers.lua ARGV line {line:?}: {word}"
             );
         }
 
@@ -705,7 +719,7 @@ mod tests {
             assert!(
                 header.iter().any(|line| {
                     let words: Vec<&str> = line.split_whitespace().collect();
-                    words.join(" ") == "ARGV[1..3] common (see prelude.lua)"
+                    words.join(" ") == "ARGV[1..3] common (see helpers.lua)"
                 }),
                 "{file}: the header refers to the common arguments"
             );
@@ -753,24 +767,39 @@ mod tests {
             );
         }
 
-        // The legacy layout's keys, as legacy.lua lists them.
-        let legacy = header(include_str!("../lua/legacy.lua"));
+        // The legacy layout's keys, as legacy_layout.lua lists them.
+        let legacy = header(include_str!("../lua/legacy_layout.lua"));
         let keys: Vec<&str> = legacy
             .iter()
             .filter_map(|l| l.strip_prefix("KEYS["))
             .collect();
         let second = Duration::from_secs(1);
         let target = Target::legacy("{r}:read", "{r}:write", (second, second));
-        assert_eq!(keys.len(), target.keys().len(), "legacy.lua's KEYS lines");
+        assert_eq!(
+            keys.len(),
+            target.keys().len(),
+            "legacy_layout.lua's KEYS lines"
+        );
     }
 
     #[test]
     fn replies_decode() {
-        assert_eq!(decode_acquired((1, 42)), Acquired::Granted { fence: 42 });
         assert_eq!(
-            decode_acquired((0, 1500)),
+            decode_acquired(vec![1, 42]),
+            Acquired::Granted { fence: 42 }
+        );
+        assert_eq!(
+            decode_acquired(vec![0, 1500]),
             Acquired::Refused {
-                holds_for: Duration::from_millis(1500)
+                holds_for: Duration::from_millis(1500),
+                fence: 0
+            }
+        );
+        assert_eq!(
+            decode_acquired(vec![0, 1500, 7]),
+            Acquired::Refused {
+                holds_for: Duration::from_millis(1500),
+                fence: 7
             }
         );
     }

@@ -45,6 +45,23 @@ pub(crate) struct Granted {
     pub(crate) fence: u64,
     /// When the granting request was sent: the start of the local lease clock.
     pub(crate) sent: Instant,
+    /// How long after `sent` the hold counts until renewed: [`RwLock::held_for`], or
+    /// less for a hold handed over by another client's release ([`handed_lease`]).
+    pub(crate) lasts: Duration,
+}
+
+/// How long a write hold handed over by another client's release counts, from the
+/// send of this waiter's last refused attempt: the script grants it for the queue
+/// place's lifetime (capped by the write lease) from the moment of the hand-over,
+/// which came after that refusal ran.
+fn handed_lease(lock: &RwLock) -> Duration {
+    lock.held_for(LockMode::Write).min(INTENT_TTL)
+}
+
+/// The fencing token of a hand-over message for `token` (`"<token>:<fence>"`).
+fn handed_to(payload: &str, token: &Token) -> Option<u64> {
+    let (named, fence) = payload.split_once(':')?;
+    (named == token.as_str()).then(|| fence.parse().ok())?
 }
 
 /// Takes the lock in `mode`; waits (bounded by `wait_timeout`) when `wait`, else
@@ -82,6 +99,8 @@ async fn attempt_until_granted(
     };
     let mut attempts = 0u32;
     let mut unsettled_until: Option<Instant> = None;
+    // When the last refused attempt was sent, and the lock's fence it saw.
+    let mut refused: (Instant, u64);
     loop {
         if listener.as_mut().is_some_and(Listener::clear) {
             unsettled_until = Some(Instant::now() + UNSETTLED_FOR);
@@ -104,6 +123,7 @@ async fn attempt_until_granted(
                     token: pending.disarm(),
                     fence,
                     sent,
+                    lasts: lock.held_for(mode),
                 });
             }
             Acquired::Refused { .. } if !wait => {
@@ -112,7 +132,10 @@ async fn attempt_until_granted(
                 pending.disarm();
                 return Err(Error::WouldBlock);
             }
-            Acquired::Refused { holds_for } => holds_for,
+            Acquired::Refused { holds_for, fence } => {
+                refused = (sent, fence);
+                holds_for
+            }
         };
         let Some(listener) = listener.as_mut() else {
             listener = Some(lock.listen(interest(&pending.token)).await?);
@@ -136,6 +159,21 @@ async fn attempt_until_granted(
                     unsettled_until = Some(Instant::now() + UNSETTLED_FOR);
                 }
                 tracing::trace!(%payload, "woken");
+                // Handed the lock: it holds since after the last refusal (a larger
+                // fence than that refusal saw proves the order). With `min_replicas`
+                // the next attempt confirms it, so replicas are waited for.
+                if let Some(fence) = handed_to(&payload, &pending.token)
+                    && fence > refused.1
+                    && lock.options().min_replicas == 0
+                {
+                    tracing::debug!(attempts, waited_ms = started.elapsed().as_millis() as u64, "handed the lock");
+                    return Ok(Granted {
+                        token: pending.disarm(),
+                        fence,
+                        sent: refused.0,
+                        lasts: handed_lease(lock),
+                    });
+                }
             }
             () = sleep_until(recheck) => {}
             () = live.closed() => return pending.give_up(attempts, Error::Shutdown).await,
@@ -221,5 +259,20 @@ mod tests {
             assert!(delay >= MIN_RECHECK && delay <= MAX_RECHECK + RECHECK_JITTER);
         }
         assert!(INTENT_TTL >= 3 * MAX_RECHECK);
+    }
+
+    #[test]
+    fn a_hand_over_names_its_token_and_fence() {
+        let token = Token::random();
+        assert_eq!(
+            handed_to(&format!("{}:42", token.as_str()), &token),
+            Some(42)
+        );
+        assert_eq!(handed_to(token.as_str(), &token), None);
+        assert_eq!(handed_to("*", &token), None);
+        assert_eq!(
+            handed_to(&format!("{}:42", Token::random().as_str()), &token),
+            None
+        );
     }
 }

@@ -40,15 +40,18 @@ pub(crate) struct Interest {
 }
 
 impl Interest {
-    /// Whether a message lets this waiter try again: `*` wakes everyone, `r` the
-    /// readers, a token the writer it names (readers that do not defer to writers
-    /// try on every message).
+    /// Whether a message concerns this waiter: `*` wakes everyone, `r` the
+    /// readers, `<token>:<fence>` (the lock was handed to that queued writer) the
+    /// writer it names (readers that do not defer to writers try on every message).
     fn wants(&self, payload: &str) -> bool {
         match (payload, self.mode) {
             ("*", _) => true,
             ("r", LockMode::Read) => true,
             (_, LockMode::Read) => self.fairness == Fairness::ReaderPreferred,
-            (named, LockMode::Write) => named == self.token.as_str(),
+            (message, LockMode::Write) => {
+                let named = message.split_once(':').map_or(message, |(token, _)| token);
+                named == self.token.as_str()
+            }
         }
     }
 }

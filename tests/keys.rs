@@ -5,11 +5,15 @@
 mod common;
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use redis::AsyncCommands;
 use redis_rwlock::{Error, LockOptions};
 
-use common::{cluster_client, raw_cluster, shared_cluster, unique_name};
+use common::{
+    assert_entered_when_the_lease_ended, cluster_client, raw_cluster, shared_cluster, unique_name,
+};
+use tokio::time::{Instant, timeout};
 
 #[tokio::test]
 async fn locks_with_many_names_spread_over_all_masters_and_all_work() {
@@ -163,32 +167,34 @@ async fn the_readers_count_follows_the_reader_entries() {
     );
 }
 
-/// The constant-time paths trust the `readers` count only as far as the hash agrees
-/// (HLEN): a reader entry the count misses (written by hand here) keeps the lock held.
+/// Readers are judged by their count and latest deadline: a reader that never
+/// releases keeps the lock read-held until every counted reader's lease has ended,
+/// then stops counting, and the entry it left is swept away.
 #[tokio::test]
-async fn a_reader_entry_the_count_misses_still_holds_the_lock() {
+async fn a_reader_that_never_releases_stops_counting_when_the_leases_end() {
     let client = cluster_client().await;
     let mut raw = raw_cluster().await;
-    let lock = client.rwlock(unique_name("uncounted"));
-    let key = lock.key().unwrap();
-    // Written once: the hash keeps its `fence`, so a wrongly freed lock would get the
-    // idle TTL rather than vanish.
-    lock.write().await.unwrap().release().await.unwrap();
-    let reader = lock.read().await.unwrap();
-    let far = 4_000_000_000_000u64; // year 2096, in ms
-    let _: () = raw.hset(key, "r:uncounted", far).await.unwrap();
+    let lease = Duration::from_millis(1500);
+    let options = LockOptions::default().read_lease(lease).auto_renew(false);
+    let lock = client.rwlock_with(unique_name("leftover"), options);
+    let key = lock.key().unwrap().to_owned();
+    let crashed = lock.read().await.unwrap();
+    let started = Instant::now();
+    std::mem::forget(crashed); // never released: like a reader whose process died
+    lock.read().await.unwrap().release().await.unwrap();
+    let counted: i64 = raw.hget(&key, "readers").await.unwrap();
+    assert_eq!(counted, 1, "the vanished reader stopped counting too early");
+    assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
 
-    reader.release().await.unwrap();
-    let entry: Option<u64> = raw.hget(key, "r:uncounted").await.unwrap();
-    assert_eq!(entry, Some(far), "the uncounted reader's entry went");
-    let ttl: i64 = raw.pttl(key).await.unwrap();
+    let writer = timeout(Duration::from_secs(10), lock.write())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_entered_when_the_lease_ended(started.elapsed(), lease);
+    let fields: Vec<String> = raw.hkeys(&key).await.unwrap();
     assert!(
-        ttl > 5_000,
-        "the key was set to expire while a reader holds: {ttl}"
+        !fields.iter().any(|f| f.starts_with("r:") || f == "readers"),
+        "the vanished reader's entry is still there: {fields:?}"
     );
-    assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
-    // A writer, too, looks further than a count and stamps that say nobody reads.
-    let _: () = raw.hdel(key, &["readers", "read", "rstamp"]).await.unwrap();
-    assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
-    let _: () = raw.del(key).await.unwrap();
+    writer.release().await.unwrap();
 }

@@ -193,11 +193,8 @@ async fn no_token_but_the_owners_releases_or_renews() {
         };
         let before: HashMap<String, String> = raw.hgetall(key).await.unwrap();
         for (name, extra) in [("release", None), ("renew", Some("60000"))] {
-            let source = format!(
-                "{}\n{}",
-                include_str!("../lua/prelude.lua"),
-                std::fs::read_to_string(format!("lua/{name}.lua")).unwrap()
-            );
+            let source =
+                common::hash_script(&std::fs::read_to_string(format!("lua/{name}.lua")).unwrap());
             let script = redis::Script::new(&source);
             let mut call = script.key(key);
             call.arg("SPUBLISH")

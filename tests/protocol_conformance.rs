@@ -48,10 +48,7 @@ const TOKENS: usize = 5;
 const ATTEMPTS: usize = 3;
 
 fn script(operation: &str) -> Script {
-    Script::new(&format!(
-        "{}\n{operation}",
-        include_str!("../lua/prelude.lua")
-    ))
+    Script::new(&common::hash_script(operation))
 }
 
 struct Scripts {
@@ -318,12 +315,18 @@ impl Run<'_> {
     /// The reply the script gave must be the model's (time-valued parts within
     /// `SLACK`; fencing tokens by their order).
     fn compare_reply(&mut self, out: Outcome, real: &Value) -> Result<(), Stop> {
-        let pair: Option<(i64, i64)> = redis::from_redis_value(real.clone()).ok();
+        let array: Option<Vec<i64>> = redis::from_redis_value(real.clone()).ok();
         let int: Option<i64> = redis::from_redis_value(real.clone()).ok();
-        let ok = match (out.reply, pair, int) {
-            (Reply::Granted(0), Some((1, 0)), _) => true,
-            (Reply::Granted(fence), Some((1, real)), _) => self.same_fence(fence, real)?,
-            (Reply::Refused(hint), Some((0, real)), _) => (hint - real).abs() <= SLACK,
+        let ok = match (out.reply, array.as_deref(), int) {
+            (Reply::Granted(0), Some([1, 0]), _) => true,
+            (Reply::Granted(fence), Some(&[1, real]), _) => self.same_fence(fence, real)?,
+            // Readers: no fence.
+            (Reply::Refused(hint, 0), Some(&[0, real]), _) => (hint - real).abs() <= SLACK,
+            (Reply::Refused(hint, 0), Some(&[0, real, 0]), _) => (hint - real).abs() <= SLACK,
+            // The lock's last fence: seen already, or the hand-over this script made.
+            (Reply::Refused(hint, fence), Some(&[0, real, real_fence]), _) => {
+                (hint - real).abs() <= SLACK && self.same_fence(fence, real_fence)?
+            }
             (Reply::Int(0), _, Some(0)) => true,
             (Reply::Int(n), _, Some(real)) if n <= 1 => n == real,
             // fenced_write returns the fence.
@@ -378,9 +381,18 @@ impl Run<'_> {
             }
             got.push(payload);
         }
+        // A hand-over names a new grant: its fence pairs like an acquire's.
+        if let (Some(Wake::Handed(t, fence)), [message]) = (expected, got.as_slice())
+            && let Some((named, real)) = message.split_once(':')
+            && named == self.tokens[t.client as usize]
+            && let Ok(real) = real.parse()
+            && self.same_fence(fence, real)?
+        {
+            return Ok(());
+        }
         let want: Vec<String> = expected
             .map(|w| match w {
-                Wake::Writer(t) => self.tokens[t.client as usize].clone(),
+                Wake::Handed(t, fence) => format!("{}:{fence}", self.tokens[t.client as usize]),
                 Wake::All => "*".to_owned(),
                 Wake::Readers => "r".to_owned(),
             })
@@ -430,10 +442,10 @@ impl Run<'_> {
             let got = real[field];
             let ok = match (field, *want, got) {
                 (Field::Fence, Val::Int(m), Val::Int(r)) => self.fences.get(&m) == Some(&r),
-                (Field::Wseq | Field::Readers, Val::Int(m), Val::Int(r)) => m == r,
+                (Field::Readers, Val::Int(m), Val::Int(r)) => m == r,
                 (_, Val::Int(m), Val::Int(r)) => (m - r).abs() <= SLACK,
                 (_, Val::Tok(m), Val::Tok(r)) => m == r,
-                (_, Val::Wait(ms, md), Val::Wait(rs, rd)) => ms == rs && (md - rd).abs() <= SLACK,
+                (_, Val::Place(md, ml), Val::Place(rd, rl)) => ml == rl && (md - rd).abs() <= SLACK,
                 _ => false,
             };
             if !ok {
@@ -460,7 +472,10 @@ impl Run<'_> {
         Some(match name {
             "w:owner" => Field::WOwner,
             "w:until" => Field::WUntil,
-            "wseq" => Field::Wseq,
+            "readers_until" => Field::ReadersUntil,
+            "readers_gone" => Field::ReadersGone,
+            "q:head" => Field::QHead,
+            "q:tail" => Field::QTail,
             "fence" => Field::Fence,
             "write" => Field::Write,
             "wstamp" => Field::Wstamp,
@@ -472,6 +487,8 @@ impl Run<'_> {
             _ => {
                 if let Some(t) = name.strip_prefix("r:") {
                     Field::R(self.token_of(t)?)
+                } else if let Some(t) = name.strip_prefix("wn:") {
+                    Field::Wn(self.token_of(t)?)
                 } else {
                     Field::Wait(self.token_of(name.strip_prefix("wait:")?)?)
                 }
@@ -481,10 +498,12 @@ impl Run<'_> {
 
     fn parse_value(&self, field: Field, value: &str) -> Option<Val> {
         Some(match field {
-            Field::WOwner => Val::Tok(self.token_of(value)?),
+            Field::WOwner | Field::QHead | Field::QTail | Field::Wn(_) => {
+                Val::Tok(self.token_of(value)?)
+            }
             Field::Wait(_) => {
-                let (seq, deadline) = value.split_once(':')?;
-                Val::Wait(seq.parse().ok()?, deadline.parse().ok()?)
+                let (deadline, first_lease) = value.split_once(':')?;
+                Val::Place(deadline.parse().ok()?, first_lease.parse().ok()?)
             }
             _ => Val::Int(value.parse().ok()?),
         })

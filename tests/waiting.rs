@@ -114,6 +114,50 @@ async fn writers_are_served_in_arrival_order() {
     assert_eq!(order, [0, 1, 2, 3]);
 }
 
+/// A release hands the lock to the first queued writer in the same script: the
+/// lock is the waiter's (with a short first lease) the moment the release returns,
+/// and the waiter then holds without another acquire script.
+#[tokio::test]
+async fn a_release_hands_the_lock_to_the_first_queued_writer() {
+    let client = cluster_client().await;
+    let mut raw = raw_cluster().await;
+    let lock = client.rwlock(unique_name("hand-over"));
+    let key = lock.key().unwrap().to_owned();
+    let holder = lock.write().await.unwrap();
+    let first_fence = holder.fencing_token();
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.write().await.unwrap() })
+    };
+    wait_for(&lock, |s| s.queued_writers.len() == 1).await;
+    let queued = lock.state().await.unwrap().queued_writers[0].clone();
+
+    holder.release().await.unwrap();
+    let owner: Option<String> = raw.hget(&key, "w:owner").await.unwrap();
+    let state = lock.state().await.unwrap();
+    let writer = state
+        .writer
+        .expect("the release left the lock to the queued writer");
+    assert!(owner.is_some());
+    assert_eq!(writer.token, owner);
+    assert_eq!(writer.token, queued.token);
+    assert!(state.queued_writers.is_empty());
+    // The first lease is the queue place's lifetime, not a full write lease.
+    let first_lease = writer.until - state.server_time;
+    assert!(
+        first_lease <= chrono::Duration::milliseconds(3300),
+        "{first_lease}"
+    );
+
+    let guard = timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(guard.is_held());
+    assert!(guard.fencing_token() > first_fence);
+    guard.release().await.unwrap();
+}
+
 /// The holder's lease is long, so the waiter's re-check timer runs at its longest
 /// (about a second): acquiring within 50 ms of the release, trial after trial, can
 /// only come from the release message.

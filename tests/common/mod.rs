@@ -29,7 +29,8 @@
 //! * `process.rs`: pausing, resuming and killing processes by pid;
 //! * `panics.rs`: counting panics in background tasks;
 //! * `locks.rs`: clients, unique names and an exclusion checker for lock tests;
-//! * `original.rs`: clients of the original design (`tests/original/`).
+//! * `original.rs`: clients of the original design (`tests/original/`);
+//! * `scripts.rs`: the scripts' sources, as the crate assembles them.
 
 #![allow(dead_code)]
 // Test support code: failing loudly is the point.
@@ -42,6 +43,7 @@ mod locks;
 mod original;
 mod panics;
 mod process;
+mod scripts;
 
 // Not every test binary uses every helper.
 #[allow(unused_imports)]
@@ -58,3 +60,5 @@ pub use original::*;
 pub use panics::*;
 #[allow(unused_imports)]
 pub use process::*;
+#[allow(unused_imports)]
+pub use scripts::*;

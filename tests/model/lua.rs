@@ -39,26 +39,33 @@ pub fn client_name(client: u8) -> String {
 /// The client number of the outsider, a token that never holds anything.
 pub const OUTSIDER: u8 = 255;
 
-/// One field of the hash (prelude.lua lists them).
+/// One field of the hash (holds.lua, queue.lua and hash_layout.lua list them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Field {
     WOwner,
     WUntil,
     /// `r:<token>`
     R(Tok),
-    /// `wait:<token>`
+    /// `readers`: how many `r:` fields count.
+    Readers,
+    /// `readers_until`: no counted reader's deadline is later.
+    ReadersUntil,
+    /// `readers_gone`: `r:` fields with a deadline up to this are leftovers.
+    ReadersGone,
+    /// `wait:<token>`: a queued writer's place.
     Wait(Tok),
-    Wseq,
+    /// `wn:<token>`: the next place.
+    Wn(Tok),
+    QHead,
+    QTail,
+    /// `queue_until`: no place lives past it.
+    QueueUntil,
     Fence,
     Write,
     Wstamp,
     Read,
     Rstamp,
     OrigRead,
-    /// `readers`: how many `r:` fields there are.
-    Readers,
-    /// `queue_until`: the latest deadline among the `wait:` fields.
-    QueueUntil,
 }
 
 /// A field's value: the Lua scripts store strings; these are the shapes they use.
@@ -66,8 +73,8 @@ pub enum Field {
 pub enum Val {
     Int(i64),
     Tok(Tok),
-    /// `"<seq>:<deadline>"`
-    Wait(i64, Time),
+    /// `"<deadline>:<first lease>"`
+    Place(Time, Time),
 }
 
 /// The lock's Redis key: its fields and its expiry (absolute, like PEXPIREAT).
@@ -91,11 +98,11 @@ pub struct Params {
     pub original_write: Time,
 }
 
-/// What a wake-up message names (`wake` in prelude.lua).
+/// What a message on the lock's channel says (`settle` in holds.lua).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Wake {
-    /// The first queued writer's token.
-    Writer(Tok),
+    /// `<token>:<fence>`: the lock was handed to that queued writer.
+    Handed(Tok, i64),
     /// `*`: everyone.
     All,
     /// `r`: the readers.
@@ -107,8 +114,9 @@ pub enum Wake {
 pub enum Reply {
     /// `{1, fence}` (0 for readers).
     Granted(i64),
-    /// `{0, ms}`: the retry hint.
-    Refused(Time),
+    /// `{0, ms}` (readers) or `{0, ms, fence}` (writers): the retry hint and the
+    /// lock's last fence (0 for readers).
+    Refused(Time, i64),
     /// `1` / `0` of release, renew, downgrade; the fence (or 0) of fenced_write.
     Int(i64),
 }
@@ -123,42 +131,60 @@ pub struct Outcome {
     pub new_grant: bool,
 }
 
-/// A queued writer (`s.intents` entries).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Intent {
-    pub token: Tok,
-    pub seq: i64,
-    pub deadline: Time,
-}
-
-/// The live state a script works on: `s` in prelude.lua.
+/// The live state a script works on: `s` in holds.lua.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Loaded {
     pub now: Time,
     pub now_us: i64,
-    pub readers: BTreeMap<Tok, Time>,
-    pub nreaders: i64,
-    pub intents: Vec<Intent>,
-    pub freed: bool,
-    pub freed_writer: bool,
-    /// A queued writer left (withdrawn or lapsed).
-    pub dequeued: bool,
+    pub token: Tok,
+    /// Field -> new value (`None`: deleted), written by `flush`.
+    pub changes: BTreeMap<Field, Option<Val>>,
     pub fence: i64,
+    pub nreaders: i64,
+    pub readers_until: Time,
+    pub gone: Time,
+    pub head: Option<Tok>,
+    pub tail: Option<Tok>,
+    pub head_next: Option<Tok>,
+    pub queue_until: Time,
+    /// The token's counted read deadline.
+    pub mine: Option<Time>,
+    pub leftover: bool,
+    /// The token's place deadline.
+    pub place: Option<Time>,
+    pub linked: bool,
     pub writer: Option<(Tok, Time)>,
+    pub original_writer_until: Option<Time>,
+    pub original_reader_until: Option<Time>,
+    pub freed_writer: bool,
+    pub dequeued: bool,
+    pub extended: bool,
+    /// `s.h['write'] == s.h['wstamp']` as loaded.
+    write_is_ours: bool,
+}
+
+/// Who holds and waits, as the scripts judge it (what a release by a stranger must
+/// leave alone); not a script: the model checker's view.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct View {
+    pub writer: Option<(Tok, Time)>,
+    pub readers: BTreeMap<Tok, Time>,
+    /// Tokens whose `r:` field still counts, expired or not: their release lowers
+    /// the count.
+    pub counted: Vec<Tok>,
+    /// Live places, first in line first.
+    pub queue: Vec<(Tok, Time)>,
+    pub fence: i64,
     pub original_writer_until: Option<Time>,
     pub original_reader_until: Option<Time>,
 }
 
-impl Loaded {
-    fn writer_is(&self, token: Tok) -> bool {
-        self.writer.is_some_and(|(owner, _)| owner == token)
-    }
-
-    /// What a token holds or waits for, as the scripts judge it.
+impl View {
+    /// What a token holds or waits for, or a counted entry it left.
     pub fn owns(&self, token: Tok) -> bool {
-        self.writer_is(token)
-            || self.readers.contains_key(&token)
-            || self.intents.iter().any(|i| i.token == token)
+        self.writer.is_some_and(|(owner, _)| owner == token)
+            || self.counted.contains(&token)
+            || self.queue.iter().any(|&(t, _)| t == token)
     }
 }
 
@@ -172,6 +198,13 @@ impl Hash {
     fn int(&self, field: Field) -> Option<i64> {
         match self.get(field) {
             Some(Val::Int(n)) => Some(n),
+            _ => None,
+        }
+    }
+
+    fn tok(&self, field: Field) -> Option<Tok> {
+        match self.get(field) {
+            Some(Val::Tok(t)) => Some(t),
             _ => None,
         }
     }
@@ -190,12 +223,6 @@ impl Hash {
         }
     }
 
-    fn hincrby(&mut self, field: Field) -> i64 {
-        let n = self.int(field).unwrap_or(0) + 1;
-        self.hset(field, Val::Int(n));
-        n
-    }
-
     /// PEXPIRE: a no-op on a missing key.
     fn pexpire(&mut self, now: Time, span: Time) {
         if !self.fields.is_empty() {
@@ -203,33 +230,37 @@ impl Hash {
         }
     }
 
-    /// PTTL: -2 for a missing key, -1 for one without expiry.
-    fn pttl(&self, now: Time) -> Time {
-        match (self.fields.is_empty(), self.expires) {
-            (true, _) => -2,
-            (false, None) => -1,
-            (false, Some(at)) => at - now,
-        }
-    }
-
-    /// `readers` counts the `r:` fields and `queue_until` is the latest `wait:`
-    /// deadline (both absent: none).
+    /// `readers` counts the `r:` fields above `readers_gone` and `readers_until` is
+    /// at least their deadlines (both absent: none); `queue_until` is at least every
+    /// place's deadline and is there exactly while the queue is (`q:head`).
     pub fn summaries_agree(&self) -> bool {
-        let readers = self
+        let gone = self.int(Field::ReadersGone).unwrap_or(0);
+        let counted: Vec<Time> = self
             .fields
-            .keys()
-            .filter(|k| matches!(k, Field::R(_)))
-            .count();
-        let queue_until = self
+            .iter()
+            .filter_map(|(k, v)| match (k, v) {
+                (Field::R(_), Val::Int(d)) if *d > gone => Some(*d),
+                _ => None,
+            })
+            .collect();
+        let readers_ok = self.int(Field::Readers).unwrap_or(0) == counted.len() as i64
+            && match self.int(Field::ReadersUntil) {
+                None => counted.is_empty(),
+                Some(until) => !counted.is_empty() && counted.iter().all(|&d| d <= until),
+            };
+        let places: Vec<Time> = self
             .fields
             .values()
             .filter_map(|v| match v {
-                Val::Wait(_, deadline) => Some(*deadline),
+                Val::Place(deadline, _) => Some(*deadline),
                 _ => None,
             })
-            .max();
-        self.int(Field::Readers).unwrap_or(0) == readers as i64
-            && self.int(Field::QueueUntil) == queue_until
+            .collect();
+        let queue_ok = match self.int(Field::QueueUntil) {
+            None => self.get(Field::QHead).is_none() && places.is_empty(),
+            Some(until) => self.get(Field::QHead).is_some() && places.iter().all(|&d| d <= until),
+        };
+        readers_ok && queue_ok
     }
 
     /// Lazy (and active) expiry: Redis drops the key once `now > expires`.
@@ -240,187 +271,44 @@ impl Hash {
     }
 }
 
-// ---- prelude.lua ----------------------------------------------------------------
+// ---- helpers.lua ------------------------------------------------------------------
 
-/// `count_readers`: a zero count is no field.
-fn count_readers(h: &mut Hash, n: i64) {
-    if n > 0 {
-        h.hset(Field::Readers, Val::Int(n));
-    } else {
-        h.hdel(&[Field::Readers]);
+fn set(s: &mut Loaded, field: Field, value: Val) {
+    s.changes.insert(field, Some(value));
+}
+
+fn del(s: &mut Loaded, field: Field) {
+    s.changes.insert(field, None);
+}
+
+/// `fields`: one field as this script has left it so far.
+fn field(h: &Hash, s: &Loaded, f: Field) -> Option<Val> {
+    match s.changes.get(&f) {
+        Some(changed) => *changed,
+        None => h.get(f),
     }
 }
 
-/// `latest_intent` (0: nobody queues).
-fn latest_intent(s: &Loaded) -> Time {
-    s.intents.iter().map(|i| i.deadline).max().unwrap_or(0)
-}
-
-/// `mark_queue`: stores `queue_until` after the queue changed.
-fn mark_queue(h: &mut Hash, s: &Loaded) {
-    match latest_intent(s) {
-        0 => h.hdel(&[Field::QueueUntil]),
-        t => h.hset(Field::QueueUntil, Val::Int(t)),
+/// `flush`: the deletions, then the writes.
+fn flush(h: &mut Hash, s: &Loaded) {
+    let deleted: Vec<Field> = s
+        .changes
+        .iter()
+        .filter_map(|(&f, v)| v.is_none().then_some(f))
+        .collect();
+    if !deleted.is_empty() {
+        h.hdel(&deleted);
     }
-}
-
-/// `load()` with the hash layout's `layout.original_holds`: reads the hash, deletes
-/// every expired entry, returns the live state.
-pub fn load(h: &mut Hash, p: &Params, now: Time) -> Loaded {
-    h.expire_if_due(now);
-    let mut s = Loaded {
-        now,
-        now_us: now * p.us_per_unit,
-        readers: BTreeMap::new(),
-        nreaders: 0,
-        intents: Vec::new(),
-        freed: false,
-        freed_writer: false,
-        dequeued: false,
-        fence: h.int(Field::Fence).unwrap_or(0),
-        writer: None,
-        original_writer_until: None,
-        original_reader_until: None,
-    };
-    let mut stale = Vec::new();
-    for (&field, &value) in &h.fields {
-        match (field, value) {
-            (Field::R(tok), Val::Int(deadline)) => {
-                if deadline > now {
-                    s.readers.insert(tok, deadline);
-                    s.nreaders += 1;
-                } else {
-                    stale.push(field);
-                    s.freed = true;
-                }
-            }
-            (Field::Wait(tok), Val::Wait(seq, deadline)) => {
-                if deadline > now {
-                    s.intents.push(Intent {
-                        token: tok,
-                        seq,
-                        deadline,
-                    });
-                } else {
-                    stale.push(field);
-                    s.dequeued = true;
-                }
-            }
-            _ => {}
+    for (&f, v) in &s.changes {
+        if let Some(v) = v {
+            h.hset(f, *v);
         }
     }
-    s.intents.sort_by_key(|i| i.seq);
-
-    let mut expired_writer = false;
-    if let Some(Val::Tok(owner)) = h.get(Field::WOwner) {
-        let deadline = h.int(Field::WUntil).unwrap_or(0);
-        if deadline > now {
-            s.writer = Some((owner, deadline));
-        } else {
-            stale.extend([Field::WOwner, Field::WUntil]);
-            (s.freed, s.freed_writer, expired_writer) = (true, true, true);
-        }
-    }
-    layout_original_holds(&mut s, h, p, &mut stale);
-
-    if !stale.is_empty() {
-        h.hdel(&stale);
-    }
-    if expired_writer {
-        clear_write(h);
-    }
-    if s.nreaders != h.int(Field::Readers).unwrap_or(0) {
-        count_readers(h, s.nreaders);
-    }
-    if latest_intent(&s) != h.int(Field::QueueUntil).unwrap_or(0) {
-        mark_queue(h, &s);
-    }
-    s
 }
 
-/// What `quick` returns: the reader paths may decide in constant time.
-struct Quick {
-    writer: Option<Tok>,
-    writer_until: Time,
-    queue_until: Option<Time>,
-    readers: i64,
-    /// The deadline of the token's `r:` field.
-    mine: Option<Time>,
-    read_stamp: bool,
-    fence: i64,
-    /// How many of the fields it read are there.
-    found: usize,
-}
+// ---- hash_layout.lua ----------------------------------------------------------------
 
-/// `no_readers_nor_queue`: besides what `q` shows, no reader, queue or stamp of one,
-/// and no field `quick` did not read (HLEN).
-fn no_readers_nor_queue(h: &Hash, q: &Quick) -> bool {
-    q.readers == 0
-        && q.mine.is_none()
-        && !q.read_stamp
-        && q.queue_until.is_none()
-        && h.fields.len() == q.found
-}
-
-/// `quick`: `None` when original-design clients left a trace (a `write` stamp not
-/// ours, `orig:read`, a `read` stamp not ours).
-fn quick(h: &mut Hash, now: Time, token: Tok) -> Option<Quick> {
-    h.expire_if_due(now);
-    if h.int(Field::Write) != h.int(Field::Wstamp)
-        || h.get(Field::OrigRead).is_some()
-        || h.int(Field::Read) != h.int(Field::Rstamp)
-    {
-        return None;
-    }
-    let found = [
-        Field::Write,
-        Field::Wstamp,
-        Field::OrigRead,
-        Field::Read,
-        Field::Rstamp,
-        Field::WOwner,
-        Field::WUntil,
-        Field::QueueUntil,
-        Field::Readers,
-        Field::R(token),
-        Field::Fence,
-        Field::Wseq,
-    ]
-    .into_iter()
-    .filter(|&field| h.get(field).is_some())
-    .count();
-    Some(Quick {
-        writer: match h.get(Field::WOwner) {
-            Some(Val::Tok(owner)) => Some(owner),
-            _ => None,
-        },
-        writer_until: h.int(Field::WUntil).unwrap_or(0),
-        queue_until: h.int(Field::QueueUntil),
-        readers: h.int(Field::Readers).unwrap_or(0),
-        mine: h.int(Field::R(token)),
-        read_stamp: h.get(Field::Read).is_some(),
-        fence: h.int(Field::Fence).unwrap_or(0),
-        found,
-    })
-}
-
-/// `outlive`: the key outlives a hold of `lease` by at least `idle / 2`; when it
-/// would not, its TTL becomes `lease + idle`. Never shortened.
-fn outlive(h: &mut Hash, p: &Params, now: Time, lease: Time, created: bool) {
-    if created || h.pttl(now) < lease + p.idle / 2 {
-        h.pexpire(now, lease + p.idle);
-    }
-}
-
-/// `layout.clear_write`: our writer's stamp goes, unless an original writer's stamp
-/// replaced it.
-fn clear_write(h: &mut Hash) {
-    if h.int(Field::Write) == h.int(Field::Wstamp) {
-        h.hdel(&[Field::Write, Field::Wstamp]);
-    }
-}
-
-/// `layout.original_holds` of the hash layout: original-design clients' holds.
+/// `layout.original_holds`: original-design clients' holds.
 fn layout_original_holds(s: &mut Loaded, h: &Hash, p: &Params, stale: &mut Vec<Field>) {
     // `write` is ours while it equals `wstamp`; original holds are inclusive.
     if let Some(write) = h.int(Field::Write)
@@ -431,7 +319,7 @@ fn layout_original_holds(s: &mut Loaded, h: &Hash, p: &Params, stale: &mut Vec<F
             s.original_writer_until = Some(deadline);
         } else {
             stale.push(Field::Write);
-            s.freed = true;
+            s.freed_writer = true;
         }
     }
     let mut reader_until = h.int(Field::OrigRead).unwrap_or(0);
@@ -452,6 +340,205 @@ fn layout_original_holds(s: &mut Loaded, h: &Hash, p: &Params, stale: &mut Vec<F
     }
 }
 
+fn stamp_read(s: &mut Loaded) {
+    set(s, Field::Read, Val::Int(s.now));
+    set(s, Field::Rstamp, Val::Int(s.now));
+    if let Some(until) = s.original_reader_until {
+        set(s, Field::OrigRead, Val::Int(until));
+    }
+}
+
+fn clear_read(s: &mut Loaded) {
+    if s.original_reader_until.is_none() {
+        del(s, Field::Read);
+        del(s, Field::Rstamp);
+    }
+}
+
+fn stamp_write(s: &mut Loaded) {
+    let (owner, until) = s.writer.expect("a writer to stamp");
+    set(s, Field::WOwner, Val::Tok(owner));
+    set(s, Field::WUntil, Val::Int(until));
+    set(s, Field::Write, Val::Int(s.now));
+    set(s, Field::Wstamp, Val::Int(s.now));
+}
+
+fn clear_write(s: &mut Loaded) {
+    if s.write_is_ours {
+        del(s, Field::Write);
+        del(s, Field::Wstamp);
+    }
+}
+
+// ---- queue.lua ------------------------------------------------------------------------
+
+fn queued(s: &Loaded) -> bool {
+    s.head.is_some() && s.queue_until > s.now
+}
+
+fn set_head(s: &mut Loaded, token: Option<Tok>) {
+    s.head = token;
+    match token {
+        Some(t) => set(s, Field::QHead, Val::Tok(t)),
+        None => {
+            (s.tail, s.queue_until) = (None, 0);
+            del(s, Field::QHead);
+            del(s, Field::QTail);
+            del(s, Field::QueueUntil);
+        }
+    }
+}
+
+fn join_queue(s: &mut Loaded, ttl: Time, first_lease: Time) {
+    let token = s.token;
+    let deadline = s.now + ttl;
+    set(s, Field::Wait(token), Val::Place(deadline, first_lease));
+    if !s.linked {
+        match s.tail {
+            Some(tail) => set(s, Field::Wn(tail), Val::Tok(token)),
+            None => set_head(s, Some(token)),
+        }
+        (s.tail, s.linked) = (Some(token), true);
+        set(s, Field::QTail, Val::Tok(token));
+    }
+    s.place = Some(deadline);
+    if deadline > s.queue_until {
+        s.queue_until = deadline;
+        set(s, Field::QueueUntil, Val::Int(deadline));
+    }
+    s.extended = true;
+}
+
+fn leave_queue(s: &mut Loaded) {
+    del(s, Field::Wait(s.token));
+    s.place = None;
+    s.dequeued = true;
+}
+
+fn unlink_head(s: &mut Loaded, next: Option<Tok>) {
+    let head = s.head.expect("a head to unlink");
+    del(s, Field::Wait(head));
+    del(s, Field::Wn(head));
+    if head == s.token {
+        (s.place, s.linked) = (None, false);
+    }
+    set_head(s, next);
+}
+
+/// `first_writer`: the first live place's token and first lease.
+fn first_writer(h: &Hash, s: &mut Loaded) -> Option<(Tok, Time)> {
+    while let Some(head) = s.head {
+        let place = field(h, s, Field::Wait(head));
+        let next = match field(h, s, Field::Wn(head)) {
+            Some(Val::Tok(t)) => Some(t),
+            _ => None,
+        };
+        if let Some(Val::Place(deadline, first_lease)) = place {
+            if deadline > s.now {
+                s.head_next = next;
+                return Some((head, first_lease));
+            }
+            s.dequeued = true;
+        }
+        unlink_head(s, next);
+    }
+    None
+}
+
+fn serve_head(s: &mut Loaded) {
+    let next = s.head_next;
+    unlink_head(s, next);
+}
+
+// ---- holds.lua ------------------------------------------------------------------------
+
+/// `load(token)`.
+pub fn load(h: &mut Hash, p: &Params, now: Time, token: Tok) -> Loaded {
+    h.expire_if_due(now);
+    let mut s = Loaded {
+        now,
+        now_us: now * p.us_per_unit,
+        token,
+        changes: BTreeMap::new(),
+        fence: h.int(Field::Fence).unwrap_or(0),
+        nreaders: h.int(Field::Readers).unwrap_or(0),
+        readers_until: h.int(Field::ReadersUntil).unwrap_or(0),
+        gone: h.int(Field::ReadersGone).unwrap_or(0),
+        head: h.tok(Field::QHead),
+        tail: h.tok(Field::QTail),
+        head_next: None,
+        queue_until: h.int(Field::QueueUntil).unwrap_or(0),
+        mine: None,
+        leftover: false,
+        place: None,
+        linked: false,
+        writer: None,
+        original_writer_until: None,
+        original_reader_until: None,
+        freed_writer: false,
+        dequeued: false,
+        extended: false,
+        write_is_ours: h.get(Field::Write) == h.get(Field::Wstamp),
+    };
+    if let Some(owner) = h.tok(Field::WOwner) {
+        let deadline = h.int(Field::WUntil).unwrap_or(0);
+        if deadline > now {
+            s.writer = Some((owner, deadline));
+        } else {
+            del(&mut s, Field::WOwner);
+            del(&mut s, Field::WUntil);
+            clear_write(&mut s);
+            s.freed_writer = true;
+        }
+    }
+    if s.nreaders > 0 && s.readers_until <= now {
+        (s.gone, s.nreaders, s.readers_until) = (s.readers_until, 0, 0);
+        let gone = s.gone;
+        set(&mut s, Field::ReadersGone, Val::Int(gone));
+        del(&mut s, Field::Readers);
+        del(&mut s, Field::ReadersUntil);
+        sweep_leftovers(h, &mut s);
+    }
+    match h.int(Field::R(token)) {
+        Some(mine) if mine > s.gone => s.mine = Some(mine),
+        Some(_) => s.leftover = true,
+        None => {}
+    }
+    if let Some(Val::Place(deadline, _)) = h.get(Field::Wait(token)) {
+        s.place = Some(deadline);
+    }
+    s.linked = h.get(Field::Wn(token)).is_some() || s.head == Some(token) || s.tail == Some(token);
+    let mut stale = Vec::new();
+    layout_original_holds(&mut s, h, p, &mut stale);
+    for f in stale {
+        del(&mut s, f);
+    }
+    s
+}
+
+/// `sweep_leftovers`: the model's hashes are small, so HSCAN sees every field.
+fn sweep_leftovers(h: &Hash, s: &mut Loaded) {
+    let leftovers: Vec<Field> = h
+        .fields
+        .iter()
+        .filter_map(|(&f, v)| match (f, v) {
+            (Field::R(_), Val::Int(d)) if *d <= s.gone => Some(f),
+            _ => None,
+        })
+        .collect();
+    for f in leftovers {
+        del(s, f);
+    }
+}
+
+fn reading(s: &Loaded) -> bool {
+    s.mine.is_some_and(|d| d > s.now)
+}
+
+fn writer_is(s: &Loaded, token: Tok) -> bool {
+    s.writer.is_some_and(|(owner, _)| owner == token)
+}
+
 /// `original_beside`: an original-design client holds in a mode that conflicts with
 /// our hold in mode `write`: it judged our stamp stale and entered.
 fn original_beside(s: &Loaded, write: bool) -> bool {
@@ -466,18 +553,16 @@ fn is_free(s: &Loaded) -> bool {
 }
 
 fn holds_until(s: &Loaded) -> Time {
-    let mut t = [
+    let readers = if s.nreaders > 0 { s.readers_until } else { 0 };
+    [
         s.writer.map_or(0, |(_, until)| until),
+        readers,
         s.original_writer_until.unwrap_or(0),
         s.original_reader_until.unwrap_or(0),
     ]
     .into_iter()
     .max()
-    .unwrap_or(0);
-    for &deadline in s.readers.values() {
-        t = t.max(deadline);
-    }
-    t
+    .unwrap_or(0)
 }
 
 fn retry_hint(s: &Loaded) -> Time {
@@ -485,82 +570,91 @@ fn retry_hint(s: &Loaded) -> Time {
 }
 
 fn queue_hint(s: &Loaded) -> Time {
-    (latest_intent(s) - s.now).max(1)
+    (s.queue_until - s.now).max(1)
+}
+
+fn hold_read(s: &mut Loaded, lease: Time) {
+    let deadline = s.now + lease;
+    if s.mine.is_none() {
+        s.nreaders += 1;
+        let n = s.nreaders;
+        set(s, Field::Readers, Val::Int(n));
+    }
+    s.mine = Some(deadline);
+    set(s, Field::R(s.token), Val::Int(deadline));
+    if deadline > s.readers_until {
+        s.readers_until = deadline;
+        set(s, Field::ReadersUntil, Val::Int(deadline));
+    }
+    stamp_read(s);
+    s.extended = true;
+}
+
+fn hold_write(s: &mut Loaded, token: Tok, lease: Time) {
+    s.writer = Some((token, s.now + lease));
+    stamp_write(s);
+    s.extended = true;
+}
+
+fn grant_write(s: &mut Loaded, token: Tok, lease: Time) -> i64 {
+    s.fence = (s.fence + 1).max(s.now_us);
+    set(s, Field::Fence, Val::Int(s.fence));
+    hold_write(s, token, lease);
+    s.fence
+}
+
+fn drop_reader(s: &mut Loaded) {
+    del(s, Field::R(s.token));
+    s.mine = None;
+    s.nreaders -= 1;
+    if s.nreaders > 0 {
+        set(s, Field::Readers, Val::Int(s.nreaders));
+    } else {
+        s.readers_until = 0;
+        del(s, Field::Readers);
+        del(s, Field::ReadersUntil);
+        clear_read(s);
+    }
+}
+
+fn drop_writer(s: &mut Loaded) {
+    del(s, Field::WOwner);
+    del(s, Field::WUntil);
+    clear_write(s);
+    s.writer = None;
+    s.freed_writer = true;
 }
 
 fn set_expiry(h: &mut Hash, s: &Loaded, p: &Params) {
-    let t = holds_until(s).max(latest_intent(s));
+    let queue = if s.head.is_some() { s.queue_until } else { 0 };
+    let t = holds_until(s).max(queue);
     h.pexpire(s.now, (t - s.now).max(0) + p.idle);
 }
 
-fn stamp_read(h: &mut Hash, s: &Loaded) {
-    if let Some(until) = s.original_reader_until {
-        h.hset(Field::OrigRead, Val::Int(until));
+/// `settle`: hands a free lock to the first queued writer, writes the changes and
+/// returns what it published.
+fn settle(h: &mut Hash, s: &mut Loaded, p: &Params) -> Option<Wake> {
+    if s.dequeued {
+        first_writer(h, s);
     }
-    h.hset(Field::Read, Val::Int(s.now));
-    h.hset(Field::Rstamp, Val::Int(s.now));
-}
-
-fn hold_read(h: &mut Hash, s: &mut Loaded, token: Tok, lease: Time) {
-    if !s.readers.contains_key(&token) {
-        s.nreaders += 1;
-        count_readers(h, s.nreaders);
+    let mut handed = None;
+    if is_free(s)
+        && let Some((first, first_lease)) = first_writer(h, s)
+    {
+        serve_head(s);
+        handed = Some(Wake::Handed(first, grant_write(s, first, first_lease)));
     }
-    s.readers.insert(token, s.now + lease);
-    h.hset(Field::R(token), Val::Int(s.now + lease));
-    stamp_read(h, s);
-}
-
-fn hold_write(h: &mut Hash, s: &mut Loaded, token: Tok, lease: Time) {
-    s.writer = Some((token, s.now + lease));
-    h.hset(Field::WOwner, Val::Tok(token));
-    h.hset(Field::WUntil, Val::Int(s.now + lease));
-    h.hset(Field::Write, Val::Int(s.now)); // layout.stamp_write
-    h.hset(Field::Wstamp, Val::Int(s.now));
-}
-
-fn drop_reader(h: &mut Hash, s: &mut Loaded, token: Tok) {
-    h.hdel(&[Field::R(token)]);
-    s.readers.remove(&token);
-    s.nreaders -= 1;
-    count_readers(h, s.nreaders);
-    if s.nreaders == 0 && s.original_reader_until.is_none() {
-        h.hdel(&[Field::Read, Field::Rstamp]); // layout.clear_read
+    flush(h, s);
+    if s.extended {
+        set_expiry(h, s, p);
     }
-    s.freed = true;
-}
-
-fn drop_writer(h: &mut Hash, s: &mut Loaded) {
-    h.hdel(&[Field::WOwner, Field::WUntil]);
-    clear_write(h);
-    s.writer = None;
-    (s.freed, s.freed_writer) = (true, true);
-}
-
-fn drop_intent(h: &mut Hash, s: &mut Loaded, token: Tok) -> bool {
-    let Some(i) = s.intents.iter().position(|i| i.token == token) else {
-        return false;
-    };
-    s.intents.remove(i);
-    h.hdel(&[Field::Wait(token)]);
-    mark_queue(h, s);
-    s.dequeued = true;
-    true
-}
-
-fn wake(s: &Loaded) -> Option<Wake> {
-    if !(s.freed || s.dequeued) {
-        return None;
-    }
-    if is_free(s) {
-        Some(
-            s.intents
-                .first()
-                .map_or(Wake::All, |i| Wake::Writer(i.token)),
-        )
+    if handed.is_some() {
+        handed
+    } else if is_free(s) {
+        (s.freed_writer || s.dequeued).then_some(Wake::All)
     } else if s.writer.is_none()
         && s.original_writer_until.is_none()
-        && (s.freed_writer || (s.dequeued && s.intents.is_empty()))
+        && (s.freed_writer || (s.dequeued && s.head.is_none()))
     {
         Some(Wake::Readers)
     } else {
@@ -587,44 +681,22 @@ pub fn acquire_read(
     lease: Time,
     writer_preferred: bool,
 ) -> Outcome {
-    if let Some(q) = quick(h, now, token) {
-        let held = q.mine.is_some_and(|until| until > now);
-        if q.writer.is_some() {
-            if q.writer_until > now && !held {
-                return done(Reply::Refused(q.writer_until - now), None);
-            }
-        } else if let Some(until) = q.queue_until.filter(|_| writer_preferred && !held) {
-            if until > now {
-                return done(Reply::Refused(until - now), None);
-            }
-        } else {
-            h.hset(Field::R(token), Val::Int(now + lease));
-            h.hset(Field::Read, Val::Int(now));
-            h.hset(Field::Rstamp, Val::Int(now));
-            if q.mine.is_none() {
-                h.hset(Field::Readers, Val::Int(q.readers + 1));
-            }
-            outlive(h, p, now, lease, q.found == 0);
-            return done(Reply::Granted(0), None);
+    let mut s = load(h, p, now, token);
+    if !reading(&s) {
+        let queue_first = writer_preferred && queued(&s) && first_writer(h, &mut s).is_some();
+        if s.writer.is_some() || s.original_writer_until.is_some() || queue_first {
+            let published = settle(h, &mut s, p);
+            let hint = if s.writer.is_some() || s.original_writer_until.is_some() {
+                retry_hint(&s)
+            } else {
+                queue_hint(&s)
+            };
+            return done(Reply::Refused(hint, 0), published);
         }
     }
-    let mut s = load(h, p, now);
-    let held = s.readers.contains_key(&token);
-    let blocked = s.writer.is_some()
-        || s.original_writer_until.is_some()
-        || (writer_preferred && !s.intents.is_empty());
-    if blocked && !held {
-        set_expiry(h, &s, p);
-        let hint = if s.writer.is_some() || s.original_writer_until.is_some() {
-            retry_hint(&s)
-        } else {
-            queue_hint(&s)
-        };
-        return done(Reply::Refused(hint), wake(&s));
-    }
-    hold_read(h, &mut s, token, lease);
-    set_expiry(h, &s, p);
-    done(Reply::Granted(0), wake(&s))
+    hold_read(&mut s, lease);
+    let published = settle(h, &mut s, p);
+    done(Reply::Granted(0), published)
 }
 
 /// acquire_write.lua; `intent_ttl` 0 never queues (try_write).
@@ -636,156 +708,152 @@ pub fn acquire_write(
     lease: Time,
     intent_ttl: Time,
 ) -> Outcome {
-    if let Some(q) = quick(h, now, token)
-        && q.writer.is_none()
-        && no_readers_nor_queue(h, &q)
-    {
-        let fence = (q.fence + 1).max(now * p.us_per_unit);
-        h.hset(Field::Fence, Val::Int(fence));
-        h.hset(Field::WOwner, Val::Tok(token));
-        h.hset(Field::WUntil, Val::Int(now + lease));
-        h.hset(Field::Write, Val::Int(now));
-        h.hset(Field::Wstamp, Val::Int(now));
-        h.pexpire(now, lease + p.idle);
-        return Outcome {
-            reply: Reply::Granted(fence),
-            published: None,
-            new_grant: true,
-        };
+    let mut s = load(h, p, now, token);
+    if writer_is(&s, token) {
+        hold_write(&mut s, token, lease);
+        let published = settle(h, &mut s, p);
+        return done(Reply::Granted(s.fence), published);
     }
-    let mut s = load(h, p, now);
-    if s.writer_is(token) {
-        set_expiry(h, &s, p);
-        return done(Reply::Granted(s.fence), wake(&s));
-    }
-    let first = s.intents.first().copied();
-    if !is_free(&s) || first.is_some_and(|i| i.token != token) {
-        if intent_ttl > 0 {
-            let seq = match s.intents.iter_mut().find(|i| i.token == token) {
-                Some(intent) => {
-                    intent.deadline = now + intent_ttl;
-                    intent.seq
-                }
-                None => {
-                    let seq = h.hincrby(Field::Wseq);
-                    s.intents.push(Intent {
-                        token,
-                        seq,
-                        deadline: now + intent_ttl,
-                    });
-                    seq
-                }
+    if is_free(&s) {
+        let first = first_writer(h, &mut s);
+        if first.is_none_or(|(t, _)| t == token) {
+            if first.is_some() {
+                serve_head(&mut s);
+            }
+            let fence = grant_write(&mut s, token, lease);
+            let published = settle(h, &mut s, p);
+            return Outcome {
+                reply: Reply::Granted(fence),
+                published,
+                new_grant: true,
             };
-            h.hset(Field::Wait(token), Val::Wait(seq, now + intent_ttl));
-            mark_queue(h, &s);
         }
-        set_expiry(h, &s, p);
-        return done(Reply::Refused(retry_hint(&s)), wake(&s));
     }
-    drop_intent(h, &mut s, token);
-    let fence = (s.fence + 1).max(s.now_us);
-    h.hset(Field::Fence, Val::Int(fence));
-    hold_write(h, &mut s, token, lease);
-    set_expiry(h, &s, p);
-    Outcome {
-        reply: Reply::Granted(fence),
-        published: None,
-        new_grant: true,
+    if intent_ttl > 0 {
+        join_queue(&mut s, intent_ttl, intent_ttl.min(lease));
     }
+    let published = settle(h, &mut s, p);
+    done(Reply::Refused(retry_hint(&s), s.fence), published)
 }
 
 /// release.lua
 pub fn release(h: &mut Hash, p: &Params, now: Time, token: Tok) -> Outcome {
-    if let Some(q) = quick(h, now, token)
-        && q.mine.is_some_and(|until| until > now)
-    {
-        if q.readers > 1 {
-            h.hdel(&[Field::R(token)]);
-            h.hset(Field::Readers, Val::Int(q.readers - 1));
-            return done(Reply::Int(1), None);
-        }
-        if q.writer.is_none() && q.queue_until.is_none() && h.fields.len() == q.found {
-            h.hdel(&[Field::R(token), Field::Readers, Field::Read, Field::Rstamp]);
-            if q.found > 4 {
-                h.pexpire(now, p.idle);
-            }
-            return done(Reply::Int(1), None);
-        }
-    }
-    if let Some(q) = quick(h, now, token)
-        && q.writer == Some(token)
-        && q.writer_until > now
-        && no_readers_nor_queue(h, &q)
-    {
-        h.hdel(&[Field::WOwner, Field::WUntil, Field::Write, Field::Wstamp]);
-        h.pexpire(now, p.idle);
-        return done(Reply::Int(1), Some(Wake::All));
-    }
-    let mut s = load(h, p, now);
+    let mut s = load(h, p, now, token);
     let mut removed = 0;
-    if s.writer_is(token) {
-        drop_writer(h, &mut s);
+    if writer_is(&s, token) {
+        drop_writer(&mut s);
         removed = 1;
-    } else if s.readers.contains_key(&token) {
-        drop_reader(h, &mut s, token);
-        removed = 1;
+    } else if s.mine.is_some() {
+        if reading(&s) {
+            removed = 1;
+        }
+        drop_reader(&mut s);
+    } else if s.leftover {
+        del(&mut s, Field::R(token));
     }
-    drop_intent(h, &mut s, token);
-    set_expiry(h, &s, p);
-    done(Reply::Int(removed), wake(&s))
+    if s.place.is_some() {
+        leave_queue(&mut s);
+    }
+    let published = settle(h, &mut s, p);
+    done(Reply::Int(removed), published)
 }
 
 /// renew.lua; `write`: the mode of the hold the caller renews.
 pub fn renew(h: &mut Hash, p: &Params, now: Time, token: Tok, lease: Time, write: bool) -> Outcome {
-    let mut s = load(h, p, now);
+    let mut s = load(h, p, now, token);
     let mut renewed = 0;
     if original_beside(&s, write) {
         // The hold no longer excludes an original client: lost.
-    } else if write && s.writer_is(token) {
-        hold_write(h, &mut s, token, lease);
+    } else if write && writer_is(&s, token) {
+        hold_write(&mut s, token, lease);
         renewed = 1;
-    } else if !write && s.readers.contains_key(&token) {
-        hold_read(h, &mut s, token, lease);
+    } else if !write && reading(&s) {
+        hold_read(&mut s, lease);
         renewed = 1;
     }
-    set_expiry(h, &s, p);
-    done(Reply::Int(renewed), wake(&s))
+    let published = settle(h, &mut s, p);
+    done(Reply::Int(renewed), published)
 }
 
 /// downgrade.lua
 pub fn downgrade(h: &mut Hash, p: &Params, now: Time, token: Tok, lease: Time) -> Outcome {
-    let mut s = load(h, p, now);
-    if s.readers.contains_key(&token) && !s.writer_is(token) {
-        set_expiry(h, &s, p);
-        return done(Reply::Int(1), wake(&s));
+    let mut s = load(h, p, now, token);
+    let mut ok = 0;
+    if writer_is(&s, token) {
+        drop_writer(&mut s);
+        hold_read(&mut s, lease);
+        ok = 1;
+    } else if reading(&s) {
+        ok = 1;
     }
-    if !s.writer_is(token) {
-        set_expiry(h, &s, p);
-        return done(Reply::Int(0), wake(&s));
-    }
-    drop_writer(h, &mut s);
-    hold_read(h, &mut s, token, lease);
-    set_expiry(h, &s, p);
-    done(Reply::Int(1), wake(&s))
+    let published = settle(h, &mut s, p);
+    done(Reply::Int(ok), published)
 }
 
 /// fenced_write.lua with its user keys reduced to whether the write was made: the
 /// reply is the fence when the token holds the write lock, else 0 (nothing written).
 pub fn fenced_write(h: &mut Hash, p: &Params, now: Time, token: Tok) -> Outcome {
-    let s = load(h, p, now);
-    if !s.writer_is(token) || original_beside(&s, true) {
-        set_expiry(h, &s, p);
-        return done(Reply::Int(0), wake(&s));
-    }
-    done(Reply::Int(s.fence), None)
+    let mut s = load(h, p, now, token);
+    let holds = writer_is(&s, token) && !original_beside(&s, true);
+    let published = settle(h, &mut s, p);
+    done(Reply::Int(if holds { s.fence } else { 0 }), published)
 }
 
-/// What a release must leave alone: the live view, without the expiry bookkeeping.
-pub fn live_view(h: &Hash, p: &Params, now: Time) -> (Loaded, Option<i64>) {
+/// What any script does on this state besides its own operation (expired entries
+/// purged, a free lock handed to the first queued writer): a renewal by a stranger.
+pub fn settle_only(h: &mut Hash, p: &Params, now: Time) -> Option<Wake> {
+    let stranger = Tok {
+        client: OUTSIDER,
+        generation: 1,
+    };
+    renew(h, p, now, stranger, 1, true).published
+}
+
+/// Who holds and waits, read without changing the hash (like state.lua).
+pub fn live_view(h: &Hash, p: &Params, now: Time) -> View {
     let mut copy = h.clone();
-    let mut s = load(&mut copy, p, now);
-    (s.freed, s.freed_writer, s.dequeued) = (false, false, false);
-    (s, copy.int(Field::Wseq))
+    copy.expire_if_due(now);
+    let stranger = Tok {
+        client: OUTSIDER,
+        generation: 2,
+    };
+    let s = load(&mut copy, p, now, stranger);
+    let gone = s.gone;
+    let counted: BTreeMap<Tok, Time> = if s.nreaders > 0 {
+        copy.fields
+            .iter()
+            .filter_map(|(f, v)| match (f, v) {
+                (Field::R(t), Val::Int(d)) if *d > gone => Some((*t, *d)),
+                _ => None,
+            })
+            .collect()
+    } else {
+        BTreeMap::new()
+    };
+    let readers = counted
+        .iter()
+        .filter(|&(_, &d)| d > now)
+        .map(|(&t, &d)| (t, d))
+        .collect();
+    let mut queue = Vec::new();
+    let mut at = copy.tok(Field::QHead);
+    while let Some(t) = at {
+        if let Some(Val::Place(deadline, _)) = copy.get(Field::Wait(t))
+            && deadline > now
+        {
+            queue.push((t, deadline));
+        }
+        at = copy.tok(Field::Wn(t));
+    }
+    View {
+        writer: s.writer,
+        readers,
+        counted: counted.into_keys().collect(),
+        queue,
+        fence: s.fence,
+        original_writer_until: s.original_writer_until,
+        original_reader_until: s.original_reader_until,
+    }
 }
 
 // ---- display ------------------------------------------------------------------------
@@ -805,21 +873,25 @@ impl fmt::Display for Hash {
                 Field::WOwner => write!(f, "w:owner")?,
                 Field::WUntil => write!(f, "w:until")?,
                 Field::R(t) => write!(f, "r:{t}")?,
+                Field::Readers => write!(f, "readers")?,
+                Field::ReadersUntil => write!(f, "readers_until")?,
+                Field::ReadersGone => write!(f, "readers_gone")?,
                 Field::Wait(t) => write!(f, "wait:{t}")?,
-                Field::Wseq => write!(f, "wseq")?,
+                Field::Wn(t) => write!(f, "wn:{t}")?,
+                Field::QHead => write!(f, "q:head")?,
+                Field::QTail => write!(f, "q:tail")?,
+                Field::QueueUntil => write!(f, "queue_until")?,
                 Field::Fence => write!(f, "fence")?,
                 Field::Write => write!(f, "write")?,
                 Field::Wstamp => write!(f, "wstamp")?,
                 Field::Read => write!(f, "read")?,
                 Field::Rstamp => write!(f, "rstamp")?,
                 Field::OrigRead => write!(f, "orig:read")?,
-                Field::Readers => write!(f, "readers")?,
-                Field::QueueUntil => write!(f, "queue_until")?,
             }
             match value {
                 Val::Int(n) => write!(f, "={n}")?,
                 Val::Tok(t) => write!(f, "={t}")?,
-                Val::Wait(seq, deadline) => write!(f, "={seq}:{deadline}")?,
+                Val::Place(deadline, lease) => write!(f, "={deadline}:{lease}")?,
             }
         }
         if let Some(at) = self.expires {
@@ -832,7 +904,7 @@ impl fmt::Display for Hash {
 impl fmt::Display for Wake {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Wake::Writer(t) => write!(f, "{t}"),
+            Wake::Handed(t, fence) => write!(f, "{t}:{fence}"),
             Wake::All => write!(f, "*"),
             Wake::Readers => write!(f, "r"),
         }

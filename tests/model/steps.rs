@@ -19,6 +19,9 @@ impl Lock {
         if let Some(inflight) = c.inflight {
             return inflight.sent < s.now;
         }
+        if c.handed.is_some() {
+            return true;
+        }
         match c.phase {
             Phase::Waiting {
                 since, recheck_at, ..
@@ -47,7 +50,7 @@ impl Lock {
         for h in std::iter::once(&s.hash).chain(s.unreplicated.as_ref()) {
             for (field, value) in &h.fields {
                 match (field, value) {
-                    (lua::Field::R(t) | lua::Field::Wait(t), _) => mark(*t),
+                    (lua::Field::R(t) | lua::Field::Wait(t) | lua::Field::Wn(t), _) => mark(*t),
                     (_, lua::Val::Tok(t)) => mark(*t),
                     _ => {}
                 }
@@ -66,6 +69,12 @@ impl Lock {
         let p = &cfg.params;
         let before = s.hash.clone();
         let view_before = lua::live_view(&s.hash, p, s.now);
+        // What any script would do here besides its own operation.
+        let untouched = {
+            let mut h = s.hash.clone();
+            lua::settle_only(&mut h, p, s.now);
+            lua::live_view(&h, p, s.now)
+        };
         let now = s.now;
         let out = match op {
             Op::Acquire {
@@ -90,29 +99,44 @@ impl Lock {
             Op::Downgrade => lua::downgrade(&mut s.hash, p, now, token, cfg.read_lease),
             Op::FencedWrite => lua::fenced_write(&mut s.hash, p, now, token),
         };
+        let queued = &view_before.queue;
         if let (Op::Acquire { mode, .. }, Reply::Granted(_)) = (op, out.reply) {
-            let queued = &view_before.0.intents;
             match mode {
                 Mode::Write
-                    if out.new_grant && queued.first().is_some_and(|i| i.token != token) =>
+                    if out.new_grant && queued.first().is_some_and(|&(t, _)| t != token) =>
                 {
                     s.violations |= WRITER_JUMPED_QUEUE;
                 }
-                Mode::Read if !queued.is_empty() && !view_before.0.readers.contains_key(&token) => {
+                Mode::Read if !queued.is_empty() && !view_before.readers.contains_key(&token) => {
                     s.violations |= READER_PASSED_QUEUED_WRITER;
                 }
                 _ => {}
             }
         }
-        if let (true, Reply::Granted(fence)) = (out.new_grant, out.reply) {
+        // A hand-over goes to the first live place, or the one after the caller's
+        // when the caller's own operation withdrew that.
+        if let Some(Wake::Handed(grantee, _)) = out.published
+            && queued.first().is_none_or(|&(t, _)| t != grantee)
+            && queued
+                .iter()
+                .find(|&&(t, _)| t != token)
+                .is_none_or(|&(t, _)| t != grantee)
+        {
+            s.violations |= WRITER_JUMPED_QUEUE;
+        }
+        let new_fence = match (out.new_grant, out.reply, out.published) {
+            (true, Reply::Granted(fence), _) | (_, _, Some(Wake::Handed(_, fence))) => Some(fence),
+            _ => None,
+        };
+        if let Some(fence) = new_fence {
             if fence <= s.max_fence {
                 s.violations |= FENCE_NOT_RISING;
             }
             s.max_fence = s.max_fence.max(fence);
         }
         if op == Op::Release
-            && !view_before.0.owns(token)
-            && lua::live_view(&s.hash, p, s.now) != view_before
+            && !view_before.owns(token)
+            && lua::live_view(&s.hash, p, s.now) != untouched
         {
             s.violations |= STRAY_RELEASE_CHANGED;
         }
@@ -133,20 +157,53 @@ impl Lock {
         out
     }
 
-    /// A wake-up reaches every waiter it concerns (`concerns` in src/waiting.rs,
-    /// writer preference).
+    /// A wake-up reaches every waiter it concerns (`wants` in src/wakeups.rs,
+    /// writer preference); a hand-over reaches the writer it names.
     fn deliver(&self, s: &mut State, wake: Wake) {
         for c in &mut s.clients {
             if let Phase::Waiting { token, mode, .. } = c.phase {
-                let concerns = match (wake, mode) {
-                    (Wake::All, _) => true,
-                    (Wake::Readers, Mode::Read) => true,
-                    (Wake::Writer(named), Mode::Write) => named == token,
-                    _ => false,
-                };
-                c.woken |= concerns;
+                match (wake, mode) {
+                    (Wake::All, _) | (Wake::Readers, Mode::Read) => c.woken = true,
+                    (Wake::Handed(named, fence), Mode::Write) if named == token => {
+                        c.handed = Some(fence);
+                    }
+                    _ => {}
+                }
             }
         }
+    }
+
+    /// A waiter takes a hand-over message: it holds if the fence shows the
+    /// hand-over came after its last refusal, counting from that refusal's send;
+    /// otherwise the message only wakes it.
+    fn take_handed(&self, s: &mut State, i: u8) -> Option<()> {
+        let now = s.now;
+        let handed_lease = self.cfg.handed_lease();
+        let c = &mut s.clients[i as usize];
+        let fence = c.handed.take()?;
+        let Phase::Waiting {
+            token,
+            refused_sent,
+            refused_fence,
+            ..
+        } = c.phase
+        else {
+            return None;
+        };
+        if fence > refused_fence {
+            c.phase = Phase::Holding {
+                token,
+                mode: Mode::Write,
+                since: now,
+                until: refused_sent + handed_lease,
+                fence,
+                lost: false,
+            };
+            c.woken = false;
+        } else {
+            c.woken = true;
+        }
+        Some(())
     }
 
     /// The client takes the reply of `op`, sent at `sent`.
@@ -165,9 +222,10 @@ impl Lock {
                     lost: false,
                 };
                 c.woken = false;
+                c.handed = None;
             }
             (Op::Acquire { wait: false, .. }, _, _) => c.phase = Phase::Idle,
-            (Op::Acquire { mode, .. }, Reply::Refused(hint), phase) => {
+            (Op::Acquire { mode, .. }, Reply::Refused(hint, refused_fence), phase) => {
                 let recheck_at = now + hint.clamp(cfg.recheck.0, cfg.recheck.1);
                 c.phase = match phase {
                     Phase::Waiting { since, paused, .. } => {
@@ -178,6 +236,8 @@ impl Lock {
                             since,
                             recheck_at,
                             paused,
+                            refused_sent: sent,
+                            refused_fence,
                         }
                     }
                     _ => {
@@ -189,11 +249,16 @@ impl Lock {
                             since: now,
                             recheck_at,
                             paused: false,
+                            refused_sent: sent,
+                            refused_fence,
                         }
                     }
                 };
             }
-            (Op::Release, _, _) => c.phase = Phase::Idle,
+            (Op::Release, _, _) => {
+                c.phase = Phase::Idle;
+                c.handed = None;
+            }
             (
                 Op::Renew | Op::Downgrade | Op::FencedWrite,
                 reply,
@@ -285,6 +350,7 @@ impl Lock {
                 c.phase = Phase::Crashed;
                 c.inflight = None;
                 c.woken = false;
+                c.handed = None;
             }
             Action::Pause(i) => {
                 s.budget.pauses -= 1;
@@ -296,8 +362,10 @@ impl Lock {
             }
             Action::LoseWakeup(i) => {
                 s.budget.lost_messages -= 1;
-                s.clients[i as usize].woken = false;
+                let c = &mut s.clients[i as usize];
+                (c.woken, c.handed) = (false, None);
             }
+            Action::TakeHanded(i) => self.take_handed(&mut s, i)?,
             Action::Failover => self.failover(&mut s)?,
             Action::Original(i) => self.original(&mut s, i, note)?,
             Action::SendLateRenewal(i) => self.send_late_renewal(&mut s, i)?,
@@ -381,6 +449,7 @@ impl Lock {
         }
         s.clients[i].phase = Phase::Idle;
         s.clients[i].woken = false;
+        s.clients[i].handed = None;
         s.clients[i].acted = true;
         s.clients[i].gave_up = true;
         Some(())

@@ -64,6 +64,7 @@ impl Lock {
                 let field = match field {
                     lua::Field::R(t) => lua::Field::R(self.rename_tok(perm, t)),
                     lua::Field::Wait(t) => lua::Field::Wait(self.rename_tok(perm, t)),
+                    lua::Field::Wn(t) => lua::Field::Wn(self.rename_tok(perm, t)),
                     other => other,
                 };
                 let value = match value {

@@ -122,6 +122,12 @@ impl Config {
         self.lease(mode).min(original)
     }
 
+    /// How long a write hold handed over by a release counts from the waiter's last
+    /// refused attempt (`handed_lease` in src/waiting.rs).
+    pub(super) fn handed_lease(&self) -> Time {
+        self.held_for(Mode::Write).min(self.intent_ttl)
+    }
+
     pub(super) fn clients(&self) -> u8 {
         self.readers + self.writers
     }
@@ -184,6 +190,10 @@ pub enum Phase {
         recheck_at: Time,
         /// Was paused while waiting (exempt from the wait bound: it may lose its place).
         paused: bool,
+        /// When its last refused attempt was sent, and the fence that refusal saw
+        /// (`refused` in src/waiting.rs): a hand-over with a larger fence came after it.
+        refused_sent: Time,
+        refused_fence: i64,
     },
     Holding {
         token: Tok,
@@ -234,6 +244,9 @@ pub struct Client {
     pub paused_until: Time,
     /// A wake-up message that concerns it arrived.
     pub woken: bool,
+    /// A hand-over message naming its token arrived (the fence it carries), not yet
+    /// taken.
+    pub handed: Option<i64>,
     pub acquisitions: u8,
     /// Already made a request this tick (one request per client per tick).
     pub acted: bool,
@@ -276,6 +289,8 @@ pub enum Action {
     Crash(u8),
     Pause(u8),
     LoseWakeup(u8),
+    /// A waiter takes the hand-over message that arrived for it.
+    TakeHanded(u8),
     Failover,
     /// An original-design client acquires (when idle) or releases.
     Original(u8),
@@ -339,6 +354,7 @@ impl Model for Lock {
             late: None,
             paused_until: 0,
             woken: false,
+            handed: None,
             acquisitions: 0,
             acted: false,
             gave_up: false,
@@ -399,8 +415,11 @@ impl Model for Lock {
             if s.budget.pauses > 0 && busy && c.paused_until <= s.now {
                 actions.push(Action::Pause(id));
             }
-            if s.budget.lost_messages > 0 && c.woken {
+            if s.budget.lost_messages > 0 && (c.woken || c.handed.is_some()) {
                 actions.push(Action::LoseWakeup(id));
+            }
+            if c.handed.is_some() && c.paused_until <= s.now && c.inflight.is_none() {
+                actions.push(Action::TakeHanded(id));
             }
             if c.late.is_some() {
                 actions.push(Action::LateRenewalArrives(id));

@@ -31,6 +31,7 @@ impl Lock {
                 Action::Crash(i) => Action::Crash(map(i)),
                 Action::Pause(i) => Action::Pause(map(i)),
                 Action::LoseWakeup(i) => Action::LoseWakeup(map(i)),
+                Action::TakeHanded(i) => Action::TakeHanded(map(i)),
                 Action::Original(i) => Action::Original(map(i)),
                 Action::SendLateRenewal(i) => Action::SendLateRenewal(map(i)),
                 Action::LateRenewalArrives(i) => Action::LateRenewalArrives(map(i)),
@@ -72,6 +73,7 @@ impl Lock {
             Action::Crash(i) => format!("{} crashes", who(i)),
             Action::Pause(i) => format!("{} pauses past its lease", who(i)),
             Action::LoseWakeup(i) => format!("a wake-up for {} is lost", who(i)),
+            Action::TakeHanded(i) => format!("{} takes the hand-over message", who(i)),
             Action::Failover => "failover: the last script's writes are lost".into(),
             Action::Original(i) => who(i),
             Action::SendLateRenewal(i) => format!(
@@ -208,7 +210,7 @@ pub(super) fn describe(op: Op, out: &Outcome) -> String {
     let reply = match (op, out.reply) {
         (_, Reply::Granted(0)) => "granted".to_owned(),
         (_, Reply::Granted(f)) => format!("granted, fence {f}"),
-        (_, Reply::Refused(hint)) => format!("refused (retry in {hint})"),
+        (_, Reply::Refused(hint, _)) => format!("refused (retry in {hint})"),
         (Op::FencedWrite, Reply::Int(0)) => "rejected".to_owned(),
         (Op::FencedWrite, Reply::Int(f)) => format!("written with fence {f}"),
         (_, Reply::Int(n)) => format!("returns {n}"),

@@ -1,5 +1,7 @@
--- legacy.lua: the two-key layout of the original single-instance design, loaded
--- after prelude.lua in place of its `read`/`write` stamps (docs/ORIGINAL_DESIGN.md).
+-- legacy_layout.lua: the two-key layout of the original single-instance design, in
+-- place of hash_layout.lua's `read`/`write` stamps (docs/ORIGINAL_DESIGN.md). These
+-- scripts always run as EVAL scripts (never in the function library), so the keys
+-- are read at load time.
 --
 -- KEYS[1]  our state hash `{tag}:rwlock:legacy` (tokens, deadlines, queue, fence),
 --          where tag is the read key's hash tag, so it shares the read key's slot
@@ -16,8 +18,8 @@
 local READ_KEY, WRITE_KEY = KEYS[2], KEYS[3]
 local MARK = 'rwlock'
 FIRST_USER_KEY = 4
--- The read key must follow every reader's deadline: no constant-time paths.
-layout.quick = false
+
+layout.fields = { 'orig:read' }
 
 -- When a key expires in ms (now + PTTL); a key without expiry counts `fallback` ms.
 local function key_deadline(s, key, fallback)
@@ -67,8 +69,8 @@ end
 -- The read key lives until the last known reader's deadline.
 local function show_readers(s)
   local t = s.original_reader_until or 0
-  for _, deadline in pairs(s.readers) do
-    t = math.max(t, deadline)
+  if s.nreaders > 0 then
+    t = math.max(t, s.readers_until)
   end
   if t > s.now then
     redis.call('SET', READ_KEY, MARK, 'PX', int(t - s.now))
@@ -77,11 +79,9 @@ local function show_readers(s)
   end
 end
 
-function layout.stamp_read(s, field, value)
+function layout.stamp_read(s)
   if s.original_reader_until then
-    redis.call('HSET', KEY, field, value, 'orig:read', int(s.original_reader_until))
-  else
-    redis.call('HSET', KEY, field, value)
+    set(s, 'orig:read', int(s.original_reader_until))
   end
   show_readers(s)
 end
@@ -91,7 +91,8 @@ function layout.clear_read(s)
 end
 
 function layout.stamp_write(s)
-  redis.call('HSET', KEY, 'w:owner', s.writer, 'w:until', int(s.writer_until))
+  set(s, 'w:owner', s.writer)
+  set(s, 'w:until', int(s.writer_until))
   redis.call('SET', WRITE_KEY, s.writer, 'PX', int(s.writer_until - s.now))
 end
 
@@ -105,5 +106,5 @@ end
 
 function layout.clear_all(s)
   redis.call('DEL', READ_KEY, WRITE_KEY)
-  redis.call('HDEL', KEY, 'orig:read')
+  del(s, 'orig:read')
 end

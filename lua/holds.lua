@@ -1,0 +1,236 @@
+-- holds.lua: reading the lock, granting and ending holds, and what every script
+-- does last (`settle`). The lock's whole state is one hash, KEYS[1]:
+--   w:owner, w:until  the writer's token and lease deadline (ms)
+--   r:<token>         one reader's lease deadline (ms)
+--   readers           how many `r:` fields count (absent: none)
+--   readers_until     no counted reader's deadline is later (absent with `readers`)
+--   readers_gone      an `r:` field with a deadline up to this is what a reader that
+--                     never released left behind: it holds nothing and is not counted
+--   fence             last fencing token issued: max(fence + 1, server time in
+--                     microseconds), so tokens keep rising after the key expired
+--   the writers' queue (queue.lua) and the layout's stamps (hash_layout.lua)
+-- Scripts read only named fields (HMGET), never the whole hash, so no operation
+-- costs more when more readers hold or more writers wait. Readers are judged by
+-- their count and latest deadline: once `readers_until` has passed, every counted
+-- reader has expired, and the count starts again from zero.
+
+-- How many fields one sweep for leftover readers looks at, at most (HSCAN's COUNT;
+-- a small hash is scanned whole).
+local SWEEP = 100
+
+-- Deletes the `r:` fields that readers which never released left behind, as far as
+-- one bounded HSCAN finds them (rare: only when every counted reader has expired).
+local function sweep_leftovers(s)
+  local found = redis.call('HSCAN', KEY, 0, 'MATCH', 'r:*', 'COUNT', SWEEP)[2]
+  for i = 1, #found, 2 do
+    if tonumber(found[i + 1]) <= s.gone then
+      del(s, found[i])
+    end
+  end
+end
+
+-- Reads the lock for an operation of `token` ('' for none): the summaries, the
+-- token's own fields and the layout's. Expired holds are noted as changes (written
+-- by `settle`; a read-only script never writes them). Raises WRONGTYPE before any
+-- write.
+local function load(token)
+  local now, now_us = server_time()
+  local names = { 'w:owner', 'w:until', 'readers', 'readers_until', 'readers_gone', 'fence',
+    'q:head', 'q:tail', 'queue_until', 'r:' .. token, 'wait:' .. token, 'wn:' .. token }
+  for _, field in ipairs(layout.fields) do
+    names[#names + 1] = field
+  end
+  local v = redis.call('HMGET', KEY, unpack(names))
+  local h = {}
+  for i, field in ipairs(names) do
+    h[field] = v[i] or nil
+  end
+  local s = { now = now, now_us = now_us, token = token, h = h, changes = {},
+    fence = tonumber(h['fence'] or '0'), nreaders = tonumber(h['readers'] or '0'),
+    readers_until = tonumber(h['readers_until'] or '0'), gone = tonumber(h['readers_gone'] or '0'),
+    head = h['q:head'], tail = h['q:tail'], queue_until = tonumber(h['queue_until'] or '0'),
+    freed_writer = false, dequeued = false, extended = false }
+
+  if h['w:owner'] then
+    local deadline = tonumber(h['w:until'] or '0')
+    if deadline > now then
+      s.writer, s.writer_until = h['w:owner'], deadline
+    else
+      del(s, 'w:owner')
+      del(s, 'w:until')
+      layout.clear_write(s)
+      s.freed_writer = true
+    end
+  end
+  -- Every counted reader expired: what they left behind is no longer counted.
+  if s.nreaders > 0 and s.readers_until <= now then
+    s.gone, s.nreaders, s.readers_until = s.readers_until, 0, 0
+    set(s, 'readers_gone', int(s.gone))
+    del(s, 'readers')
+    del(s, 'readers_until')
+    sweep_leftovers(s)
+  end
+  -- The token's read hold (counted; live while its deadline is ahead), or its leftover.
+  local mine = tonumber(h['r:' .. token] or nil)
+  if mine and mine > s.gone then
+    s.mine = mine
+  elseif mine then
+    s.leftover = true
+  end
+  -- The token's place in the writers' queue.
+  if h['wait:' .. token] then
+    s.place = parse_place(h['wait:' .. token])
+  end
+  s.linked = token ~= '' and (h['wn:' .. token] ~= nil or s.head == token or s.tail == token)
+
+  local stale = {}
+  layout.original_holds(s, h, stale)
+  for _, field in ipairs(stale) do
+    del(s, field)
+  end
+  return s
+end
+
+-- True when the token holds a live read hold.
+local function reading(s)
+  return s.mine ~= nil and s.mine > s.now
+end
+
+-- True when an original-design client holds in a mode that conflicts with our hold
+-- in mode `write` (true: write, false: read). It can only have entered after judging
+-- our stamp stale, so our hold no longer excludes it: renewals and fenced writes
+-- report the hold lost instead of going on beside it.
+local function original_beside(s, write)
+  return s.original_writer_until ~= nil or (write and s.original_reader_until ~= nil)
+end
+
+-- True when neither our holders nor an original client's hold the lock.
+local function is_free(s)
+  return not s.writer and not s.original_writer_until and s.nreaders == 0
+    and not s.original_reader_until
+end
+
+-- The latest deadline among the holds: when the lock frees itself if nobody renews.
+local function holds_until(s)
+  local readers = 0
+  if s.nreaders > 0 then
+    readers = s.readers_until
+  end
+  return math.max(s.writer_until or 0, readers, s.original_writer_until or 0,
+    s.original_reader_until or 0)
+end
+
+-- Milliseconds a refused caller may sleep before the holds could have expired.
+local function retry_hint(s)
+  return math.max(holds_until(s) - s.now, 1)
+end
+
+-- Milliseconds a reader that only the writers' queue keeps out may sleep before the
+-- queued places could have lapsed.
+local function queue_hint(s)
+  return math.max(s.queue_until - s.now, 1)
+end
+
+-- Grants (or renews) the token a read hold of `lease` ms.
+local function hold_read(s, lease)
+  local deadline = s.now + lease
+  if not s.mine then
+    s.nreaders = s.nreaders + 1
+    set(s, 'readers', s.nreaders)
+  end
+  s.mine = deadline
+  set(s, 'r:' .. s.token, int(deadline))
+  if deadline > s.readers_until then
+    s.readers_until = deadline
+    set(s, 'readers_until', int(deadline))
+  end
+  layout.stamp_read(s)
+  s.extended = true
+end
+
+-- Grants (or renews) the write hold of `lease` ms to `token`.
+local function hold_write(s, token, lease)
+  s.writer, s.writer_until = token, s.now + lease
+  layout.stamp_write(s)
+  s.extended = true
+end
+
+-- A new write hold: the next fencing token, returned.
+local function grant_write(s, token, lease)
+  s.fence = math.max(s.fence + 1, s.now_us)
+  set(s, 'fence', int(s.fence))
+  hold_write(s, token, lease)
+  return s.fence
+end
+
+-- The token's counted read hold ends; the read stamp goes with the last one unless
+-- an original reader holds.
+local function drop_reader(s)
+  del(s, 'r:' .. s.token)
+  s.mine = nil
+  s.nreaders = s.nreaders - 1
+  if s.nreaders > 0 then
+    set(s, 'readers', s.nreaders)
+  else
+    s.readers_until = 0
+    del(s, 'readers')
+    del(s, 'readers_until')
+    layout.clear_read(s)
+  end
+end
+
+local function drop_writer(s)
+  del(s, 'w:owner')
+  del(s, 'w:until')
+  layout.clear_write(s)
+  s.writer, s.writer_until = nil, nil
+  s.freed_writer = true
+end
+
+-- The key lives IDLE ms longer than its longest deadline.
+local function set_expiry(s)
+  local queue = 0
+  if s.head then
+    queue = s.queue_until
+  end
+  local t = math.max(holds_until(s), queue)
+  redis.call('PEXPIRE', KEY, int(math.max(t - s.now, 0) + IDLE))
+end
+
+-- The end of every script that may change the lock: hands a free lock to the first
+-- queued writer, writes the changes, keeps the key alive past the deadlines it
+-- extended, and tells the waiters who may go:
+--   "<token>:<fence>"  the lock was handed to that queued writer (it holds now);
+--   "*"                it is free and nobody queues, after a writer left or the queue
+--                      emptied (readers that waited behind them);
+--   "r"                readers hold but no writer does any more, after a writer left
+--                      or the queue that kept readers out emptied.
+-- Nobody else can be waiting: a waiting writer always queues, a reader waits only
+-- behind a writer or the queue.
+local function settle(s)
+  if s.dequeued then
+    first_writer(s) -- takes out withdrawn places at the head: is the queue empty?
+  end
+  local handed
+  if is_free(s) then
+    local first, first_lease = first_writer(s)
+    if first then
+      serve_head(s)
+      handed = first .. ':' .. int(grant_write(s, first, first_lease))
+    end
+  end
+  flush(s)
+  if s.extended then
+    set_expiry(s)
+  end
+  if handed then
+    redis.call(PUBLISH, CHANNEL, handed)
+  elseif is_free(s) then
+    if s.freed_writer or s.dequeued then
+      redis.call(PUBLISH, CHANNEL, '*')
+    end
+  elseif not s.writer and not s.original_writer_until
+    and (s.freed_writer or (s.dequeued and not s.head)) then
+    redis.call(PUBLISH, CHANNEL, 'r')
+  end
+end
