@@ -419,8 +419,22 @@ mod args {
 /// The reply each wrapper decodes, as the script's header states it.
 mod reply {
     /// `acquire_read`, `acquire_write`: `{1, fence}` granted, `{0, ms}` or (writers)
-    /// `{0, ms, fence}` refused.
-    pub(super) type Acquire = Vec<i64>;
+    /// `{0, ms, fence}` refused: two or three integers.
+    pub(super) struct Acquire(pub(super) Vec<i64>);
+
+    impl redis::FromRedisValue for Acquire {
+        fn from_redis_value_ref(v: &redis::Value) -> Result<Self, redis::ParsingError> {
+            let items: Vec<i64> = redis::from_redis_value_ref(v)?;
+            match items.len() {
+                2 | 3 => Ok(Acquire(items)),
+                n => Err(format!("an acquire reply has 2 or 3 elements, not {n}").into()),
+            }
+        }
+
+        fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
+            Self::from_redis_value_ref(&v)
+        }
+    }
     /// `release`, `renew`, `downgrade`: 1 done, 0 not.
     pub(super) type Done = i64;
     /// `fenced_write`: the hold's fence, 0 when nothing was written.
@@ -463,7 +477,7 @@ pub(crate) struct Write {
     pub(crate) expiry: Option<Duration>,
 }
 
-fn decode_acquired(reply: Vec<i64>) -> Acquired {
+fn decode_acquired(reply::Acquire(reply): reply::Acquire) -> Acquired {
     let number = |i: usize| reply.get(i).map_or(0, |&n| u64::try_from(n).unwrap_or(0));
     if reply.first() == Some(&1) {
         Acquired::Granted { fence: number(1) }
@@ -754,9 +768,11 @@ mod tests {
                 (c.decodes)(reply.clone()),
                 "{file}: the wrapper does not decode {reply:?}"
             );
+            // Longer than any shape the header states (acquire_write's refusal has
+            // one element more than its grant).
             let other = match reply {
                 redis::Value::Array(mut items) => {
-                    items.push(redis::Value::Int(1));
+                    items.extend([redis::Value::Int(1), redis::Value::Int(1)]);
                     redis::Value::Array(items)
                 }
                 _ => redis::Value::Array(vec![redis::Value::Int(1), redis::Value::Int(1)]),
@@ -785,18 +801,18 @@ mod tests {
     #[test]
     fn replies_decode() {
         assert_eq!(
-            decode_acquired(vec![1, 42]),
+            decode_acquired(reply::Acquire(vec![1, 42])),
             Acquired::Granted { fence: 42 }
         );
         assert_eq!(
-            decode_acquired(vec![0, 1500]),
+            decode_acquired(reply::Acquire(vec![0, 1500])),
             Acquired::Refused {
                 holds_for: Duration::from_millis(1500),
                 fence: 0
             }
         );
         assert_eq!(
-            decode_acquired(vec![0, 1500, 7]),
+            decode_acquired(reply::Acquire(vec![0, 1500, 7])),
             Acquired::Refused {
                 holds_for: Duration::from_millis(1500),
                 fence: 7
