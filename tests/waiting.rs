@@ -159,8 +159,9 @@ async fn a_release_hands_the_lock_to_the_first_queued_writer() {
 }
 
 /// The holder's lease is long, so the waiter's re-check timer runs at its longest
-/// (about a second): acquiring within 50 ms of the release, trial after trial, can
-/// only come from the release message.
+/// (about a second, never under 500 ms): acquiring within 200 ms of the release
+/// (room for a loaded machine), trial after trial, can only come from the release
+/// message.
 #[tokio::test]
 async fn a_waiter_is_woken_by_the_release_message_not_a_timer() {
     let client = cluster_client().await;
@@ -179,7 +180,7 @@ async fn a_waiter_is_woken_by_the_release_message_not_a_timer() {
             .unwrap();
         let gap = acquired.saturating_duration_since(released);
         assert!(
-            gap < Duration::from_millis(50),
+            gap < Duration::from_millis(200),
             "trial {trial}: woken after {gap:?}"
         );
     }
