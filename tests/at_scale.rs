@@ -110,12 +110,11 @@ async fn a_thousand_writers_queued_behind_ten_thousand_readers_go_in_order_at_fl
     }
     // The log saw the calls commandstats counted (a few calls of the test's own
     // connection aside: none of them is a script).
-    for phase in 0..PHASES.len() {
+    for (phase, name) in PHASES.iter().enumerate() {
         assert_eq!(
             c.large.logged(phase).calls,
             c.large.commandstats[phase].calls,
-            "{}: the slowlog and commandstats disagree on the script calls",
-            PHASES[phase]
+            "{name}: the slowlog and commandstats disagree on the script calls"
         );
     }
     let judged: Vec<_> = c

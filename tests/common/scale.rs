@@ -79,8 +79,10 @@ const SLOWLOG_LEN: usize = 100_000;
 /// does not scale keeps it busy for seconds at a time (the driver's default is 0.5 s).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// How often a queued writer is looked for.
+/// How often a queued writer is looked for, and how long its first request may
+/// take to show in the hash.
 const QUEUE_POLL: Duration = Duration::from_millis(1);
+const QUEUE_LIMIT: Duration = Duration::from_secs(30);
 
 /// Calls of a script (or of all scripts) and the server's time in them.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -531,15 +533,17 @@ impl Probe {
     }
 
     /// Waits until the lock's hash has more than `fields` fields: `writer`, the
-    /// only one whose first request is on its way, is queued. Fails at once if a
-    /// writer task ended (it cannot have been granted: readers hold).
+    /// only one whose first request is on its way, is queued (a queued writer adds
+    /// its entry to the hash; the ones already queued only refresh theirs, and the
+    /// readers stay as they are). Fails at once if a writer task ended (it cannot
+    /// have been granted: readers hold).
     async fn until_grown(
         &mut self,
         fields: u64,
         writers: &mut JoinSet<Result<(), String>>,
         writer: usize,
     ) -> Result<(), String> {
-        let deadline = Instant::now() + STEP_LIMIT;
+        let deadline = Instant::now() + QUEUE_LIMIT;
         while self.hlen().await? <= fields {
             if let Some(done) = writers.try_join_next() {
                 return Err(match done {
@@ -550,7 +554,8 @@ impl Probe {
             }
             if Instant::now() >= deadline {
                 return Err(format!(
-                    "writer {writer} was not queued within {STEP_LIMIT:?}"
+                    "writer {writer} was not queued within {QUEUE_LIMIT:?} (the lock's hash did \
+                     not grow: a queued writer is expected to add a field to it)"
                 ));
             }
             sleep(QUEUE_POLL).await;
