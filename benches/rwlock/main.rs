@@ -5,7 +5,7 @@
 //! `cluster-compose/local-cluster.sh` (or uses `REDIS_CLUSTER_NODES`), runs every
 //! scenario several times with the implementations interleaved, prints a markdown
 //! report and writes `bench-results/rwlock.{json,md}` and three SVG plots there.
-//! `BENCH_QUICK=1` gives a 1-2 minute run; `BENCH_RUNS=n` overrides the run count;
+//! `BENCH_QUICK=1` gives a 2-3 minute run; `BENCH_RUNS=n` overrides the run count;
 //! `BENCH_SCENARIOS=uncontended,read_heavy` runs only the named scenarios (for
 //! profiling; names: limits, uncontended, server_cost, read_heavy, redis_benchmark,
 //! handoff, stream, waiting, contention_writers, contention_readers, sweep, and
@@ -37,6 +37,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use at_scale::{SCALE_READERS, SCALE_WRITERS};
 use cluster::{Cluster, Masters, Topology};
 use contention::Family;
 use locks::{Clients, Impl, cluster_connection};
@@ -231,10 +232,10 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
                 }
             }
         }
-        // Minutes long, and a protocol that does not scale can overload the master
+        // A minute or more, and scripts that do not scale can overload the master
         // (even into a failover): only when named.
         if named("at_scale") && use_impl(Impl::Ours) {
-            eprintln!("  at scale: 10,000 read holds, 1,000 queued writers");
+            eprintln!("  at scale: {SCALE_READERS} read holds, {SCALE_WRITERS} queued writers");
             b.at_scale(run).await;
         }
         if run < cfg.sweep_runs && on("sweep") {

@@ -26,15 +26,15 @@ pub(super) fn tables(o: &mut String, b: &Bench) {
         }
         let _ = writeln!(
             o,
-            "\n### Server work per acquisition under contention: {} (each hold {} ms; counted over {} s after {} s of warm-up)\n",
-            family.title(),
-            CONTENTION_HOLD.as_millis(),
-            b.cfg.contention_secs,
-            b.cfg.contention_settle_secs
+            "\n### Server work per acquisition under contention: {}\n",
+            family.title()
         );
         let _ = writeln!(
             o,
-            "Per acquisition granted in the window, on the lock's master unless marked: main-thread CPU (`used_cpu_user_main_thread + used_cpu_sys_main_thread`), commands (every `INFO commandstats` row: script calls and the commands they ran), scripts and script time (EVAL*/FCALL* rows). The original design polls every {} ms while it waits. Flatness: the largest size's value over the smallest's, run by run.\n",
+            "Each task loops: acquire (waiting), hold `sleep({} ms)`, release; the tasks run {} s first, then are counted over {} s. Per acquisition granted in that window, on the lock's master unless marked: main-thread CPU (`used_cpu_user_main_thread + used_cpu_sys_main_thread`), commands (every `INFO commandstats` row: script calls and the commands they ran), scripts and script time (EVAL*/FCALL* rows). The original design polls every {} ms while it waits. Flatness: the largest size's value over the smallest's, run by run.\n",
+            CONTENTION_HOLD.as_millis(),
+            b.cfg.contention_settle_secs,
+            b.cfg.contention_secs,
             Original::POLL.as_millis()
         );
         header(
