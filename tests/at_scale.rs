@@ -70,9 +70,6 @@ fn print(c: &Comparison) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the protocol currently scans the queue: every write acquire and re-check reads the \
-            whole hash (about 190x the small case's time per call with 10,000 readers), so 1,000 \
-            waiting writers saturate the master; run with `-- --ignored` once it does not"]
 async fn a_thousand_writers_queued_behind_ten_thousand_readers_go_in_order_at_flat_cost() {
     let redis = shared_cluster();
     let client = cluster_client().await;
@@ -122,7 +119,9 @@ async fn a_thousand_writers_queued_behind_ten_thousand_readers_go_in_order_at_fl
         .into_iter()
         .filter(|row| row.small.calls >= MIN_SMALL_CALLS && row.large.calls > 0)
         .collect();
-    assert!(judged.len() >= 4, "too few scripts to judge: {judged:?}");
+    // At least the read acquire, the write acquire that queues and the readers'
+    // release: each runs 40 times or more in the small case.
+    assert!(judged.len() >= 3, "too few scripts to judge: {judged:?}");
     for row in judged {
         assert!(
             row.ratio() <= MAX_RATIO,
