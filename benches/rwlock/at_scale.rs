@@ -3,7 +3,9 @@
 //! scale against the same script with 2 readers and 2 writers. The run itself is
 //! `tests/common/scale.rs`, shared with `tests/at_scale.rs` (which asserts on it);
 //! here it is only measured and reported. This crate only: the original design
-//! has no queue. Not part of the default run (`BENCH_SCENARIOS=at_scale`).
+//! has no queue. About 7 s a run; scripts that do not scale can overload the
+//! master (scripts that read the whole hash on every write acquire did, into a
+//! failover).
 
 use crate::scale::{self, Comparison};
 use crate::scenarios::Bench;

@@ -8,9 +8,9 @@
 //! `BENCH_QUICK=1` gives a 2-3 minute run; `BENCH_RUNS=n` overrides the run count;
 //! `BENCH_SCENARIOS=uncontended,read_heavy` runs only the named scenarios (for
 //! profiling; names: limits, uncontended, server_cost, read_heavy, redis_benchmark,
-//! handoff, stream, waiting, contention_writers, contention_readers, sweep, and
-//! at_scale, which runs only when named); `BENCH_IMPLS=redis_rwlock,original` likewise
-//! limits the implementations (redis_rwlock, original, rslock, rds_lock).
+//! handoff, stream, waiting, contention_writers, contention_readers, at_scale, sweep);
+//! `BENCH_IMPLS=redis_rwlock,original` likewise limits the implementations
+//! (redis_rwlock, original, rslock, rds_lock).
 //! The launcher runs `REDIS_SERVER` / `REDIS_CLI` when set, so
 //! `eval "$(bash cluster-compose/ensure-redis.sh --valkey)"` first benchmarks on the
 //! pinned Valkey; `redis-benchmark` (or `valkey-benchmark`, or `REDIS_BENCHMARK`) is
@@ -149,8 +149,7 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
             .as_ref()
             .is_none_or(|o| o.iter().any(|x| x == imp.id()))
     };
-    let named = |name: &str| only.as_ref().is_some_and(|o| o.iter().any(|x| x == name));
-    let on = |name: &str| only.is_none() || named(name);
+    let on = |name: &str| only.as_ref().is_none_or(|o| o.iter().any(|x| x == name));
     let started = std::time::Instant::now();
     for run in 0..cfg.runs {
         eprintln!(
@@ -232,9 +231,7 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
                 }
             }
         }
-        // A minute or more, and scripts that do not scale can overload the master
-        // (even into a failover): only when named.
-        if named("at_scale") && use_impl(Impl::Ours) {
+        if on("at_scale") && use_impl(Impl::Ours) {
             eprintln!("  at scale: {SCALE_READERS} read holds, {SCALE_WRITERS} queued writers");
             b.at_scale(run).await;
         }

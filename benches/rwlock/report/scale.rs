@@ -53,7 +53,7 @@ pub(super) fn table(o: &mut String, b: &Bench) {
     );
     let _ = writeln!(
         o,
-        "`BENCH_SCENARIOS=at_scale` (the steps are `tests/common/scale.rs`): take the read holds (long leases, no renewal), queue the writers one at a time (each started once the previous one is in the lock's hash), release the readers one by one, let the writers through. Each script call's time comes from the master's slowlog (threshold 0, so every call is logged with its duration and its SHA; `INFO commandstats` has one row for all scripts); a script is named after the phase it first runs in. The small case is {SMALL} readers and {SMALL} writers, {} times (half before, half after), pooled. Exclusion and queue order kept in every run: {}.\n",
+        "The steps are `tests/common/scale.rs` (also run by `tests/at_scale.rs`): take the read holds (long leases, no renewal), queue the writers one at a time (each started once the previous one is in the lock's hash), release the readers one by one, let the writers through. Each script call's time comes from the master's slowlog (threshold 0, so every call is logged with its duration and its SHA; `INFO commandstats` has one row for all scripts); a script is named after the phase it first runs in. The small case is {SMALL} readers and {SMALL} writers, {} times (half before, half after), pooled. Exclusion and queue order kept in every run: {}.\n",
         first.small.len(),
         if b.at_scale.iter().all(safe_and_in_order) {
             "yes"
