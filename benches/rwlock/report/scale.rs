@@ -22,6 +22,7 @@ struct Series {
     ratio: Vec<f64>,
 }
 
+/// Every (phase, script) of every run's comparison.
 fn series(b: &Bench) -> BTreeMap<(usize, String), Series> {
     let mut all: BTreeMap<(usize, String), Series> = BTreeMap::new();
     for c in &b.at_scale {
@@ -42,6 +43,8 @@ fn finite(v: &[f64]) -> Vec<f64> {
     v.iter().copied().filter(|x| x.is_finite()).collect()
 }
 
+/// Each script's time per call, small and at scale, then each phase's wall time
+/// and the slowlog's call count beside commandstats'.
 pub(super) fn table(o: &mut String, b: &Bench) {
     let Some(first) = b.at_scale.first() else {
         return;
