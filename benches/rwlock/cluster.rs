@@ -358,21 +358,57 @@ pub fn redis_benchmark(
     })
 }
 
-/// Counters of one server, for the server-cost scenario.
+/// Counters of one server (or their sum over several), for the server-cost and
+/// contention scenarios.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ServerCounters {
     /// EVAL/EVALSHA (and `_RO`, FCALL) calls so far.
     pub scripts: u64,
     /// Microseconds spent in them.
     pub script_usec: u64,
+    /// Every command so far but `INFO` (the measurement's own): the script calls
+    /// and, counted again under their own names, the commands scripts ran.
+    pub commands: u64,
     /// `used_cpu_user_main_thread + used_cpu_sys_main_thread`, microseconds.
     pub cpu_us: f64,
 }
 
+impl ServerCounters {
+    /// What happened from `before` to `self`.
+    pub fn since(&self, before: &ServerCounters) -> ServerCounters {
+        ServerCounters {
+            scripts: self.scripts.saturating_sub(before.scripts),
+            script_usec: self.script_usec.saturating_sub(before.script_usec),
+            commands: self.commands.saturating_sub(before.commands),
+            cpu_us: (self.cpu_us - before.cpu_us).max(0.0),
+        }
+    }
+
+    /// The sum of several servers' counters.
+    pub fn sum<'a>(all: impl IntoIterator<Item = &'a ServerCounters>) -> ServerCounters {
+        all.into_iter()
+            .fold(ServerCounters::default(), |a, b| ServerCounters {
+                scripts: a.scripts + b.scripts,
+                script_usec: a.script_usec + b.script_usec,
+                commands: a.commands + b.commands,
+                cpu_us: a.cpu_us + b.cpu_us,
+            })
+    }
+}
+
 impl Masters {
-    /// Script counters and main-thread CPU of master `index`. Only the script rows
-    /// of `INFO commandstats` are summed: the commands a script runs are counted
-    /// again under their own names.
+    /// [`Masters::server_cost`] of every master, in topology order.
+    pub async fn server_costs(&mut self) -> Result<Vec<ServerCounters>, String> {
+        let mut all = Vec::with_capacity(self.conns.len());
+        for index in 0..self.conns.len() {
+            all.push(self.server_cost(index).await?);
+        }
+        Ok(all)
+    }
+
+    /// Script counters, command count and main-thread CPU of master `index`.
+    /// Script time sums only the script rows of `INFO commandstats`: the commands
+    /// a script runs are counted again under their own names (and in `commands`).
     pub async fn server_cost(&mut self, index: usize) -> Result<ServerCounters, String> {
         let cpu: String = self.query(index, redis::cmd("INFO").arg("cpu")).await?;
         let stats: String = self
@@ -390,6 +426,9 @@ impl Masters {
             if name.starts_with("eval") || name.starts_with("fcall") {
                 c.scripts += calls;
                 c.script_usec += usec;
+            }
+            if name != "info" {
+                c.commands += calls;
             }
         }
         Ok(c)

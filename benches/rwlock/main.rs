@@ -4,12 +4,13 @@
 //! `cargo bench --bench rwlock` starts a private local 6-node cluster through
 //! `cluster-compose/local-cluster.sh` (or uses `REDIS_CLUSTER_NODES`), runs every
 //! scenario several times with the implementations interleaved, prints a markdown
-//! report and writes `bench-results/rwlock.{json,md}` and two SVG plots there.
-//! `BENCH_QUICK=1` gives a 1-2 minute run; `BENCH_RUNS=n` overrides the run count;
+//! report and writes `bench-results/rwlock.{json,md}` and three SVG plots there.
+//! `BENCH_QUICK=1` gives a 2-3 minute run; `BENCH_RUNS=n` overrides the run count;
 //! `BENCH_SCENARIOS=uncontended,read_heavy` runs only the named scenarios (for
 //! profiling; names: limits, uncontended, server_cost, read_heavy, redis_benchmark,
-//! handoff, stream, waiting, sweep); `BENCH_IMPLS=redis_rwlock,original` likewise limits the
-//! implementations (redis_rwlock, original, rslock, rds_lock).
+//! handoff, stream, waiting, contention_writers, contention_readers, at_scale, sweep);
+//! `BENCH_IMPLS=redis_rwlock,original` likewise limits the implementations
+//! (redis_rwlock, original, rslock, rds_lock).
 //! The launcher runs `REDIS_SERVER` / `REDIS_CLI` when set, so
 //! `eval "$(bash cluster-compose/ensure-redis.sh --valkey)"` first benchmarks on the
 //! pinned Valkey; `redis-benchmark` (or `valkey-benchmark`, or `REDIS_BENCHMARK`) is
@@ -21,9 +22,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod at_scale;
 mod cluster;
+mod contention;
 mod locks;
 mod report;
+/// The at-scale run, shared with `tests/at_scale.rs`.
+#[path = "../../tests/common/scale.rs"]
+mod scale;
 mod scenarios;
 mod stats;
 
@@ -31,7 +37,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use at_scale::{SCALE_READERS, SCALE_WRITERS};
 use cluster::{Cluster, Masters, Topology};
+use contention::Family;
 use locks::{Clients, Impl, cluster_connection};
 use report::Machine;
 use scenarios::{Bench, Config, SWEEP_TASKS, TASKS, names::*};
@@ -123,6 +131,7 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
         notes: Vec::new(),
         redis_benchmarks: Vec::new(),
         read_evalsha: None,
+        at_scale: Vec::new(),
     };
     for imp in Impl::ALL {
         b.warm_up(imp).await;
@@ -207,6 +216,25 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
                 b.waiting_cost(run, imp).await;
             }
         }
+        for family in Family::ALL {
+            if on(family.id()) {
+                eprintln!("  contention: {}", family.title());
+                // Both implementations at each size before the next size.
+                let impls: Vec<Impl> = rotated(&Family::IMPLS, run)
+                    .into_iter()
+                    .filter(|i| use_impl(*i))
+                    .collect();
+                for index in 0..family.sizes().len() {
+                    for &imp in &impls {
+                        b.contention(run, imp, family, index).await;
+                    }
+                }
+            }
+        }
+        if on("at_scale") && use_impl(Impl::Ours) {
+            eprintln!("  at scale: {SCALE_READERS} read holds, {SCALE_WRITERS} queued writers");
+            b.at_scale(run).await;
+        }
         if run < cfg.sweep_runs && on("sweep") {
             eprintln!("  task-count sweep");
             for tasks in SWEEP_TASKS.into_iter().filter(|&t| t != TASKS) {
@@ -239,9 +267,12 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
     if let Err(err) = report::plot_throughput(&b, &dir.join("throughput.svg"), &subtitle) {
         eprintln!("warning: throughput plot failed: {err}");
     }
+    if let Err(err) = report::plot_contention(&b, &dir.join("contention_cpu.svg"), &subtitle) {
+        eprintln!("warning: contention plot failed: {err}");
+    }
     println!("{markdown}");
     println!(
-        "Wrote {0}/rwlock.json, {0}/rwlock.md, {0}/handoff_gaps.svg, {0}/throughput.svg",
+        "Wrote {0}/rwlock.json, {0}/rwlock.md, {0}/handoff_gaps.svg, {0}/throughput.svg, {0}/contention_cpu.svg",
         dir.display()
     );
     Ok(())

@@ -1,5 +1,8 @@
-//! The output: a markdown report (printed and saved), a JSON result file and two
+//! The output: a markdown report (printed and saved), a JSON result file and three
 //! SVG plots.
+
+mod contention;
+mod scale;
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -7,12 +10,15 @@ use std::path::Path;
 use plotters::prelude::*;
 use serde_json::{Value, json};
 
+use crate::contention::{CONTENTION_HOLD, CONTENTION_WRITE_PERCENT, Family};
 use crate::locks::{Impl, Original};
 use crate::scenarios::{
     Bench, HANDOFF_HOLD, STREAM_READ_HOLD, STREAM_READERS, STREAM_WRITER_EVERY, SWEEP_TASKS,
     ServerCostNames, TASKS, WAITERS, WRITE_PERCENT, WRITERS, names::*,
 };
 use crate::stats::{Metric, Results, percentile};
+
+pub use contention::plot_contention;
 
 /// Where and on what the benchmark ran.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -248,6 +254,8 @@ pub fn markdown(b: &Bench, machine: &Machine) -> String {
     handoff_table(&mut o, &b.results);
     stream_table(&mut o, b);
     waiting_table(&mut o, b);
+    contention::tables(&mut o, b);
+    scale::table(&mut o, b);
     targets_table(&mut o, b);
     if !b.notes.is_empty() {
         let _ = writeln!(o, "\n### Notes from this run\n");
@@ -636,17 +644,22 @@ fn targets_table(o: &mut String, b: &Bench) {
 fn sweep_cell(r: &Results, imp: Impl, tasks: usize) -> String {
     match r.sweep.get(&(imp, tasks)) {
         None => "-".into(),
-        Some(runs) => {
-            let m = Metric {
-                scenario: "",
-                imp,
-                name: "",
-                unit: "",
-                runs: runs.clone(),
-            };
-            cell(Some(&m))
-        }
+        Some(runs) => runs_cell(runs.clone()),
     }
+}
+
+/// "median (min-max)" of values kept outside [`Results`], one per run.
+fn runs_cell(runs: Vec<f64>) -> String {
+    if runs.is_empty() {
+        return "-".into();
+    }
+    cell(Some(&Metric {
+        scenario: "",
+        imp: Impl::Ours,
+        name: "",
+        unit: "",
+        runs,
+    }))
 }
 
 /// The machine-readable result file.
@@ -702,6 +715,10 @@ pub fn json(b: &Bench, machine: &Machine) -> Value {
             "stream_readers": STREAM_READERS, "stream_read_hold_ms": STREAM_READ_HOLD.as_millis() as u64,
             "stream_writer_every_ms": STREAM_WRITER_EVERY.as_millis() as u64,
             "waiters": WAITERS,
+            "contention": {
+                "writers_tasks": Family::Writers.sizes(), "readers_tasks": Family::Readers.sizes(),
+                "write_percent": CONTENTION_WRITE_PERCENT, "hold_ms": CONTENTION_HOLD.as_millis() as u64,
+            },
             "original": {"key_timeout_ms": Original::KEY_TIMEOUT_MS, "read_timeout_ms": Original::READ_TIMEOUT_MS,
                          "write_timeout_ms": Original::WRITE_TIMEOUT_MS, "poll_ms": Original::POLL.as_millis() as u64},
         },
@@ -711,6 +728,7 @@ pub fn json(b: &Bench, machine: &Machine) -> Value {
         "handoff_gap_distribution": gaps,
         "redis_benchmark": b.redis_benchmarks.iter().map(|rb| json!({"command": rb.command_line, "requests_per_sec": rb.requests_per_sec, "p50_ms": rb.p50_ms})).collect::<Vec<_>>(),
         "targets": targets,
+        "at_scale": scale::json(b),
         "notes": b.notes,
     })
 }

@@ -43,6 +43,10 @@ pub struct Config {
     pub waiting_settle_secs: f64,
     pub waiting_secs: f64,
     pub redis_benchmark_requests: u64,
+    /// Contention scenarios: the measured window per size and implementation, and
+    /// the time the tasks run before it (queues and subscriptions settle).
+    pub contention_secs: f64,
+    pub contention_settle_secs: f64,
 }
 
 impl Config {
@@ -63,6 +67,8 @@ impl Config {
                 waiting_settle_secs: 0.5,
                 waiting_secs: 1.5,
                 redis_benchmark_requests: 30_000,
+                contention_secs: 1.0,
+                contention_settle_secs: 0.3,
             }
         } else {
             Config {
@@ -80,6 +86,8 @@ impl Config {
                 waiting_settle_secs: 0.5,
                 waiting_secs: 2.0,
                 redis_benchmark_requests: 100_000,
+                contention_secs: 3.0,
+                contention_settle_secs: 0.5,
             }
         };
         if let Some(runs) = std::env::var("BENCH_RUNS")
@@ -171,7 +179,7 @@ pub const STREAM_WRITER_EVERY: Duration = Duration::from_millis(100);
 /// Waiting cost: waiters per scenario (half readers, half writers where there is a read mode).
 pub const WAITERS: usize = 20;
 /// How long any waiting acquire in the scenarios may wait before it counts as a timeout.
-const LONG_WAIT: Duration = Duration::from_secs(10);
+pub const LONG_WAIT: Duration = Duration::from_secs(10);
 
 /// Counts holds seen together in this process that the lock should never allow: a
 /// writer beside a reader or another writer. A hold is counted from the moment its
@@ -185,7 +193,7 @@ pub struct Exclusion {
 }
 
 impl Exclusion {
-    fn enter(&self, mode: Mode) {
+    pub fn enter(&self, mode: Mode) {
         let clash = match mode {
             Mode::Read => {
                 self.readers.fetch_add(1, Ordering::SeqCst);
@@ -201,14 +209,14 @@ impl Exclusion {
         }
     }
 
-    fn leave(&self, mode: Mode) {
+    pub fn leave(&self, mode: Mode) {
         match mode {
             Mode::Read => self.readers.fetch_sub(1, Ordering::SeqCst),
             Mode::Write => self.writers.fetch_sub(1, Ordering::SeqCst),
         };
     }
 
-    fn violations(&self) -> u64 {
+    pub fn violations(&self) -> u64 {
         self.violations.load(Ordering::SeqCst)
     }
 }
@@ -228,7 +236,7 @@ fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
-fn secs(s: f64) -> Duration {
+pub fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s)
 }
 
@@ -246,10 +254,12 @@ pub struct Bench {
     pub redis_benchmarks: Vec<RedisBenchmark>,
     /// The crate's read-acquire EVALSHA as sent (captured with MONITOR).
     pub read_evalsha: Option<Vec<String>>,
+    /// The `at_scale` scenario's comparisons, one per run.
+    pub at_scale: Vec<crate::scale::Comparison>,
 }
 
 impl Bench {
-    fn note(&mut self, note: String) {
+    pub fn note(&mut self, note: String) {
         eprintln!("  note: {note}");
         if !self.notes.contains(&note) {
             self.notes.push(note);
@@ -257,7 +267,7 @@ impl Bench {
     }
 
     /// A name whose hash tag lands on master `master`, unique per `base`.
-    fn name_on(&self, master: usize, base: &str) -> String {
+    pub fn name_on(&self, master: usize, base: &str) -> String {
         self.topology
             .name_on(master % self.topology.masters.len(), base)
     }
@@ -413,6 +423,7 @@ impl Bench {
                 Mode::Read => ServerCostNames::READ,
                 Mode::Write => ServerCostNames::WRITE,
             };
+            let d = after.since(&before);
             let per = |v: f64| if done == 0 { f64::NAN } else { v / done as f64 };
             let r = &mut self.results;
             r.record(
@@ -420,22 +431,10 @@ impl Bench {
                 imp,
                 m.script_us,
                 "us",
-                per(after.script_usec.saturating_sub(before.script_usec) as f64),
+                per(d.script_usec as f64),
             );
-            r.record(
-                SERVER_COST,
-                imp,
-                m.scripts,
-                "",
-                per(after.scripts.saturating_sub(before.scripts) as f64),
-            );
-            r.record(
-                SERVER_COST,
-                imp,
-                m.cpu_us,
-                "us",
-                per((after.cpu_us - before.cpu_us).max(0.0)),
-            );
+            r.record(SERVER_COST, imp, m.scripts, "", per(d.scripts as f64));
+            r.record(SERVER_COST, imp, m.cpu_us, "us", per(d.cpu_us));
         }
     }
 

@@ -21,7 +21,7 @@
 //! If no server is found, tests FAIL (never skip) with a message that points at
 //! `cluster-compose/ensure-redis.sh`.
 //!
-//! One file per concern, all re-exported here:
+//! One file per concern, all re-exported here but `scale` (used as `common::scale`):
 //!
 //! * `launcher.rs`: [`LocalRedis`] and [`Node`], starting and stopping servers;
 //! * `inspect.rs`: commands, statistics and the cluster's view of itself;
@@ -30,7 +30,9 @@
 //! * `panics.rs`: counting panics in background tasks;
 //! * `locks.rs`: clients, unique names and an exclusion checker for lock tests;
 //! * `original.rs`: clients of the original design (`tests/original/`);
-//! * `scripts.rs`: the scripts' sources, as the crate assembles them.
+//! * `scripts.rs`: the scripts' sources, as the crate assembles them;
+//! * `scale.rs`: one lock at scale, phase by phase, with each script's server time
+//!   per call (also run by the benchmark's `at_scale` scenario).
 
 #![allow(dead_code)]
 // Test support code: failing loudly is the point.
@@ -43,6 +45,7 @@ mod locks;
 mod original;
 mod panics;
 mod process;
+pub mod scale;
 mod scripts;
 
 // Not every test binary uses every helper.

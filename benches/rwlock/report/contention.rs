@@ -1,0 +1,215 @@
+//! The contention tables and plot: server work per acquisition against the number
+//! of tasks on one lock, this crate beside the original design.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use super::{PlotResult, at, color, header, ratio_cell, ratios, row};
+use crate::contention::{CONTENTION_HOLD, Family, metric};
+use crate::locks::{Impl, Original};
+use crate::scenarios::Bench;
+use crate::stats::percentile;
+
+/// One table per family that ran, with its flatness row.
+pub(super) fn tables(o: &mut String, b: &Bench) {
+    let r = &b.results;
+    let [ours, original] = Family::IMPLS;
+    for family in Family::ALL {
+        let sizes = family.sizes();
+        let ran = |imp: Impl| {
+            (0..sizes.len()).any(|i| r.get(family.scenario(i), imp, metric::CPU).is_some())
+        };
+        if !ran(ours) && !ran(original) {
+            continue;
+        }
+        let _ = writeln!(
+            o,
+            "\n### Server work per acquisition under contention: {}\n",
+            family.title()
+        );
+        let _ = writeln!(
+            o,
+            "Each task loops: acquire (waiting), hold `sleep({} ms)`, release; the tasks run {} s first, then are counted over {} s. Per acquisition granted in that window, on the lock's master unless marked: main-thread CPU (`used_cpu_user_main_thread + used_cpu_sys_main_thread`), commands (every `INFO commandstats` row: script calls and the commands they ran), scripts and script time (EVAL*/FCALL* rows). The original design polls every {} ms while it waits. Flatness: the largest size's value over the smallest's, run by run.\n",
+            CONTENTION_HOLD.as_millis(),
+            b.cfg.contention_settle_secs,
+            b.cfg.contention_secs,
+            Original::POLL.as_millis()
+        );
+        header(
+            o,
+            &[
+                "tasks",
+                "redis-rwlock CPU us/acq",
+                "original CPU us/acq",
+                "CPU ratio (redis-rwlock / original)",
+                "redis-rwlock commands/acq",
+                "original commands/acq",
+                "redis-rwlock scripts/acq",
+                "original scripts/acq",
+                "redis-rwlock script us/acq",
+                "original script us/acq",
+                "redis-rwlock acq/s",
+                "original acq/s",
+                "CPU us/acq, all masters: redis-rwlock / original",
+                "violations: redis-rwlock / original",
+            ],
+        );
+        for (index, tasks) in sizes.iter().enumerate() {
+            let s = family.scenario(index);
+            row(
+                o,
+                &[
+                    tasks.to_string(),
+                    at(r, s, ours, metric::CPU),
+                    at(r, s, original, metric::CPU),
+                    ratio_cell(ratios(
+                        r.get(s, ours, metric::CPU),
+                        r.get(s, original, metric::CPU),
+                    )),
+                    at(r, s, ours, metric::COMMANDS),
+                    at(r, s, original, metric::COMMANDS),
+                    at(r, s, ours, metric::SCRIPTS),
+                    at(r, s, original, metric::SCRIPTS),
+                    at(r, s, ours, metric::SCRIPT_US),
+                    at(r, s, original, metric::SCRIPT_US),
+                    at(r, s, ours, metric::ACQ_PER_S),
+                    at(r, s, original, metric::ACQ_PER_S),
+                    format!(
+                        "{} / {}",
+                        at(r, s, ours, metric::CPU_ALL),
+                        at(r, s, original, metric::CPU_ALL)
+                    ),
+                    format!(
+                        "{} / {}",
+                        at(r, s, ours, metric::VIOLATIONS),
+                        at(r, s, original, metric::VIOLATIONS)
+                    ),
+                ],
+            );
+        }
+        let (small, large) = (family.scenario(0), family.scenario(sizes.len() - 1));
+        let flat = |imp: Impl, name: &str| {
+            ratio_cell(ratios(r.get(large, imp, name), r.get(small, imp, name)))
+        };
+        row(
+            o,
+            &[
+                format!("flatness ({} / {})", sizes[sizes.len() - 1], sizes[0]),
+                flat(ours, metric::CPU),
+                flat(original, metric::CPU),
+                "-".into(),
+                flat(ours, metric::COMMANDS),
+                flat(original, metric::COMMANDS),
+                flat(ours, metric::SCRIPTS),
+                flat(original, metric::SCRIPTS),
+                flat(ours, metric::SCRIPT_US),
+                flat(original, metric::SCRIPT_US),
+                flat(ours, metric::ACQ_PER_S),
+                flat(original, metric::ACQ_PER_S),
+                format!(
+                    "{} / {}",
+                    flat(ours, metric::CPU_ALL),
+                    flat(original, metric::CPU_ALL)
+                ),
+                "-".into(),
+            ],
+        );
+    }
+}
+
+/// Main-thread CPU per acquisition on the lock's master against the number of
+/// tasks: one panel per family, median and min-max per point. Nothing is written
+/// when no contention scenario ran.
+pub fn plot_contention(b: &Bench, path: &Path, subtitle: &str) -> PlotResult {
+    let r = &b.results;
+    let ran = Family::ALL.iter().any(|family| {
+        (0..family.sizes().len()).any(|i| {
+            Family::IMPLS
+                .iter()
+                .any(|&imp| r.get(family.scenario(i), imp, metric::CPU).is_some())
+        })
+    });
+    if !ran {
+        return Ok(());
+    }
+    let root = SVGBackend::new(path, (1100, 520)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (title, body) = root.split_vertically(40);
+    title.titled(
+        "Server CPU per acquisition against the number of tasks on one lock (the lock's master)",
+        ("sans-serif", 18),
+    )?;
+    let panels = body.split_evenly((1, Family::ALL.len()));
+    for (panel, family) in panels.iter().zip(Family::ALL) {
+        let sizes = family.sizes();
+        let top = (0..sizes.len())
+            .flat_map(|i| Family::IMPLS.map(|imp| r.get(family.scenario(i), imp, metric::CPU)))
+            .flatten()
+            .flat_map(|m| m.runs.iter().copied())
+            .filter(|v| v.is_finite())
+            .fold(1.0f64, f64::max)
+            * 1.15;
+        let (lo, hi) = (sizes[0] as f64 * 0.7, sizes[sizes.len() - 1] as f64 * 1.4);
+        let mut chart = ChartBuilder::on(panel)
+            .caption(family.title(), ("sans-serif", 15))
+            .margin(15)
+            .x_label_area_size(50)
+            .y_label_area_size(60)
+            .build_cartesian_2d(
+                (lo..hi)
+                    .log_scale()
+                    .with_key_points(sizes.iter().map(|&t| t as f64).collect::<Vec<_>>()),
+                0f64..top,
+            )?;
+        chart
+            .configure_mesh()
+            .x_desc(format!("tasks (log scale) — {subtitle}"))
+            .y_desc("main-thread CPU per acquisition, us")
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .draw()?;
+        for imp in Family::IMPLS {
+            let mut points = Vec::new();
+            let mut bars = Vec::new();
+            for (index, &tasks) in sizes.iter().enumerate() {
+                let Some(m) = r.get(family.scenario(index), imp, metric::CPU) else {
+                    continue;
+                };
+                let mut runs = m.runs.clone();
+                let med = percentile(&mut runs, 50.0);
+                let x = tasks as f64;
+                points.push((x, med));
+                bars.push(ErrorBar::new_vertical(
+                    x,
+                    m.min(),
+                    med,
+                    m.max(),
+                    color(imp).filled(),
+                    6,
+                ));
+            }
+            if points.is_empty() {
+                continue;
+            }
+            let col = color(imp);
+            chart
+                .draw_series(LineSeries::new(points.clone(), col.stroke_width(2)))?
+                .label(imp.label())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2))
+                });
+            chart.draw_series(points.iter().map(|&p| Circle::new(p, 4, col.filled())))?;
+            chart.draw_series(bars)?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
+}
