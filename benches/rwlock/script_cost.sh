@@ -26,16 +26,17 @@ trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -rf "$dir"' EXIT
 cli() { "${REDIS_CLI:-redis-cli}" -p "$port" "$@"; }
 for _ in $(seq 50); do cli PING >/dev/null 2>&1 && break; sleep 0.1; done
 
-prelude=$(cat lua/prelude.lua)
-# The crate composes "prelude \n layout \n operation" (layout empty for the hash layout).
-compose() { printf '%s\n\n%s' "$prelude" "$1"; }
+# The crate composes helpers, the hash layout's hooks, queue and holds, then the
+# operation (src/scripts.rs).
+shared=$(cat lua/helpers.lua lua/hash_layout.lua lua/queue.lua lua/holds.lua)
+compose() { printf '%s\n\n%s' "$shared" "$1"; }
 
 # name | script text
 variants=(
     "trivial: return 1|return 1"
-    "prelude only (helper definitions)|$(compose 'return 1')"
-    "prelude + TIME|$(compose "local t = redis.call('TIME') return 1")"
-    "prelude + load()|$(compose 'local s = load() return 1')"
+    "shared parts only (definitions)|$(compose 'return 1')"
+    "shared parts + TIME|$(compose "local t = redis.call('TIME') return 1")"
+    "shared parts + load()|$(compose 'bind(KEYS, ARGV) local s = load(ARGV[4]) return 1')"
     "acquire_read.lua, a new reader|$(compose "$(cat lua/acquire_read.lua)")"
 )
 original=$(cat tests/original/hash_acquire_read.lua)
@@ -48,10 +49,10 @@ cost() { # sha args...
 }
 
 # A lock hash with `n` live readers (and the fields our readers keep; the hash
-# grows by the acquires of the measurement itself, which the quick path ignores).
+# grows by the acquires of the measurement itself, which no script reads).
 seed() {
     cli DEL 'rwlock:{x}' >/dev/null
-    cli HSET 'rwlock:{x}' read 1 rstamp 1 fence 5 readers "$1" >/dev/null
+    cli HSET 'rwlock:{x}' read 1 rstamp 1 fence 5 readers "$1" readers_until 99999999999999 >/dev/null
     for i in $(seq "$1"); do cli HSET 'rwlock:{x}' "r:tok$i" 99999999999999 >/dev/null; done
 }
 
