@@ -11,6 +11,7 @@ use crate::builder::LockClientBuilder;
 use crate::connection::{Connection, Limits};
 use crate::error::Chain;
 use crate::live::Live;
+use crate::scripts::ScriptConnection;
 use crate::wakeups::Wakeups;
 use crate::{Error, LockOptions, RwLock};
 
@@ -40,7 +41,8 @@ pub struct LockClient {
 }
 
 pub(crate) struct ClientInner {
-    pub(crate) conn: Connection,
+    /// Where lock scripts go.
+    pub(crate) conn: ScriptConnection,
     pub(crate) wakeups: Wakeups,
     /// The request limits, also for the lock's own retries of a release.
     pub(crate) limits: Limits,
@@ -143,7 +145,7 @@ impl LockClient {
     pub(crate) fn from_parts(conn: Connection, wakeups: Wakeups, limits: Limits) -> Self {
         LockClient {
             inner: Arc::new(ClientInner {
-                conn,
+                conn: ScriptConnection::new(conn),
                 wakeups,
                 limits,
                 live: Live::new(),
@@ -311,9 +313,10 @@ impl LockClient {
 
 impl fmt::Debug for LockClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = match self.inner.conn {
-            Connection::Cluster(_) => "cluster",
-            Connection::Standalone(_) => "standalone",
+        let kind = if self.inner.conn.is_cluster() {
+            "cluster"
+        } else {
+            "standalone"
         };
         f.debug_struct("LockClient").field("kind", &kind).finish()
     }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClientBuilder, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{
     Client, Cmd, IntoConnectionInfo, Pipeline, ProtocolVersion, PushInfo, RedisFuture, RedisResult,
     Value,
@@ -280,6 +280,20 @@ impl Connection {
         match self {
             Connection::Cluster(_) => "SPUBLISH",
             Connection::Standalone(_) => "PUBLISH",
+        }
+    }
+
+    /// Sends `cmd` to the master that serves `key` (the one server, when
+    /// standalone), however the driver would route it by itself: it sends a keyless
+    /// command such as `FUNCTION LOAD` to every master and waits for all of them.
+    pub(crate) async fn on_master_of(&self, cmd: Cmd, key: &str) -> RedisResult<Value> {
+        match self {
+            Connection::Cluster(conn) => {
+                let route = Route::with_key(key, SlotAddr::Master);
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                conn.clone().route_command(cmd, routing).await
+            }
+            Connection::Standalone(_) => cmd.query_async(&mut self.clone()).await,
         }
     }
 

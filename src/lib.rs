@@ -6,6 +6,7 @@ mod connection;
 mod error;
 mod fenced;
 mod lease;
+mod library;
 mod live;
 mod lock;
 mod options;

@@ -7,10 +7,9 @@ use std::sync::Arc;
 use sync_wrapper::SyncFuture;
 
 use crate::client::LockClient;
-use crate::connection::Connection;
 use crate::lease::Lease;
 use crate::options::check_name;
-use crate::scripts::{LockMode, Target};
+use crate::scripts::{LockMode, ScriptConnection, Target};
 use crate::slot::key_slot;
 use crate::state::LockState;
 use crate::waiting::acquire;
@@ -414,7 +413,7 @@ impl RwLock {
             })
     }
 
-    pub(crate) fn conn(&self) -> &Connection {
+    pub(crate) fn conn(&self) -> &ScriptConnection {
         &self.inner.client.inner.conn
     }
 
@@ -434,7 +433,7 @@ fn check_legacy_keys(client: &LockClient, read_key: &str, write_key: &str) -> Re
             "the read and write keys are the same key {read_key:?}"
         )));
     }
-    let cluster = matches!(client.inner.conn, Connection::Cluster(_));
+    let cluster = client.inner.conn.is_cluster();
     if cluster && key_slot(read_key.as_bytes()) != key_slot(write_key.as_bytes()) {
         return Err(Error::CrossSlot {
             key: write_key.to_owned(),

@@ -9,56 +9,178 @@ use redis::{Cmd, FromRedisValue, Script};
 use crate::Error;
 use crate::connection::Connection;
 use crate::error::Chain;
+use crate::library::{self, Function, Functions, Library};
 use crate::slot::hash_tag;
 pub(crate) use crate::state::LockMode;
 use crate::token::Token;
 
-/// One layout's compiled scripts: each is the shared helpers, the layout's hooks, the
-/// writers' queue, the holds and the operation (see [`source`]).
-pub(crate) struct Scripts {
-    acquire_read: Lua,
-    acquire_write: Lua,
-    release: Lua,
-    renew: Lua,
-    downgrade: Lua,
-    fenced_write: Lua,
-    force_release: Lua,
-    state: Lua,
+/// The operations, one file each in `lua/` (after the [`prelude`]).
+#[derive(Clone, Copy)]
+enum Operation {
+    AcquireRead,
+    AcquireWrite,
+    Release,
+    Renew,
+    Downgrade,
+    FencedWrite,
+    ForceRelease,
+    State,
 }
 
-/// One script's source and SHA1, as EVAL and EVALSHA take them.
+impl Operation {
+    const ALL: [Operation; 8] = [
+        Operation::AcquireRead,
+        Operation::AcquireWrite,
+        Operation::Release,
+        Operation::Renew,
+        Operation::Downgrade,
+        Operation::FencedWrite,
+        Operation::ForceRelease,
+        Operation::State,
+    ];
+
+    /// The file's name without `.lua`; also the function's name in the library.
+    fn name(self) -> &'static str {
+        match self {
+            Operation::AcquireRead => "acquire_read",
+            Operation::AcquireWrite => "acquire_write",
+            Operation::Release => "release",
+            Operation::Renew => "renew",
+            Operation::Downgrade => "downgrade",
+            Operation::FencedWrite => "fenced_write",
+            Operation::ForceRelease => "force_release",
+            Operation::State => "state",
+        }
+    }
+
+    fn source(self) -> &'static str {
+        match self {
+            Operation::AcquireRead => include_str!("../lua/acquire_read.lua"),
+            Operation::AcquireWrite => include_str!("../lua/acquire_write.lua"),
+            Operation::Release => include_str!("../lua/release.lua"),
+            Operation::Renew => include_str!("../lua/renew.lua"),
+            Operation::Downgrade => include_str!("../lua/downgrade.lua"),
+            Operation::FencedWrite => include_str!("../lua/fenced_write.lua"),
+            Operation::ForceRelease => include_str!("../lua/force_release.lua"),
+            Operation::State => include_str!("../lua/state.lua"),
+        }
+    }
+
+    /// Only reads: sent as FCALL_RO / EVALSHA_RO / EVAL_RO, which Redis lets a user
+    /// run with read-only access to the keys (and which refuse any write the script
+    /// tries).
+    fn read_only(self) -> bool {
+        matches!(self, Operation::State)
+    }
+
+    /// The function's flags in the library. Without any, a function may write, so
+    /// Redis refuses to start it while the server is out of memory (an `EVALSHA`
+    /// fails only at its first write that could grow the data). Releases only
+    /// remove holds, and a lock that cannot be released until its lease ends is
+    /// worse than a few bytes over the limit: they may run then (`allow-oom`).
+    fn flags(self) -> &'static [&'static str] {
+        match self {
+            Operation::State => &["no-writes"],
+            Operation::Release | Operation::ForceRelease => &["allow-oom"],
+            _ => &[],
+        }
+    }
+}
+
+/// The hash layout's operations as one function library: the prelude once, each
+/// operation file as a function's body.
+static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
+    let functions = Operation::ALL.map(|op| Function {
+        name: op.name(),
+        body: op.source(),
+        flags: op.flags(),
+    });
+    Library::new(&prelude(HASH_LAYOUT), &functions)
+});
+
+/// One layout's compiled scripts: each is the layout's [`prelude`] and the operation.
+pub(crate) struct Scripts {
+    /// By [`Operation`], in the order of [`Operation::ALL`].
+    scripts: [Lua; Operation::ALL.len()],
+}
+
+/// One script's source and SHA1, as EVAL and EVALSHA take them, and its name in
+/// the function library when its layout has one.
 struct Lua {
     source: String,
     sha: String,
-    /// Only reads: sent as EVALSHA_RO / EVAL_RO, which Redis lets a user run with
-    /// read-only access to the keys (and which refuse any write the script tries).
     read_only: bool,
+    function: Option<String>,
+}
+
+/// How one request calls a script.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Via {
+    /// `FCALL`/`FCALL_RO`: the library's function, by name.
+    Function,
+    /// `EVALSHA`/`EVALSHA_RO`: the script cached on the server, by its SHA1.
+    Sha,
+    /// `EVAL`/`EVAL_RO`: the whole source, which the server runs and caches.
+    Source,
+}
+
+impl Lua {
+    /// The verb and its first argument for a call `via`.
+    fn call(&self, via: Via) -> (&'static str, &str) {
+        match (via, &self.function, self.read_only) {
+            (Via::Function, Some(name), false) => ("FCALL", name),
+            (Via::Function, Some(name), true) => ("FCALL_RO", name),
+            (Via::Function | Via::Sha, _, false) => ("EVALSHA", &self.sha),
+            (Via::Function | Via::Sha, _, true) => ("EVALSHA_RO", &self.sha),
+            (Via::Source, _, false) => ("EVAL", &self.source),
+            (Via::Source, _, true) => ("EVAL_RO", &self.source),
+        }
+    }
 }
 
 impl Scripts {
-    fn build(layout: &str) -> Self {
-        let make = |operation: &str| {
-            let source = source(layout, operation);
+    /// The scripts of a layout whose hooks are `layout`; `library` when the
+    /// layout's operations can also be called as its functions.
+    fn build(layout: &str, library: Option<&Library>) -> Self {
+        let prelude = prelude(layout);
+        let make = |op: Operation| {
+            let source = format!("{prelude}\n{}", op.source());
             let sha = Script::new(&source).get_hash().to_owned();
             Lua {
                 source,
                 sha,
-                read_only: false,
+                read_only: op.read_only(),
+                function: library.map(|library| library.function_name(op.name())),
             }
         };
         Scripts {
-            acquire_read: make(include_str!("../lua/acquire_read.lua")),
-            acquire_write: make(include_str!("../lua/acquire_write.lua")),
-            release: make(include_str!("../lua/release.lua")),
-            renew: make(include_str!("../lua/renew.lua")),
-            downgrade: make(include_str!("../lua/downgrade.lua")),
-            fenced_write: make(include_str!("../lua/fenced_write.lua")),
-            force_release: make(include_str!("../lua/force_release.lua")),
-            state: Lua {
-                read_only: true,
-                ..make(include_str!("../lua/state.lua"))
-            },
+            scripts: Operation::ALL.map(make),
         }
+    }
+
+    fn get(&self, op: Operation) -> &Lua {
+        &self.scripts[op as usize]
+    }
+}
+
+/// The connection lock scripts go through, and whether its servers still take the
+/// function library (see [`crate::library`]).
+pub(crate) struct ScriptConnection {
+    pub(crate) conn: Connection,
+    functions: Functions,
+}
+
+impl ScriptConnection {
+    pub(crate) fn new(conn: Connection) -> Self {
+        ScriptConnection {
+            conn,
+            functions: Functions::default(),
+        }
+    }
+
+    /// A cluster, rather than one server.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.conn, Connection::Cluster(_))
     }
 }
 
@@ -70,10 +192,14 @@ const SHARED: [&str; 3] = [
     include_str!("../lua/holds.lua"),
 ];
 
-/// One script's source: the shared part with `layout`'s hooks, then `operation`.
-fn source(layout: &str, operation: &str) -> String {
+/// The hash layout's hooks.
+const HASH_LAYOUT: &str = include_str!("../lua/hash_layout.lua");
+
+/// What comes before the operation in every script: the shared part with `layout`'s
+/// hooks. In the hash layout's function library it runs once, when it is loaded.
+fn prelude(layout: &str) -> String {
     let [helpers, queue, holds] = SHARED;
-    format!("{helpers}\n{layout}\n{queue}\n{holds}\n{operation}")
+    format!("{helpers}\n{layout}\n{queue}\n{holds}")
 }
 
 /// How often a call is retried while its slot moves between nodes (about 3 s in
@@ -104,11 +230,11 @@ fn is_slot_moving(err: &redis::RedisError) -> bool {
 }
 
 /// The hash layout: everything in one hash.
-static HASH: LazyLock<Scripts> =
-    LazyLock::new(|| Scripts::build(include_str!("../lua/hash_layout.lua")));
+static HASH: LazyLock<Scripts> = LazyLock::new(|| Scripts::build(HASH_LAYOUT, Some(&LIBRARY)));
 /// The legacy two-key layout: our state in a companion hash, mirrored into the keys.
+/// No library: its hooks read `KEYS` at the top, before the operation binds them.
 static LEGACY: LazyLock<Scripts> =
-    LazyLock::new(|| Scripts::build(include_str!("../lua/legacy_layout.lua")));
+    LazyLock::new(|| Scripts::build(include_str!("../lua/legacy_layout.lua"), None));
 
 /// The answer of an acquire script.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,39 +295,48 @@ impl Target {
     /// arguments and `args`; with `replicas`, pipelines `WAIT` behind it on the same
     /// node connection and also returns how many replicas acknowledged.
     ///
-    /// Sends EVALSHA. On NOSCRIPT (a flushed or failed-over node) it sends the same
-    /// call as EVAL with the source, which runs it and caches it on that node only,
-    /// so a frozen node elsewhere never stalls this lock. A slot on the move
-    /// (MOVED, ASK, TRYAGAIN, CLUSTERDOWN that the driver did not resolve) is retried
-    /// a few times after a short pause: every script is idempotent per token.
+    /// Calls the library's function (FCALL) when the layout has one and the client
+    /// has not given up on functions, else sends EVALSHA. Only the verb and its first
+    /// argument change between attempts:
+    /// - `Function not found` (a node that never had the library, or lost it) loads
+    ///   the library on the lock's master and calls again; a second miss in one
+    ///   call (the slot moved meanwhile) sends EVALSHA this once;
+    /// - a refused FCALL or FUNCTION LOAD (an ACL user without them), or a library
+    ///   the server will not load, makes the client send EVALSHA from then on;
+    /// - NOSCRIPT (a flushed or failed-over node) sends the same call as EVAL with
+    ///   the source, which runs it and caches it on that node only, so a frozen
+    ///   node elsewhere never stalls this lock;
+    /// - a slot on the move (MOVED, ASK, TRYAGAIN, CLUSTERDOWN that the driver did
+    ///   not resolve) is retried a few times after a short pause: every script is
+    ///   idempotent per token.
     async fn eval<T: FromRedisValue>(
         &self,
-        conn: &Connection,
+        conn: &ScriptConnection,
         script: &Lua,
         extra_keys: &[&str],
         args: impl Fn(&mut Cmd),
         replicas: Option<Replicas>,
     ) -> Result<(T, u32), Error> {
-        let mut conn = conn.clone();
-        let mut by_source = false;
+        let functions = &conn.functions;
+        let mut via = match script.function {
+            Some(_) if functions.in_use() => Via::Function,
+            _ => Via::Sha,
+        };
+        let mut loaded = false;
         let mut redirects = 0;
+        let mut link = conn.conn.clone();
         loop {
-            let (verb, body) = match (by_source, script.read_only) {
-                (false, false) => ("EVALSHA", &script.sha),
-                (true, false) => ("EVAL", &script.source),
-                (false, true) => ("EVALSHA_RO", &script.sha),
-                (true, true) => ("EVAL_RO", &script.source),
-            };
+            let (verb, body) = script.call(via);
             let mut cmd = redis::cmd(verb);
             cmd.arg(body)
                 .arg(self.keys.len() + extra_keys.len())
                 .arg(&self.keys)
                 .arg(extra_keys);
-            common_args(&mut cmd, conn.publish_command(), self.original_ms);
+            common_args(&mut cmd, conn.conn.publish_command(), self.original_ms);
             args(&mut cmd);
             let reply = match replicas {
                 None => cmd
-                    .query_async::<T>(&mut conn)
+                    .query_async::<T>(&mut link)
                     .await
                     .map(|reply| (reply, 0)),
                 Some(Replicas { count, timeout }) => redis::pipe()
@@ -209,12 +344,32 @@ impl Target {
                     .cmd("WAIT")
                     .arg(count)
                     .arg(millis(timeout))
-                    .query_async::<(T, u32)>(&mut conn)
+                    .query_async::<(T, u32)>(&mut link)
                     .await
                     .map_err(unpipelined),
             };
             match reply {
-                Err(err) if err.code() == Some("NOSCRIPT") && !by_source => by_source = true,
+                Err(err) if via == Via::Function && library::is_missing(&err) => {
+                    via = if loaded {
+                        Via::Sha
+                    } else {
+                        loaded = true;
+                        match LIBRARY.load(&conn.conn, &self.keys[0]).await {
+                            Ok(()) => Via::Function,
+                            // The server refused or failed it: not a passing fault.
+                            Err(err) if err.code().is_some() => {
+                                functions.give_up(&err);
+                                Via::Sha
+                            }
+                            Err(err) => return Err(Error::Redis(err)),
+                        }
+                    };
+                }
+                Err(err) if via == Via::Function && library::is_refused(&err) => {
+                    functions.give_up(&err);
+                    via = Via::Sha;
+                }
+                Err(err) if err.code() == Some("NOSCRIPT") && via == Via::Sha => via = Via::Source,
                 Err(err) if is_slot_moving(&err) && redirects < SLOT_MOVE_RETRIES => {
                     redirects += 1;
                     tracing::debug!(error = %Chain(&err), redirects, "slot on the move; retrying");
@@ -229,7 +384,7 @@ impl Target {
     /// Runs `script` without waiting for replicas.
     async fn run<T: FromRedisValue>(
         &self,
-        conn: &Connection,
+        conn: &ScriptConnection,
         script: &Lua,
         args: impl Fn(&mut Cmd),
     ) -> Result<T, Error> {
@@ -239,7 +394,7 @@ impl Target {
     /// Tries to take a read hold for `token`.
     pub(crate) async fn acquire_read(
         &self,
-        conn: &Connection,
+        conn: &ScriptConnection,
         token: &Token,
         lease: Duration,
         writer_preferred: bool,
@@ -247,7 +402,13 @@ impl Target {
     ) -> Result<(Acquired, u32), Error> {
         let args = args::acquire_read(token, lease, writer_preferred);
         let (reply, acked) = self
-            .eval::<reply::Acquire>(conn, &self.scripts.acquire_read, &[], args, replicas)
+            .eval::<reply::Acquire>(
+                conn,
+                self.scripts.get(Operation::AcquireRead),
+                &[],
+                args,
+                replicas,
+            )
             .await?;
         Ok((decode_acquired(reply), acked))
     }
@@ -256,7 +417,7 @@ impl Target {
     /// `intent` (zero: does not queue).
     pub(crate) async fn acquire_write(
         &self,
-        conn: &Connection,
+        conn: &ScriptConnection,
         token: &Token,
         lease: Duration,
         intent: Duration,
@@ -264,16 +425,30 @@ impl Target {
     ) -> Result<(Acquired, u32), Error> {
         let args = args::acquire_write(token, lease, intent);
         let (reply, acked) = self
-            .eval::<reply::Acquire>(conn, &self.scripts.acquire_write, &[], args, replicas)
+            .eval::<reply::Acquire>(
+                conn,
+                self.scripts.get(Operation::AcquireWrite),
+                &[],
+                args,
+                replicas,
+            )
             .await?;
         Ok((decode_acquired(reply), acked))
     }
 
     /// Ends whatever `token` has (a hold in either mode, a place in the writers'
     /// queue); true when a hold was removed.
-    pub(crate) async fn release(&self, conn: &Connection, token: &Token) -> Result<bool, Error> {
+    pub(crate) async fn release(
+        &self,
+        conn: &ScriptConnection,
+        token: &Token,
+    ) -> Result<bool, Error> {
         let removed: reply::Done = self
-            .run(conn, &self.scripts.release, args::release(token))
+            .run(
+                conn,
+                self.scripts.get(Operation::Release),
+                args::release(token),
+            )
             .await?;
         Ok(removed == 1)
     }
@@ -283,13 +458,17 @@ impl Target {
     /// beside it).
     pub(crate) async fn renew(
         &self,
-        conn: &Connection,
+        conn: &ScriptConnection,
         token: &Token,
         mode: LockMode,
         lease: Duration,
     ) -> Result<bool, Error> {
         let renewed: reply::Done = self
-            .run(conn, &self.scripts.renew, args::renew(token, lease, mode))
+            .run(
+                conn,
+                self.scripts.get(Operation::Renew),
+                args::renew(token, lease, mode),
+            )
             .await?;
         Ok(renewed == 1)
     }
@@ -297,12 +476,16 @@ impl Target {
     /// Turns `token`'s write hold into a read hold of `lease`; false when it is gone.
     pub(crate) async fn downgrade(
         &self,
-        conn: &Connection,
+        conn: &ScriptConnection,
         token: &Token,
         lease: Duration,
     ) -> Result<bool, Error> {
         let done: reply::Done = self
-            .run(conn, &self.scripts.downgrade, args::downgrade(token, lease))
+            .run(
+                conn,
+                self.scripts.get(Operation::Downgrade),
+                args::downgrade(token, lease),
+            )
             .await?;
         Ok(done == 1)
     }
@@ -311,27 +494,33 @@ impl Target {
     /// written) when it does not.
     pub(crate) async fn fenced_write(
         &self,
-        conn: &Connection,
+        conn: &ScriptConnection,
         token: &Token,
         writes: &[Write],
     ) -> Result<bool, Error> {
         let keys: Vec<&str> = writes.iter().map(|w| w.key.as_str()).collect();
         let args = args::fenced_write(token, writes);
         let (fence, _) = self
-            .eval::<reply::Fence>(conn, &self.scripts.fenced_write, &keys, args, None)
+            .eval::<reply::Fence>(
+                conn,
+                self.scripts.get(Operation::FencedWrite),
+                &keys,
+                args,
+                None,
+            )
             .await?;
         Ok(fence > 0)
     }
 
     /// Ends every hold (the operator's break-glass); returns how many there were.
-    pub(crate) async fn force_release(&self, conn: &Connection) -> Result<u64, Error> {
-        self.run::<reply::Count>(conn, &self.scripts.force_release, args::none)
+    pub(crate) async fn force_release(&self, conn: &ScriptConnection) -> Result<u64, Error> {
+        self.run::<reply::Count>(conn, self.scripts.get(Operation::ForceRelease), args::none)
             .await
     }
 
     /// Who holds the lock, as the scripts see it (expired entries purged).
-    pub(crate) async fn state(&self, conn: &Connection) -> Result<RawState, Error> {
-        self.run::<reply::State>(conn, &self.scripts.state, args::none)
+    pub(crate) async fn state(&self, conn: &ScriptConnection) -> Result<RawState, Error> {
+        self.run::<reply::State>(conn, self.scripts.get(Operation::State), args::none)
             .await
     }
 }
@@ -796,6 +985,95 @@ mod tests {
             target.keys().len(),
             "legacy_layout.lua's KEYS lines"
         );
+    }
+
+    /// Code lines of a Lua file: comments and blank lines left out.
+    fn code(source: &str) -> impl Iterator<Item = &str> {
+        source
+            .lines()
+            .map(|line| line.split("--").next().unwrap_or_default())
+            .filter(|line| !line.trim().is_empty())
+    }
+
+    #[test]
+    fn the_prelude_leaves_keys_and_argv_to_bind() {
+        // In the library the prelude runs once, at load, where there are no KEYS
+        // or ARGV; each function gets them as parameters and hands them to bind().
+        let prelude = prelude(HASH_LAYOUT);
+        for line in code(&prelude) {
+            assert!(
+                !line.contains("KEYS") && !line.contains("ARGV"),
+                "the hash layout's prelude reads KEYS or ARGV itself: {line:?}"
+            );
+        }
+        for op in Operation::ALL {
+            assert_eq!(
+                code(op.source()).next().map(str::trim),
+                Some("bind(KEYS, ARGV)"),
+                "{}.lua does not start with bind(KEYS, ARGV)",
+                op.name()
+            );
+        }
+    }
+
+    #[test]
+    fn the_library_fits_luas_limits() {
+        // A function can capture at most 60 upvalues (Lua 5.1's LUAI_MAXUPVALUES):
+        // at most the prelude's top-level locals.
+        let prelude = prelude(HASH_LAYOUT);
+        let locals: usize = code(&prelude)
+            .filter_map(|line| line.strip_prefix("local "))
+            .map(|declaration| match declaration.strip_prefix("function ") {
+                Some(_) => 1,
+                None => declaration
+                    .split('=')
+                    .next()
+                    .unwrap_or_default()
+                    .split(',')
+                    .count(),
+            })
+            .sum();
+        assert!(
+            locals >= 30,
+            "counted {locals} top-level locals: the count is broken"
+        );
+        assert!(
+            locals <= 60,
+            "the hash layout's prelude has {locals} top-level locals, Lua allows 60 upvalues"
+        );
+    }
+
+    #[test]
+    fn each_layout_calls_its_scripts_with_the_right_verbs() {
+        let hash = &*HASH;
+        let state = hash.get(Operation::State);
+        let release = hash.get(Operation::Release);
+        let function = |op: Operation| LIBRARY.function_name(op.name());
+        assert_eq!(
+            state.call(Via::Function),
+            ("FCALL_RO", &*function(Operation::State))
+        );
+        assert_eq!(
+            release.call(Via::Function),
+            ("FCALL", &*function(Operation::Release))
+        );
+        assert_eq!(release.call(Via::Sha), ("EVALSHA", &*release.sha));
+        assert_eq!(state.call(Via::Source), ("EVAL_RO", &*state.source));
+        // The library holds every operation, with its flags.
+        for op in Operation::ALL {
+            let flags: Vec<String> = op.flags().iter().map(|f| format!("'{f}'")).collect();
+            let registered = format!(
+                "function_name='{}', callback=function(KEYS, ARGV)\n{}\nend, flags={{{}}}}}",
+                function(op),
+                op.source(),
+                flags.join(", ")
+            );
+            assert!(LIBRARY.source().contains(&registered), "{}", op.name());
+        }
+        // The legacy layout has no library.
+        let legacy = LEGACY.get(Operation::State);
+        assert_eq!(legacy.call(Via::Function), ("EVALSHA_RO", &*legacy.sha));
+        assert!(legacy.source.contains("legacy_layout.lua"));
     }
 
     #[test]

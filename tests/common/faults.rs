@@ -1,4 +1,5 @@
-//! Fault injection: failover, slot migration, script flushes and connection kills
+//! Fault injection: failover, slot migration, script and function flushes and
+//! connection kills
 //! (tests/faults_*.rs).
 
 use std::time::{Duration, Instant};
@@ -108,6 +109,14 @@ impl LocalRedis {
     pub fn script_flush_all(&self) {
         for node in self.live_nodes() {
             self.raw(node, &["SCRIPT", "FLUSH"]);
+        }
+    }
+
+    /// `FUNCTION FLUSH` on every master: every function library is gone, on the
+    /// replicas too (a replica refuses the command and gets it by replication).
+    pub fn function_flush_all(&self) {
+        for master in self.masters() {
+            self.raw(master, &["FUNCTION", "FLUSH"]);
         }
     }
 

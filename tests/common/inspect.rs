@@ -307,6 +307,29 @@ impl LocalRedis {
             .collect()
     }
 
+    /// The function libraries loaded on `node`: `(name, code)` (`FUNCTION LIST
+    /// WITHCODE`).
+    pub fn function_libraries(&self, node: &Node) -> Vec<(String, String)> {
+        let Value::Array(libraries) = self.raw(node, &["FUNCTION", "LIST", "WITHCODE"]) else {
+            panic!("FUNCTION LIST on {} is not a list", node.url);
+        };
+        libraries
+            .into_iter()
+            .map(|library| {
+                let fields: Vec<Value> = redis::from_redis_value(library)
+                    .expect("a library is a list of fields and values");
+                let field = |name: &str| {
+                    fields
+                        .chunks(2)
+                        .find(|pair| value_to_string(pair[0].clone()) == name)
+                        .map(|pair| value_to_string(pair[1].clone()))
+                        .unwrap_or_else(|| panic!("a library without {name}"))
+                };
+                (field("library_name"), field("library_code"))
+            })
+            .collect()
+    }
+
     /// Whether `master` itself lists `replica` among its replicas (`CLUSTER
     /// REPLICAS` on the master). Only then does it forward sharded pub/sub
     /// messages to subscribers on that replica.
