@@ -41,7 +41,8 @@ use crate::wakeups::Wakeups;
 ///
 /// The servers must let the lock's user run the commands the lock sends (see the
 /// README's least-privilege `ACL SETUSER` rule); a refused command comes back as
-/// [`Error::Redis`] naming it, never as a silent fallback.
+/// [`Error::Redis`] naming it. The one fallback: when `FCALL` or `FUNCTION LOAD` is
+/// refused, the client logs it once and sends its scripts as `EVALSHA` instead.
 ///
 /// # Examples
 ///

@@ -291,7 +291,11 @@ impl Connection {
             Connection::Cluster(conn) => {
                 let route = Route::with_key(key, SlotAddr::Master);
                 let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
-                conn.clone().route_command(cmd, routing).await
+                // An error reply comes back as a value here, unlike from a query.
+                conn.clone()
+                    .route_command(cmd, routing)
+                    .await
+                    .and_then(Value::extract_error)
             }
             Connection::Standalone(_) => cmd.query_async(&mut self.clone()).await,
         }

@@ -1,6 +1,8 @@
 //! ACL users: the README's least-privilege rule is enough for every feature of the
-//! lock, on every node of a cluster and on a single server, and leaves `ACL LOG`
-//! empty; a user missing a permission gets the server's NOPERM, not a hang.
+//! lock, on every node of a cluster and on a single server, runs it through the
+//! function library and leaves `ACL LOG` empty; a user without the library's
+//! commands still runs every feature through EVALSHA, after one refusal per client;
+//! a user missing any other permission gets the server's NOPERM, not a hang.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -14,8 +16,9 @@ use tokio::time::{Instant, timeout};
 use common::{LocalRedis, blocking, unique_name};
 
 /// The README's rule, after `ACL SETUSER <name> on ><password>`.
-const RULE: &str = "resetkeys ~rwlock:* resetchannels &rwlock:* -@all +evalsha +eval \
-    +evalsha_ro +eval_ro +script|load +ssubscribe +sunsubscribe +subscribe +unsubscribe \
+const RULE: &str = "resetkeys ~rwlock:* resetchannels &rwlock:* -@all +fcall +fcall_ro \
+    +function|load +evalsha +eval +evalsha_ro +eval_ro +script|load +ssubscribe +sunsubscribe \
+    +subscribe +unsubscribe \
     +spublish +publish +wait +info +cluster|slots +ping +hello +auth +time +hgetall +hmget \
     +hset +hdel +hlen +hincrby +pexpire +pttl +del +set +get +type";
 
@@ -56,6 +59,71 @@ fn urls_as(redis: &LocalRedis, user: &str) -> Vec<String> {
         .iter()
         .map(|n| format!("redis://{user}:secret@127.0.0.1:{}", n.port))
         .collect()
+}
+
+/// A client of the lock as `user`, of the kind `redis` is.
+async fn connect_as(redis: &LocalRedis, user: &str) -> LockClient {
+    let urls = urls_as(redis, user);
+    if redis.is_cluster() {
+        LockClient::cluster(urls).await.unwrap()
+    } else {
+        LockClient::standalone(&urls[0]).await.unwrap()
+    }
+}
+
+/// `ACL LOG` of every node: (user, reason, object, count) per entry.
+fn acl_log(redis: &LocalRedis) -> Vec<(String, String, String, i64)> {
+    let mut entries = Vec::new();
+    for node in &redis.nodes {
+        let Value::Array(log) = redis.raw(node, &["ACL", "LOG"]) else {
+            panic!("ACL LOG on {} is not a list", node.url);
+        };
+        for entry in log {
+            let fields: Vec<Value> = redis::from_redis_value(entry).unwrap();
+            let field = |name: &str| {
+                let at = fields
+                    .iter()
+                    .position(|f| redis::from_redis_value::<String>(f.clone()).unwrap() == name)
+                    .unwrap_or_else(|| panic!("an ACL LOG entry without {name}"));
+                fields[at + 1].clone()
+            };
+            let text = |name: &str| redis::from_redis_value::<String>(field(name)).unwrap();
+            let count = redis::from_redis_value::<i64>(field("count")).unwrap();
+            entries.push((text("username"), text("reason"), text("object"), count));
+        }
+    }
+    entries
+}
+
+/// Calls of EVAL, EVALSHA and their `_RO` forms, and of FCALL and FCALL_RO, on
+/// every node so far.
+fn script_calls(redis: &LocalRedis) -> (u64, u64) {
+    let stats = redis.commandstats_all();
+    let sum = |prefix: &str| {
+        stats
+            .iter()
+            .filter(|(name, _)| name.starts_with(prefix))
+            .map(|(_, calls)| calls)
+            .sum()
+    };
+    (sum("eval"), sum("fcall"))
+}
+
+/// The rule's user loaded the library (the servers started without it) and ran
+/// every script through it: no EVAL* at all.
+fn assert_the_library_ran(redis: &LocalRedis) {
+    let (evals, fcalls) = script_calls(redis);
+    assert_eq!(
+        evals, 0,
+        "the least-privileged user's scripts went as EVAL*"
+    );
+    assert!(fcalls > 0);
+    let loads: u64 = redis
+        .commandstats_all()
+        .get("function|load")
+        .copied()
+        .unwrap_or(0);
+    assert!(loads > 0, "nobody loaded the library");
 }
 
 fn assert_acl_log_empty(redis: &LocalRedis) {
@@ -210,6 +278,38 @@ async fn run_everything(
     drop(stuck);
 }
 
+/// Users whose rule lacks `function|load`, or `fcall` and `fcall_ro`, on servers
+/// that lost the library: every feature still works, through EVALSHA, and `ACL
+/// LOG` shows nothing but the one refusal each of the two clients met before it
+/// switched.
+async fn without_functions_the_lock_falls_back_to_evalsha(redis: &LocalRedis) {
+    for (user, missing, refused) in [
+        ("nofunction", "-function|load", &["function|load"][..]),
+        ("nofcall", "-fcall -fcall_ro", &["fcall", "fcall_ro"][..]),
+    ] {
+        blocking(|| {
+            redis.function_flush_all();
+            create_user(redis, user, &format!("~cache:* {missing}"));
+        });
+        let (evals, _) = blocking(|| script_calls(redis));
+        let client = connect_as(redis, user).await;
+        let other = connect_as(redis, user).await;
+        run_everything(redis, &client, &other, redis.is_cluster()).await;
+
+        let log = blocking(|| acl_log(redis));
+        for (name, reason, object, _) in &log {
+            assert!(
+                name == user && reason == "command" && refused.contains(&object.as_str()),
+                "{user}: unexpected ACL LOG entry {log:?}"
+            );
+        }
+        let refusals: i64 = log.iter().map(|entry| entry.3).sum();
+        assert_eq!(refusals, 2, "{user}: one refusal per client: {log:?}");
+        let (evals_after, _) = blocking(|| script_calls(redis));
+        assert!(evals_after > evals, "{user}: no EVALSHA was sent");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_least_privileged_user_runs_every_feature_on_a_cluster() {
     let redis = blocking(LocalRedis::cluster);
@@ -224,9 +324,12 @@ async fn the_least_privileged_user_runs_every_feature_on_a_cluster() {
     #[cfg(all(unix, feature = "cli"))]
     status_as_the_user(&client, "--cluster", &urls_as(&redis, "locker")).await;
     blocking(|| assert_acl_log_empty(&redis));
+    blocking(|| assert_the_library_ran(&redis));
 
-    // Without EVALSHA: the server's refusal, named.
-    blocking(|| create_user(&redis, "nosha", "-evalsha"));
+    without_functions_the_lock_falls_back_to_evalsha(&redis).await;
+
+    // Without EVALSHA and FCALL: the server's refusal, named.
+    blocking(|| create_user(&redis, "nosha", "-evalsha -fcall"));
     let client = LockClient::cluster(urls_as(&redis, "nosha")).await.unwrap();
     let err = client
         .rwlock(unique_name("acl-nosha"))
@@ -282,4 +385,7 @@ async fn the_least_privileged_user_runs_every_feature_on_one_server() {
     #[cfg(all(unix, feature = "cli"))]
     status_as_the_user(&client, "--url", &urls_as(&redis, "locker")).await;
     blocking(|| assert_acl_log_empty(&redis));
+    blocking(|| assert_the_library_ran(&redis));
+
+    without_functions_the_lock_falls_back_to_evalsha(&redis).await;
 }

@@ -314,11 +314,12 @@ async fn warm_up(lock: &RwLock) {
     reader.release().await.unwrap();
 }
 
-/// A lock script missing on a healthy master (its first use there; or after a
-/// failover, a restart or `SCRIPT FLUSH`) must load there even while another,
-/// unrelated master is frozen.
-/// On NOSCRIPT the lock sends the script's source with EVAL to the lock's node
-/// only, never `SCRIPT LOAD` to every node (which would wait for the frozen one).
+/// A lock's scripts missing on a healthy master (their first use there; or after a
+/// failover, a restart, `FUNCTION FLUSH` or `SCRIPT FLUSH`) must load there even
+/// while another, unrelated master is frozen. The function library is loaded on the
+/// lock's master only (the driver by itself sends `FUNCTION LOAD` to every master
+/// and waits for all), and on NOSCRIPT a legacy lock sends the script's source with
+/// EVAL to its node only, never `SCRIPT LOAD` to every node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_master_does_not_stall_script_loading_on_another_master() {
     let (redis, master) = blocking(start);
@@ -326,18 +327,39 @@ async fn a_frozen_master_does_not_stall_script_loading_on_another_master() {
     let healthy = blocking(|| redis.masters()[1].clone());
     let name = blocking(|| redis.name_on_master("healthy", &healthy));
     let lock = client.rwlock(&name);
+    let legacy = client.legacy_rwlock(format!("{{{name}}}:read"), format!("{{{name}}}:write"));
     warm_up(&lock).await;
-    blocking(|| redis.raw(&healthy, &["SCRIPT", "FLUSH"]));
+    warm_up(&legacy).await;
+    blocking(|| {
+        redis.raw(&healthy, &["FUNCTION", "FLUSH"]);
+        redis.raw(&healthy, &["SCRIPT", "FLUSH"]);
+    });
+    let loads = || {
+        let stats = redis.commandstats(&healthy);
+        let errors = redis.errorstats(&healthy);
+        (
+            stats.get("function|load").copied().unwrap_or(0),
+            errors.get("NOSCRIPT").copied().unwrap_or(0),
+        )
+    };
+    let before = blocking(loads);
 
     let frozen = Paused::new(master.pid);
-    let started = Instant::now();
-    let result = timeout(CALL_LIMIT * 2, lock.try_write()).await;
-    let took = started.elapsed();
+    for lock in [&lock, &legacy] {
+        let started = Instant::now();
+        let result = timeout(CALL_LIMIT * 2, lock.try_write()).await;
+        let took = started.elapsed();
+        println!("try_write on a healthy master while another is frozen: {took:?}, {result:?}");
+        let guard = result.expect("try_write hung").expect("try_write failed");
+        guard.release().await.unwrap();
+        assert!(took < Duration::from_secs(1), "took {took:?}");
+    }
     frozen.resume();
-    println!("try_write on a healthy master while another is frozen: {took:?}, {result:?}");
-    let guard = result.expect("try_write hung").expect("try_write failed");
-    guard.release().await.unwrap();
-    assert!(took < Duration::from_secs(1), "took {took:?}");
+    let after = blocking(loads);
+    assert!(
+        after.0 > before.0 && after.1 > before.1,
+        "the scripts were not missing: (FUNCTION LOAD, NOSCRIPT) {before:?} -> {after:?}"
+    );
 }
 
 /// Under `min_replicas`, a replica that does not answer (SIGSTOP) makes each acquire

@@ -1,6 +1,7 @@
-//! Lost scripts: `SCRIPT FLUSH` on every node while locks are in use. Every call
-//! path (acquire, the acquire pipelined with WAIT for `min_replicas`, renewal,
-//! release, fenced writes, state) meets NOSCRIPT, reloads and carries on.
+//! Lost scripts: `FUNCTION FLUSH` and `SCRIPT FLUSH` on every node while locks are
+//! in use. Every call path (acquire, the acquire pipelined with WAIT for
+//! `min_replicas`, renewal, release, fenced writes, state, a legacy lock's scripts)
+//! meets `Function not found` or NOSCRIPT, reloads and carries on.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -29,6 +30,28 @@ fn noscript_replies(redis: &LocalRedis) -> u64 {
         .sum()
 }
 
+/// `FUNCTION LOAD` calls so far, summed over the masters: one per library found
+/// missing.
+fn function_loads(redis: &LocalRedis) -> u64 {
+    redis
+        .masters()
+        .into_iter()
+        .map(|m| {
+            redis
+                .commandstats(m)
+                .get("function|load")
+                .copied()
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// Every function library and every cached script gone, on every node.
+fn flush_all(redis: &LocalRedis) {
+    redis.function_flush_all();
+    redis.script_flush_all();
+}
+
 /// Repeats `op` until `stop`, counting successes and recording failures.
 fn repeat<F, Fut>(
     what: &'static str,
@@ -54,7 +77,7 @@ where
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn script_flush_on_every_node_while_locks_are_in_use() {
+async fn function_and_script_flushes_on_every_node_while_locks_are_in_use() {
     let redis = blocking(LocalRedis::cluster);
     let panics = panics_outside_tests();
     let clients = [
@@ -76,6 +99,20 @@ async fn script_flush_on_every_node_while_locks_are_in_use() {
             async move { checker.random_hold(&lock, 5).await }
         }));
     }
+    // A legacy lock: its scripts go as EVALSHA.
+    let legacy_name = unique_name("flush-legacy");
+    let legacy = clients[1].legacy_rwlock(
+        format!("{{{legacy_name}}}:read"),
+        format!("{{{legacy_name}}}:write"),
+    );
+    let legacy_checker = Arc::new(HoldChecker::default());
+    tasks.push(repeat("legacy read/write", &stop, &errors, {
+        let checker = legacy_checker.clone();
+        move || {
+            let (lock, checker) = (legacy.clone(), checker.clone());
+            async move { checker.random_hold(&lock, 5).await }
+        }
+    }));
     // Acquires with min_replicas: the script is pipelined with WAIT.
     let replicated = clients[0].rwlock_with(
         unique_name("flush-replicated"),
@@ -121,8 +158,9 @@ async fn script_flush_on_every_node_while_locks_are_in_use() {
 
     sleep(Duration::from_millis(500)).await;
     let noscript_before = blocking(|| noscript_replies(&redis));
+    let loads_before = blocking(|| function_loads(&redis));
     for _ in 0..FLUSHES {
-        blocking(|| redis.script_flush_all());
+        blocking(|| flush_all(&redis));
         sleep(Duration::from_millis(300)).await;
     }
     let last_flush = Instant::now();
@@ -138,6 +176,7 @@ async fn script_flush_on_every_node_while_locks_are_in_use() {
         );
     }
     let noscript = blocking(|| noscript_replies(&redis)) - noscript_before;
+    let loads = blocking(|| function_loads(&redis)) - loads_before;
 
     // The long hold renewed through the flushes and still excludes the waiter.
     assert!(long_holder.is_held(), "the renewing holder lost its lease");
@@ -147,7 +186,7 @@ async fn script_flush_on_every_node_while_locks_are_in_use() {
         state.writer.is_some() && state.queued_writers.len() == 1,
         "{state:?}"
     );
-    blocking(|| redis.script_flush_all());
+    blocking(|| flush_all(&redis));
     long_holder.release().await.unwrap();
     let next = timeout(Duration::from_secs(5), waiter)
         .await
@@ -158,15 +197,21 @@ async fn script_flush_on_every_node_while_locks_are_in_use() {
 
     let errors = errors.lock().unwrap();
     let report = checker.report();
+    let legacy_report = legacy_checker.report();
     println!(
-        "{FLUSHES} flushes: {noscript} NOSCRIPT replies handled; calls done per task {done:?}; \
-         {report:?}; {} errors {errors:?}; last flush {:?} ago",
+        "{FLUSHES} flushes: {loads} library loads and {noscript} NOSCRIPT replies handled; \
+         calls done per task {done:?}; {report:?}; legacy {legacy_report:?}; {} errors \
+         {errors:?}; last flush {:?} ago",
         errors.len(),
         last_flush.elapsed()
     );
     assert!(
+        loads >= FLUSHES as u64,
+        "the function flushes never bit: {loads} library loads"
+    );
+    assert!(
         noscript >= FLUSHES as u64,
-        "the flushes never bit: {noscript} NOSCRIPT replies"
+        "the script flushes never bit: {noscript} NOSCRIPT replies"
     );
     assert!(errors.is_empty(), "calls failed: {errors:?}");
     assert!(
@@ -174,5 +219,6 @@ async fn script_flush_on_every_node_while_locks_are_in_use() {
         "a call path made no progress: {done:?}"
     );
     assert_eq!(report.violations, 0, "{report:?}");
+    assert_eq!(legacy_report.violations, 0, "{legacy_report:?}");
     assert_eq!(panics_outside_tests(), panics, "something panicked");
 }

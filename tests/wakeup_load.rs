@@ -15,15 +15,15 @@ const WINDOW: Duration = Duration::from_secs(3);
 /// docs/DECISIONS.md, "Waiting": at most 2 scripts per waiter per second reach Redis.
 const MAX_SCRIPTS_PER_WAITER_PER_SECOND: f64 = 2.0;
 
-/// Lock scripts run by every master so far (EVAL and EVALSHA calls).
+/// Lock scripts run by every master so far (FCALL, EVALSHA, EVAL and their `_RO`
+/// forms).
 fn scripts_run(redis: &LocalRedis) -> u64 {
     redis
         .masters()
         .into_iter()
-        .map(|master| {
-            let stats = redis.commandstats(master);
-            stats.get("evalsha").copied().unwrap_or(0) + stats.get("eval").copied().unwrap_or(0)
-        })
+        .flat_map(|master| redis.commandstats(master))
+        .filter(|(name, _)| name.starts_with("fcall") || name.starts_with("eval"))
+        .map(|(_, calls)| calls)
         .sum()
 }
 
