@@ -248,7 +248,7 @@ impl Masters {
 
 /// What the masters did between two `commandstats` snapshots.
 pub struct StatsDelta {
-    /// Lock scripts: EVALSHA + EVAL calls.
+    /// Lock scripts: FCALL, EVALSHA and EVAL calls (and their `_RO` forms).
     pub scripts: u64,
     /// Server time spent in those scripts, microseconds.
     pub script_usec: u64,
@@ -262,11 +262,14 @@ pub fn delta(before: &CommandStats, after: &CommandStats) -> StatsDelta {
         let b = before.get(name).copied().unwrap_or_default();
         (a.0.saturating_sub(b.0), a.1.saturating_sub(b.1))
     };
-    let (evalsha, evalsha_us) = diff("evalsha");
-    let (eval, eval_us) = diff("eval");
+    let (scripts, script_usec) = after
+        .keys()
+        .filter(|name| is_script(name))
+        .map(|name| diff(name))
+        .fold((0, 0), |(calls, usec), (c, u)| (calls + c, usec + u));
     StatsDelta {
-        scripts: evalsha + eval,
-        script_usec: evalsha_us + eval_us,
+        scripts,
+        script_usec,
         subscriptions: ["ssubscribe", "sunsubscribe", "subscribe", "unsubscribe"]
             .iter()
             .map(|name| diff(name).0)
@@ -423,7 +426,7 @@ impl Masters {
             }
         }
         for (name, calls, usec) in commandstats(&stats) {
-            if name.starts_with("eval") || name.starts_with("fcall") {
+            if is_script(name) {
                 c.scripts += calls;
                 c.script_usec += usec;
             }
@@ -445,10 +448,16 @@ impl Masters {
     }
 }
 
-/// Watches `master` with MONITOR until the first `EVALSHA` on `key` shows up, and
-/// returns its arguments (from "EVALSHA" on). `trigger` runs once the monitor is
-/// listening; it should make the crate send the script.
-pub async fn capture_evalsha<F, Fut>(
+/// A `commandstats` row (lower case) of a command that runs a script: EVAL,
+/// EVALSHA, FCALL and their `_RO` forms.
+fn is_script(name: &str) -> bool {
+    name.starts_with("eval") || name.starts_with("fcall")
+}
+
+/// Watches `master` with MONITOR until the first `FCALL` or `EVALSHA` on `key`
+/// shows up, and returns its arguments (from the verb on). `trigger` runs once the
+/// monitor is listening; it should make the crate send the script.
+pub async fn capture_script<F, Fut>(
     master: &Master,
     key: &str,
     trigger: F,
@@ -473,12 +482,15 @@ where
         loop {
             let line: String = match conn.recv_response() {
                 Ok(value) => redis::from_redis_value(value).map_err(|e| e.to_string())?,
-                Err(err) => return Err(format!("MONITOR saw no EVALSHA on {key}: {err}")),
+                Err(err) => return Err(format!("MONITOR saw no script call on {key}: {err}")),
             };
             let Some((_, command)) = line.split_once("] ") else {
                 continue;
             };
-            if command.starts_with("\"EVALSHA\"") && command.contains(&needle) {
+            let call = ["\"FCALL\"", "\"EVALSHA\""]
+                .iter()
+                .any(|verb| command.starts_with(verb));
+            if call && command.contains(&needle) {
                 return Ok(command
                     .trim_matches('"')
                     .split("\" \"")
@@ -497,7 +509,7 @@ where
 /// What MONITOR showed on the masters during a window.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Sent {
-    /// EVALSHA/EVAL sent by clients.
+    /// Script calls (FCALL, EVALSHA, EVAL and their `_RO` forms) sent by clients.
     pub scripts: u64,
     /// Every other command sent by clients (INFO, MONITOR and the end marker excluded).
     pub other: u64,
@@ -547,7 +559,7 @@ pub async fn monitor_window(
                         .to_ascii_uppercase();
                     if source.ends_with(" lua") {
                         sent.in_scripts += 1;
-                    } else if name == "EVALSHA" || name == "EVAL" {
+                    } else if is_script(&name.to_ascii_lowercase()) {
                         sent.scripts += 1;
                     } else if name != "INFO" && name != "MONITOR" {
                         sent.other += 1;

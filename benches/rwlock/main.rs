@@ -130,7 +130,7 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
         results: Results::default(),
         notes: Vec::new(),
         redis_benchmarks: Vec::new(),
-        read_evalsha: None,
+        read_script: None,
         at_scale: Vec::new(),
     };
     for imp in Impl::ALL {

@@ -17,7 +17,7 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep};
 
 use crate::cluster::{
-    Masters, RedisBenchmark, Topology, capture_evalsha, delta, monitor_window, redis_benchmark,
+    Masters, RedisBenchmark, Topology, capture_script, delta, monitor_window, redis_benchmark,
 };
 use crate::locks::{Clients, Impl, Lock, Mode, Refused, TRIVIAL, Wait};
 use crate::stats::{Results, percentile};
@@ -252,8 +252,8 @@ pub struct Bench {
     /// Problems met while running (errors, skipped parts), for the report.
     pub notes: Vec<String>,
     pub redis_benchmarks: Vec<RedisBenchmark>,
-    /// The crate's read-acquire EVALSHA as sent (captured with MONITOR).
-    pub read_evalsha: Option<Vec<String>>,
+    /// The crate's read-acquire call as sent (captured with MONITOR).
+    pub read_script: Option<Vec<String>>,
     /// The `at_scale` scenario's comparisons, one per run.
     pub at_scale: Vec<crate::scale::Comparison>,
 }
@@ -376,7 +376,7 @@ impl Bench {
     }
 
     /// What one uncontended acquisition (acquire + release, one task, nothing else
-    /// running) costs the lock's master: script time (`INFO commandstats`, EVAL*
+    /// running) costs the lock's master: script time (`INFO commandstats`, FCALL* and EVAL*
     /// rows) and main-thread CPU (`INFO cpu`, user + sys: parsing, scripts,
     /// replication feed), both per acquisition. The replica's work is not counted.
     pub async fn server_cost(&mut self, run: usize, imp: Impl) {
@@ -1013,7 +1013,7 @@ impl Bench {
         }
     }
 
-    /// Captures the crate's read-acquire EVALSHA (sha and arguments, as sent) on the
+    /// Captures the crate's read-acquire call (function or sha and arguments, as sent) on the
     /// master of the `redis-benchmark` key.
     pub async fn capture_read_script(&mut self) {
         let name = self.name_on(0, "rbench");
@@ -1026,8 +1026,8 @@ impl Bench {
                 let _ = clients.release(held).await;
             }
         };
-        match capture_evalsha(&master, &key, trigger).await {
-            Ok(args) => self.read_evalsha = Some(args),
+        match capture_script(&master, &key, trigger).await {
+            Ok(args) => self.read_script = Some(args),
             Err(err) => self.note(format!(
                 "could not capture the read script for redis-benchmark: {err}"
             )),
@@ -1038,7 +1038,7 @@ impl Bench {
     /// tokens drawn from 64 values so the hash holds up to 64 readers, as in the
     /// one-lock read-heavy scenario.
     pub async fn redis_benchmark(&mut self, _run: usize) {
-        let Some(args) = self.read_evalsha.clone() else {
+        let Some(args) = self.read_script.clone() else {
             return;
         };
         let Some(key) = args.get(3).cloned() else {

@@ -8,7 +8,7 @@
 # redis-rwlock and the original design, one run per process) on a private
 # 6-node cluster of each server, alternating redis, valkey, redis, valkey, ...
 # `rounds` times each, and prints the median (min-max) over the rounds of:
-#   - script time per acquisition: INFO commandstats, EVAL* rows, on the lock's
+#   - script time per acquisition: INFO commandstats, FCALL* and EVAL* rows, on the lock's
 #     master (acquire script + release script);
 #   - main-thread CPU per acquisition: INFO cpu used_cpu_{user,sys}_main_thread
 #     deltas on the lock's master (parsing, scripts, replication feed).
