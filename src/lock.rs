@@ -243,8 +243,9 @@ impl RwLock {
 
     /// Who holds the lock now, and until when, by the server's clock.
     ///
-    /// Only reads (`EVALSHA_RO`): it changes nothing on the server, so a user whose
-    /// ACL allows only reads of the lock's keys (`%R~`) can run it.
+    /// Only reads (`FCALL_RO`, or `EVALSHA_RO` where functions are refused): it
+    /// changes nothing on the server, so a user whose ACL allows only reads of the
+    /// lock's keys (`%R~`) can run it.
     ///
     /// # Errors
     ///

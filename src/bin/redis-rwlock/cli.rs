@@ -75,7 +75,8 @@ pub enum Command {
     /// may be queued), so a script can test it without reading the output:
     /// `if redis-rwlock status NAME >/dev/null; then ...`. Codes from 64 up are
     /// failures, as listed below. It only reads, so a Redis user allowed to read keys
-    /// and run read-only scripts (EVALSHA_RO, EVAL_RO) is enough.
+    /// and run read-only scripts (EVALSHA_RO, EVAL_RO) is enough; with FCALL_RO too,
+    /// it calls the lock's function library where that is loaded.
     #[command(after_help = AFTER_HELP)]
     Status(StatusArgs),
     /// Run a command while holding a lock, like flock(1) across machines.
