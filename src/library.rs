@@ -127,6 +127,14 @@ pub(crate) fn is_refused(err: &redis::RedisError) -> bool {
             .is_some_and(|detail| detail.contains("'fcall") || detail.contains("'function"))
 }
 
+/// A failed `FUNCTION LOAD` that would fail again every time: the user may not
+/// load (NOPERM), or the server rejects the library itself (`ERR`: it does not
+/// compile, or its function names are taken). Other codes (OOM, READONLY, LOADING,
+/// BUSY...) tell of the server's state of the moment.
+pub(crate) fn refuses_for_good(err: &redis::RedisError) -> bool {
+    is_refused(err) || err.code() == Some("ERR")
+}
+
 /// Whether a client still calls the library. Set aside for good at the first
 /// refusal or failed load, so a locked-down user pays for it once.
 #[derive(Debug, Default)]
@@ -182,6 +190,19 @@ mod tests {
         ] {
             assert!(is_refused(&reply(refusal)), "{refusal}");
         }
+        // A load that will never succeed, and one that may later.
+        assert!(refuses_for_good(&reply(
+            "NOPERM User locker has no permissions to run the 'function|load' command"
+        )));
+        assert!(refuses_for_good(&reply(
+            "ERR Error compiling function: user_function:2: '=' expected near 'y'"
+        )));
+        assert!(!refuses_for_good(&reply(
+            "OOM command not allowed when used memory > 'maxmemory'."
+        )));
+        assert!(!refuses_for_good(&reply(
+            "READONLY You can't write against a read only replica."
+        )));
         // Refusals that EVALSHA would meet just the same.
         for other in [
             "NOPERM No permissions to access a key",

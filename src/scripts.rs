@@ -302,7 +302,8 @@ impl Target {
     ///   the library on the lock's master and calls again; a second miss in one
     ///   call (the slot moved meanwhile) sends EVALSHA this once;
     /// - a refused FCALL or FUNCTION LOAD (an ACL user without them), or a library
-    ///   the server will not load, makes the client send EVALSHA from then on;
+    ///   the server will not load, makes the client send EVALSHA from then on; a
+    ///   load that fails for a passing reason (OOM, READONLY...) only this call;
     /// - NOSCRIPT (a flushed or failed-over node) sends the same call as EVAL with
     ///   the source, which runs it and caches it on that node only, so a frozen
     ///   node elsewhere never stalls this lock;
@@ -356,11 +357,13 @@ impl Target {
                         loaded = true;
                         match LIBRARY.load(&conn.conn, &self.keys[0]).await {
                             Ok(()) => Via::Function,
-                            // The server refused or failed it: not a passing fault.
-                            Err(err) if err.code().is_some() => {
+                            Err(err) if library::refuses_for_good(&err) => {
                                 functions.give_up(&err);
                                 Via::Sha
                             }
+                            // The server's state of the moment (out of memory, a
+                            // failover): this call goes as a script.
+                            Err(err) if err.code().is_some() => Via::Sha,
                             Err(err) => return Err(Error::Redis(err)),
                         }
                     };
