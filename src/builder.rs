@@ -30,13 +30,13 @@ use crate::wakeups::Wakeups;
 /// * a cluster as a [`ClusterClientBuilder`] ([`cluster_client`](Self::cluster_client)):
 ///   the lock sets the three limits below and RESP3 on it, builds it once and opens
 ///   both connections from that client (the subscription one with the lock's push
-///   sender). Everything else you set stays: TLS ([`ClusterClientBuilder::certs`],
+///   sender). Everything else you set stays: TLS (`ClusterClientBuilder::certs`,
 ///   `rediss://`), username and password, retries, DNS, TCP settings. A builder
 ///   that reads from replicas (`read_routing_strategy`, `read_from_replicas`) is
 ///   refused: replication is asynchronous, so lock state is read from masters only.
 /// * one server as a [`redis::Client`] ([`client`](Self::client)): the lock
 ///   connection uses it as it is; the subscription connection is opened from the
-///   same connection info (address, TLS certificates of [`Client::build_with_tls`],
+///   same connection info (address, TLS certificates of `Client::build_with_tls`,
 ///   credentials, database) with RESP3.
 ///
 /// The servers must let the lock's user run the commands the lock sends (see the
@@ -158,7 +158,7 @@ impl LockClientBuilder {
     }
 
     /// Connect to one server with your own [`redis::Client`] (for example one made
-    /// with [`Client::build_with_tls`]); the subscription connection is opened from
+    /// with `Client::build_with_tls`); the subscription connection is opened from
     /// its connection info with RESP3. Replaces any server given before.
     ///
     /// # Examples

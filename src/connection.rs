@@ -192,12 +192,14 @@ impl Connection {
             .map_err(|err| not_a_cluster(err, &what))?;
         // One node stands for the cluster: its nodes run one version (a rolling
         // upgrade only moves it forward).
+        // An error reply (NOPERM) comes back as a value from a routed command.
         let reply = conn
             .route_command(
                 info_server(),
                 RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
             )
-            .await;
+            .await
+            .and_then(Value::extract_error);
         if let Some(info) = server_info(reply, &what)? {
             checked(&info, &what, true)?;
         }
