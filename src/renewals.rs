@@ -3,13 +3,12 @@
 //! A hold joins the queue when it is granted, due a third of the time it counts
 //! after its grant was sent (one renewal period; sooner for a hold handed over by
 //! another client's release), or with `auto_renew` off at its deadline, to be marked
-//! lost then. Most holds are
-//! released long before that: joining and leaving are a map insertion and removal,
-//! so such a hold starts no task and arms no timer of its own. One driver task per
-//! client sleeps until the earliest entry is due; a new entry wakes it only when it
-//! is due earlier than the driver's timer, or the driver waits with no timer at all
-//! (the queue was empty when its timer last fired): in a steady stream of short
-//! holds, about once per renewal period, not once per hold.
+//! lost then. Most holds are released long before that: joining and leaving are a
+//! map insertion and removal, so such a hold starts no task and arms no timer of its
+//! own. One driver task per client sleeps until the earliest entry is due; a new
+//! entry wakes it only when it is due earlier than the driver's timer, or the driver
+//! waits with no timer at all (the queue was empty when its timer last fired): in a
+//! steady stream of short holds, about once per renewal period, not once per hold.
 //!
 //! A due renewal runs as a task of its own on the runtime its hold was acquired on:
 //! a slow node delays only the renewals of its own locks, a guard stopping its
