@@ -11,6 +11,7 @@ use crate::builder::LockClientBuilder;
 use crate::connection::{Connection, Limits};
 use crate::error::Chain;
 use crate::live::Live;
+use crate::renewals::Renewals;
 use crate::scripts::ScriptConnection;
 use crate::wakeups::Wakeups;
 use crate::{Error, LockOptions, RwLock};
@@ -48,6 +49,8 @@ pub(crate) struct ClientInner {
     pub(crate) limits: Limits,
     /// Live holds and pending acquires, for [`LockClient::shutdown`].
     pub(crate) live: Live,
+    /// When each live hold renews.
+    pub(crate) renewals: Renewals,
 }
 
 impl LockClient {
@@ -149,6 +152,7 @@ impl LockClient {
                 wakeups,
                 limits,
                 live: Live::new(),
+                renewals: Renewals::new(),
             }),
         }
     }

@@ -1,42 +1,42 @@
-//! The lease behind every guard: renewal, the lost signal, release and the drop
-//! fallback, written once for both guard kinds.
+//! The lease behind every guard: the hold's deadline and lost signal, one renewal,
+//! release and the drop fallback, written once for both guard kinds. When renewals
+//! are due is the client's renewal queue's business (`renewals.rs`).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::runtime::Handle;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
-use tokio::time::{Instant, sleep, sleep_until, timeout};
+use tokio::time::{Instant, timeout};
 
 use crate::error::Chain;
 use crate::live::{Kind, Registration};
+use crate::renewals::Renewal;
 use crate::scripts::LockMode;
 use crate::token::Token;
 use crate::{Error, FencedWrites, RwLock};
 
-/// How long a failed renewal waits before trying again (while the lease lasts).
-const RENEW_RETRY: Duration = Duration::from_millis(100);
-
-/// A hold on the lock: its token, and a background task that renews it.
+/// A hold on the lock: its token, renewed from the client's renewal queue.
 pub(crate) struct Lease {
     /// `None` once released (explicitly or by Drop).
     held: Option<Held>,
 }
 
 struct Held {
-    lock: RwLock,
-    token: Token,
-    mode: LockMode,
-    status: Arc<Status>,
-    renewal: JoinHandle<()>,
-    runtime: Handle,
+    hold: Arc<Hold>,
+    renewal: Renewal,
     /// The hold's entry in the client's registry, for `LockClient::shutdown`.
     _registration: Registration,
 }
 
-/// What the guard and its renewal task share.
-struct Status {
+/// What the guard and the renewal queue share about a hold.
+pub(crate) struct Hold {
+    pub(crate) lock: RwLock,
+    pub(crate) token: Token,
+    pub(crate) mode: LockMode,
+    /// The runtime the hold was acquired on: its renewals and its drop-release run
+    /// there.
+    pub(crate) runtime: Handle,
     /// Turns true, once, when the lease is known lost.
     lost: watch::Sender<bool>,
     /// The local monotonic deadline: when the last acquire/renewal was sent, plus
@@ -46,8 +46,8 @@ struct Status {
     deadline: Mutex<Instant>,
 }
 
-impl Status {
-    fn deadline(&self) -> Instant {
+impl Hold {
+    pub(crate) fn deadline(&self) -> Instant {
         *self.deadline.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -58,12 +58,45 @@ impl Status {
         *current = (*current).max(deadline);
     }
 
-    fn mark_lost(&self) {
+    pub(crate) fn mark_lost(&self) {
         self.lost.send_replace(true);
     }
 
     fn is_held(&self) -> bool {
         !*self.lost.borrow() && Instant::now() < self.deadline()
+    }
+
+    /// One renewal, bounded by the local deadline. `Ok`: renewed, the deadline moved
+    /// on. `Err(LeaseLost)`: the lease is lost (the hold was gone, an original-design
+    /// client held beside it, or the deadline passed first), and marked so. Any other
+    /// error: this attempt failed; time may remain for another.
+    pub(crate) async fn renew_once(&self) -> Result<(), Error> {
+        let (lock, mode) = (&self.lock, self.mode);
+        let sent = Instant::now();
+        let deadline = self.deadline();
+        let lost = |why: &str| {
+            tracing::warn!(lock = lock.name(), ?mode, "lease lost: {why}");
+            self.mark_lost();
+            Err(Error::LeaseLost)
+        };
+        if *self.lost.borrow() {
+            return Err(Error::LeaseLost);
+        }
+        if sent >= deadline {
+            return lost("Redis unreachable until the lease ended");
+        }
+        match timeout(deadline - sent, lock.renew_token(&self.token, mode)).await {
+            Ok(Ok(true)) => {
+                self.extend(sent + lock.held_for(mode));
+                tracing::trace!(lock = lock.name(), ?mode, "renewed");
+                Ok(())
+            }
+            Ok(Ok(false)) => lost(
+                "at renewal the hold was gone, or a client of the original design held beside it",
+            ),
+            Ok(Err(err)) => Err(err),
+            Err(_) => lost("Redis unreachable until the lease ended"),
+        }
     }
 }
 
@@ -77,50 +110,42 @@ impl Lease {
         sent: Instant,
         lasts: Duration,
     ) -> Self {
-        let (lost, _) = watch::channel(false);
-        let status = Arc::new(Status {
-            lost,
+        let hold = Arc::new(Hold {
             deadline: Mutex::new(sent + lasts),
+            lost: watch::channel(false).0,
+            runtime: Handle::current(),
+            lock,
+            token,
+            mode,
         });
-        let runtime = Handle::current();
         // A hold that counts less than usual (handed over) renews sooner the first time.
         let first = (sent + lasts / 3).max(Instant::now());
-        let renewal = runtime.spawn(renew(
-            lock.clone(),
-            token.clone(),
-            mode,
-            status.clone(),
-            first,
-        ));
+        let renewal = hold.lock.client().inner.renewals.start(hold.clone(), first);
         let end = {
-            let (status, renewal) = (status.clone(), renewal.abort_handle());
+            let (hold, renewal) = (hold.clone(), renewal.clone());
             move || {
-                renewal.abort();
-                status.mark_lost();
+                renewal.stop();
+                hold.mark_lost();
             }
         };
-        let registration = Registration::new(&lock, &token, Kind::Hold(Box::new(end)));
+        let registration = Registration::new(&hold.lock, &hold.token, Kind::Hold(Box::new(end)));
         Lease {
             held: Some(Held {
-                lock,
-                token,
-                mode,
-                status,
+                hold,
                 renewal,
-                runtime,
                 _registration: registration,
             }),
         }
     }
 
     pub(crate) fn is_held(&self) -> bool {
-        self.held.as_ref().is_some_and(|held| held.status.is_held())
+        self.held.as_ref().is_some_and(|held| held.hold.is_held())
     }
 
     /// Resolves once the lease is known lost.
     pub(crate) async fn lost(&self) {
         if let Some(held) = &self.held {
-            let mut lost = held.status.lost.subscribe();
+            let mut lost = held.hold.lost.subscribe();
             let _ = lost.wait_for(|lost| *lost).await;
         }
     }
@@ -129,40 +154,45 @@ impl Lease {
     /// lease is gone, and marks it lost. Refused without I/O once the guard no longer
     /// believes it holds.
     pub(crate) async fn fenced_write(&self, writes: &FencedWrites) -> Result<(), Error> {
-        let Some(held) = self.held.as_ref().filter(|held| held.status.is_held()) else {
+        let Some(hold) = self
+            .held
+            .as_ref()
+            .map(|held| &held.hold)
+            .filter(|hold| hold.is_held())
+        else {
             return Err(Error::LeaseLost);
         };
-        if held.lock.fenced_write(&held.token, writes).await? {
+        if hold.lock.fenced_write(&hold.token, writes).await? {
             Ok(())
         } else {
-            held.status.mark_lost();
+            hold.mark_lost();
             Err(Error::LeaseLost)
         }
     }
 
     pub(crate) fn token(&self) -> Option<&Token> {
-        self.held.as_ref().map(|held| &held.token)
+        self.held.as_ref().map(|held| &held.hold.token)
     }
 
     /// The lock's name (empty once released: guards never show that state).
     pub(crate) fn name(&self) -> &str {
-        self.held.as_ref().map_or("", |held| held.lock.name())
+        self.held.as_ref().map_or("", |held| held.hold.lock.name())
     }
 
     /// The local deadline: the hold counts as held until then unless renewed.
     pub(crate) fn deadline(&self) -> std::time::Instant {
         self.held
             .as_ref()
-            .map_or_else(Instant::now, |held| held.status.deadline())
+            .map_or_else(Instant::now, |held| held.hold.deadline())
             .into_std()
     }
 
-    /// Renews the hold now, as the renewal task does.
+    /// Renews the hold now, as a due renewal does.
     pub(crate) async fn extend(&self) -> Result<(), Error> {
         let Some(held) = &self.held else {
             return Err(Error::LeaseLost);
         };
-        renew_once(&held.lock, &held.token, held.mode, &held.status).await
+        held.hold.renew_once().await
     }
 
     /// Ends the hold. `Err(LeaseLost)` when the lease was already known lost (the
@@ -171,16 +201,15 @@ impl Lease {
         let Some(held) = self.held.take() else {
             return Ok(());
         };
-        held.renewal.abort();
-        let was_held = held.status.is_held();
-        let limit = held.lock.options().release_timeout;
-        let attempt = held
-            .lock
-            .release_token_until(&held.token, held.status.deadline());
+        held.renewal.stop();
+        let hold = held.hold.clone();
+        let was_held = hold.is_held();
+        let limit = hold.lock.options().release_timeout;
+        let attempt = hold.lock.release_token_until(&hold.token, hold.deadline());
         let released = match timeout(limit, attempt).await {
             Ok(released) => released.map(|_| ()),
             Err(_) => {
-                tracing::debug!(lock = held.lock.name(), mode = ?held.mode, ?limit, "release unconfirmed; going on in the background");
+                tracing::debug!(lock = hold.lock.name(), mode = ?hold.mode, ?limit, "release unconfirmed; going on in the background");
                 held.release_in_background();
                 Err(Error::Redis(redis::RedisError::from(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
@@ -204,64 +233,46 @@ impl Lease {
     /// is sent after the downgrade (one already sent is refused by the script, which
     /// renews only the mode it is asked for).
     pub(crate) async fn downgrade(mut self) -> Result<Lease, Error> {
-        let Some(held) = self.held.as_mut() else {
+        let Some(held) = self.held.as_ref() else {
             return Err(Error::LeaseLost);
         };
-        held.stop_renewal().await;
-        if !held.status.is_held() {
+        held.renewal.stop_and_wait().await;
+        let hold = &held.hold;
+        if !hold.is_held() {
             return Err(Error::LeaseLost);
         }
         let sent = Instant::now();
-        if !held.lock.downgrade_token(&held.token).await? {
+        if !hold.lock.downgrade_token(&hold.token).await? {
             return Err(Error::LeaseLost);
         }
-        if held.lock.client().inner.live.is_closed() {
+        if hold.lock.client().inner.live.is_closed() {
             // Shut down meanwhile: `self` releases the read hold on its way out.
             return Err(Error::Shutdown);
         }
-        match self.held.take() {
-            Some(held) => {
-                let lasts = held.lock.held_for(LockMode::Read);
-                Ok(Lease::start(
-                    held.lock,
-                    held.token,
-                    LockMode::Read,
-                    sent,
-                    lasts,
-                ))
-            }
-            None => Err(Error::LeaseLost),
-        }
+        // The hold goes on as a read hold, with renewals of its own.
+        let (lock, token) = (hold.lock.clone(), hold.token.clone());
+        let lasts = lock.held_for(LockMode::Read);
+        self.held = None;
+        Ok(Lease::start(lock, token, LockMode::Read, sent, lasts))
     }
 }
 
 impl Held {
-    /// Stops the renewal task and waits until it has stopped.
-    async fn stop_renewal(&mut self) {
-        self.renewal.abort();
-        let _ = (&mut self.renewal).await;
-    }
-
     /// The drop fallback: release on the runtime captured at acquire time, never
     /// blocking; on failure the hold ends when its lease does.
     fn release_in_background(self) {
-        let until = self.status.deadline();
-        let Held {
-            lock,
-            token,
-            mode,
-            renewal,
-            runtime,
-            ..
-        } = self;
-        renewal.abort();
+        self.renewal.stop();
+        let hold = self.hold;
+        let until = hold.deadline();
         let unfinished = Unfinished {
-            lock: lock.name().to_owned(),
-            mode,
+            lock: hold.lock.name().to_owned(),
+            mode: hold.mode,
             done: false,
         };
+        let runtime = hold.runtime.clone();
         runtime.spawn(async move {
-            match lock.release_token_until(&token, until).await {
+            let (lock, mode) = (&hold.lock, hold.mode);
+            match lock.release_token_until(&hold.token, until).await {
                 Ok(_) => tracing::debug!(lock = lock.name(), ?mode, "released on drop"),
                 Err(err) => tracing::warn!(
                     lock = lock.name(), ?mode, error = %Chain(&err),
@@ -308,78 +319,5 @@ impl Drop for Lease {
         if let Some(held) = self.held.take() {
             held.release_in_background();
         }
-    }
-}
-
-/// The renewal task: renews every third of the time a hold counts
-/// ([`RwLock::renew_period`]) until the hold is lost or the guard goes. Without
-/// auto-renewal it only marks the lease lost when its deadline (which `extend()` may
-/// move) passes.
-async fn renew(lock: RwLock, token: Token, mode: LockMode, status: Arc<Status>, first: Instant) {
-    if !lock.options().auto_renew {
-        while Instant::now() < status.deadline() {
-            sleep_until(status.deadline()).await;
-        }
-        status.mark_lost();
-        return;
-    }
-    let period = lock.renew_period(mode);
-    let mut due = first;
-    loop {
-        sleep_until(due).await;
-        due = Instant::now() + period;
-        loop {
-            match renew_once(&lock, &token, mode, &status).await {
-                Ok(()) => break,
-                Err(Error::LeaseLost) => return,
-                Err(err) => {
-                    tracing::debug!(
-                        lock = lock.name(),
-                        ?mode,
-                        error = %Chain(&err),
-                        "renewal failed; retrying"
-                    );
-                    let left = status.deadline().saturating_duration_since(Instant::now());
-                    sleep(RENEW_RETRY.min(left)).await;
-                }
-            }
-        }
-    }
-}
-
-/// One renewal, bounded by the local deadline. `Ok`: renewed, the deadline moved on.
-/// `Err(LeaseLost)`: the lease is lost (the hold was gone, an original-design client
-/// held beside it, or the deadline passed first), and marked so. Any other error:
-/// this attempt failed; time may remain for another.
-async fn renew_once(
-    lock: &RwLock,
-    token: &Token,
-    mode: LockMode,
-    status: &Status,
-) -> Result<(), Error> {
-    let sent = Instant::now();
-    let deadline = status.deadline();
-    let lost = |why: &str| {
-        tracing::warn!(lock = lock.name(), ?mode, "lease lost: {why}");
-        status.mark_lost();
-        Err(Error::LeaseLost)
-    };
-    if *status.lost.borrow() {
-        return Err(Error::LeaseLost);
-    }
-    if sent >= deadline {
-        return lost("Redis unreachable until the lease ended");
-    }
-    match timeout(deadline - sent, lock.renew_token(token, mode)).await {
-        Ok(Ok(true)) => {
-            status.extend(sent + lock.held_for(mode));
-            tracing::trace!(lock = lock.name(), ?mode, "renewed");
-            Ok(())
-        }
-        Ok(Ok(false)) => {
-            lost("at renewal the hold was gone, or a client of the original design held beside it")
-        }
-        Ok(Err(err)) => Err(err),
-        Err(_) => lost("Redis unreachable until the lease ended"),
     }
 }

@@ -11,6 +11,7 @@ mod live;
 mod lock;
 mod options;
 mod read_guard;
+mod renewals;
 mod requests;
 mod scripts;
 mod server;

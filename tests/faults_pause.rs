@@ -147,6 +147,60 @@ fn kind(err: &Error) -> &'static str {
     }
 }
 
+/// A frozen master delays only the renewals of its own locks: while a renewal on the
+/// frozen master hangs until its lease ends (4 s), a guard of the same client on
+/// another master, with a lease of 1.5 s, renews on time (held at every check, its
+/// deadline moving on); the frozen master's guard then reports its lease lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_master_delays_no_renewal_on_another_master() {
+    let (redis, master) = blocking(start);
+    let client = LockClient::cluster(redis.urls()).await.unwrap();
+    let other_master = blocking(|| redis.masters()[1].clone());
+    let (frozen_name, live_name) = blocking(|| {
+        (
+            redis.name_on_master("renews-frozen", &master),
+            redis.name_on_master("renews-elsewhere", &other_master),
+        )
+    });
+    let long = Duration::from_secs(4);
+    let short = Duration::from_millis(1500);
+    let cut_off = client
+        .rwlock_with(&frozen_name, LockOptions::default().write_lease(long))
+        .write()
+        .await
+        .unwrap();
+    let live = client
+        .rwlock_with(&live_name, LockOptions::default().write_lease(short))
+        .write()
+        .await
+        .unwrap();
+
+    let frozen = Paused::new(master.pid);
+    let paused_at = Instant::now();
+    let deadline_at_freeze = live.deadline();
+    while paused_at.elapsed() < long + short {
+        assert!(
+            live.is_held(),
+            "the guard on a healthy master lost its lease {:?} into the freeze",
+            paused_at.elapsed()
+        );
+        sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        live.deadline() > deadline_at_freeze + long,
+        "the guard on a healthy master renewed too rarely"
+    );
+    timeout(short, cut_off.lost())
+        .await
+        .expect("the frozen master's guard never reported its lease lost");
+
+    frozen.resume();
+    blocking(|| redis.wait_cluster_ok(Duration::from_secs(10)));
+    assert!(live.is_held());
+    live.release().await.unwrap();
+    assert!(matches!(cut_off.release().await, Err(Error::LeaseLost)));
+}
+
 /// SIGSTOP of the master that owns a lock for 3 s while calls are made on it:
 /// every call returns within the client's limits (no hang), with success or
 /// `Error::Timeout`/`Error::Redis` (`WouldBlock` for `try_*`), and a lock on

@@ -8,10 +8,12 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redis_rwlock::{Error, LockClient, LockMode, LockOptions};
+use redis_rwlock::{Error, LockClient, LockMode, LockOptions, RwLock};
 use tokio::time::{Instant, timeout};
 
-use common::{cluster_client, raw_cluster, shared_cluster, unique_name, wait_for};
+use common::{
+    LocalRedis, blocking, cluster_client, raw_cluster, shared_cluster, unique_name, wait_for,
+};
 
 #[tokio::test]
 async fn a_forgotten_guard_frees_the_lock_when_its_lease_ends_and_not_before() {
@@ -257,4 +259,142 @@ async fn extend_renews_a_hold_on_demand() {
     assert_eq!(reader.mode(), LockMode::Read);
     reader.extend().await.unwrap();
     reader.release().await.unwrap();
+}
+
+/// A hold released before its first renewal is due costs nothing beyond its acquire
+/// and release: holding many at once adds no task per hold to the runtime, and
+/// short holds in a row send one acquire and one release each, no renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_released_before_their_first_renewal_cost_no_task_and_no_renewal() {
+    let server = blocking(LocalRedis::standalone);
+    let node = server.nodes[0].clone();
+    let client = LockClient::standalone(server.url()).await.unwrap();
+    // Renewals would be due a second after each acquire: far beyond these holds.
+    let lease = Duration::from_secs(3);
+    let options = LockOptions::default().read_lease(lease).write_lease(lease);
+    let locks: Vec<RwLock> = (0..50)
+        .map(|i| client.rwlock_with(format!("short-{i}"), options.clone()))
+        .collect();
+    // Scripts loaded, the renewal queue running.
+    for lock in &locks {
+        lock.try_write().await.unwrap().release().await.unwrap();
+        lock.try_read().await.unwrap().release().await.unwrap();
+    }
+    blocking(|| server.raw(&node, &["CONFIG", "RESETSTAT"]));
+    let runtime = tokio::runtime::Handle::current().metrics();
+    let before = runtime.num_alive_tasks();
+    let mut guards = Vec::new();
+    for lock in &locks {
+        guards.push(lock.try_read().await.unwrap());
+    }
+    let holding = runtime.num_alive_tasks();
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    for _ in 0..4 {
+        for lock in &locks {
+            lock.try_write().await.unwrap().release().await.unwrap();
+        }
+    }
+    let stats = blocking(|| server.commandstats(&node));
+
+    assert!(
+        holding < before + 5,
+        "{} holds at once: {before} tasks alive before, {holding} while holding",
+        locks.len()
+    );
+    let holds = 5 * locks.len() as u64;
+    // Every lock script, however it is sent (a function call, or a script).
+    let scripts: u64 = [
+        "fcall",
+        "fcall_ro",
+        "evalsha",
+        "evalsha_ro",
+        "eval",
+        "eval_ro",
+    ]
+    .iter()
+    .filter_map(|command| stats.get(*command))
+    .sum();
+    assert_eq!(
+        scripts,
+        2 * holds,
+        "{holds} short holds sent more than an acquire and a release each: {stats:?}"
+    );
+}
+
+/// Many long holds renew side by side from the one queue: after several leases
+/// every hold is still on the server, and every guard's deadline has moved on.
+#[tokio::test]
+async fn many_long_holds_renew_side_by_side() {
+    let client = cluster_client().await;
+    let lease = Duration::from_millis(900);
+    let options = LockOptions::default().read_lease(lease).write_lease(lease);
+    let locks: Vec<RwLock> = (0..20)
+        .map(|i| client.rwlock_with(unique_name(&format!("side-by-side-{i}")), options.clone()))
+        .collect();
+    let mut readers = Vec::new();
+    let mut writers = Vec::new();
+    for (i, lock) in locks.iter().enumerate() {
+        if i % 2 == 0 {
+            readers.push(lock.read().await.unwrap());
+        } else {
+            writers.push(lock.write().await.unwrap());
+        }
+    }
+    let first_deadline = readers[0].deadline().max(writers[0].deadline());
+    tokio::time::sleep(lease * 4).await;
+    for lock in &locks {
+        let state = lock.state().await.unwrap();
+        assert!(!state.is_free(), "{} lost its hold: {state:?}", lock.name());
+    }
+    for reader in &readers {
+        assert!(reader.is_held() && reader.deadline() > first_deadline + lease);
+    }
+    for writer in &writers {
+        assert!(writer.is_held() && writer.deadline() > first_deadline + lease);
+    }
+    for reader in readers {
+        reader.release().await.unwrap();
+    }
+    for writer in writers {
+        writer.release().await.unwrap();
+    }
+}
+
+/// The renewals of a client run on the runtime of the hold that first needed them.
+/// When that runtime shuts down, a hold of another runtime goes on renewing there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_outlive_the_runtime_that_first_ran_them() {
+    let client = cluster_client().await;
+    let lease = Duration::from_millis(900);
+    let options = LockOptions::default().read_lease(lease).write_lease(lease);
+    let first = client.rwlock_with(unique_name("first-runtime"), options.clone());
+    let lock = client.rwlock_with(unique_name("other-runtime"), options);
+
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let other = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async move {
+            // The first hold of the client: its renewals start on this runtime.
+            let guard = first.write().await.unwrap();
+            held_tx.send(()).unwrap();
+            done_rx.await.unwrap();
+            guard.release().await.unwrap();
+        });
+        // Shut down with the queue's driver on it.
+    });
+    held_rx.await.unwrap();
+    let writer = lock.write().await.unwrap();
+    done_tx.send(()).unwrap();
+    blocking(|| other.join().unwrap());
+
+    let until = Instant::now() + lease * 4;
+    while Instant::now() < until {
+        assert!(writer.is_held(), "the hold stopped renewing");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(matches!(lock.try_read().await, Err(Error::WouldBlock)));
+    writer.release().await.unwrap();
 }

@@ -69,8 +69,8 @@ fn main() -> ExitCode {
         }
     };
     // Everything runs in a spawned task, as an application's lock calls do: from the
-    // thread that called `block_on`, every task a call spawns (a guard's renewal) is
-    // handed to a sleeping worker thread, which costs a wake-up per call.
+    // thread that called `block_on`, every task a call spawns (a drop-release, the
+    // renewal queue's driver) is handed to a sleeping worker thread.
     let cluster = std::sync::Arc::new(cluster);
     let shared = cluster.clone();
     let outcome = runtime
