@@ -180,6 +180,20 @@ pub fn targets(b: &Bench) -> Vec<Target> {
             |x| x <= 1.3,
         ));
     }
+    for (mode, n) in [
+        ("read", UncontendedNames::READ),
+        ("write", UncontendedNames::WRITE),
+    ] {
+        let med = |name| r.median(UNCONTENDED, Impl::Ours, name);
+        let client = med(n.a50) - med(n.evalsha50) - med(n.server);
+        out.push(Target {
+            name: format!(
+                "client-side cost per uncontended {mode} acquire (acquire p50 - trivial EVALSHA p50 - the script's server time), reported"
+            ),
+            measured: format!("{} us", num(client)),
+            met: None,
+        });
+    }
     for (mode, names) in [
         ("read", ServerCostNames::READ),
         ("write", ServerCostNames::WRITE),
