@@ -101,10 +101,23 @@ impl Config {
     }
 }
 
+/// What one uncontended loop measured (us per call).
+#[derive(Default)]
+struct Timed {
+    acquire: Vec<f64>,
+    pair: Vec<f64>,
+    evalsha: Vec<f64>,
+    failures: u64,
+    trivial_calls: u64,
+}
+
 /// Metric names of the uncontended scenario, per mode.
 pub struct UncontendedNames {
     pub evalsha50: &'static str,
     pub a50: &'static str,
+    /// The same, measured on a thread that blocks on the runtime (`#[tokio::main]`).
+    pub evalsha50_main: &'static str,
+    pub a50_main: &'static str,
     pub a99: &'static str,
     pub p50: &'static str,
     pub p99: &'static str,
@@ -115,6 +128,8 @@ impl UncontendedNames {
     pub const READ: UncontendedNames = UncontendedNames {
         evalsha50: "read_evalsha_p50",
         a50: "read_acquire_p50",
+        evalsha50_main: "read_evalsha_p50_main_thread",
+        a50_main: "read_acquire_p50_main_thread",
         a99: "read_acquire_p99",
         p50: "read_pair_p50",
         p99: "read_pair_p99",
@@ -123,6 +138,8 @@ impl UncontendedNames {
     pub const WRITE: UncontendedNames = UncontendedNames {
         evalsha50: "write_evalsha_p50",
         a50: "write_acquire_p50",
+        evalsha50_main: "write_evalsha_p50_main_thread",
+        a50_main: "write_acquire_p50_main_thread",
         a99: "write_acquire_p99",
         p50: "write_pair_p50",
         p99: "write_pair_p99",
@@ -441,6 +458,39 @@ impl Bench {
     /// `try_*` + release from one task, nothing else touching the lock. Each
     /// iteration also times one trivial EVALSHA to the same master just before, so
     /// the acquire/EVALSHA ratio compares round trips made under the same load.
+    /// One mode's timed loop of the uncontended scenario: per iteration a trivial
+    /// EVALSHA, then `try_*` + release (the first 20 iterations warm up).
+    async fn timed_pairs(&mut self, lock: &Lock, mode: Mode, trivial_key: &str) -> Timed {
+        let mut t = Timed::default();
+        for i in 0..self.cfg.uncontended_iters + 20 {
+            let start = Instant::now();
+            let r: Result<i64, _> = TRIVIAL.key(trivial_key).invoke_async(&mut self.raw).await;
+            let trivial = start.elapsed();
+            t.trivial_calls += 1;
+            if r.is_err() {
+                t.failures += 1;
+            }
+            let t0 = Instant::now();
+            let held = match self.clients.acquire(lock, mode, Wait::Try).await {
+                Ok(held) => held,
+                Err(_) => {
+                    t.failures += 1;
+                    continue;
+                }
+            };
+            let t1 = Instant::now();
+            if self.clients.release(held).await.is_err() {
+                t.failures += 1;
+            }
+            if i >= 20 {
+                t.evalsha.push(us(trivial));
+                t.acquire.push(us(t1 - t0));
+                t.pair.push(us(t0.elapsed()));
+            }
+        }
+        t
+    }
+
     pub async fn uncontended(&mut self, run: usize, imp: Impl) {
         let name = self.name_on(run, &format!("unc-{run}"));
         let lock = self.clients.lock(imp, &name, LONG_WAIT);
@@ -451,37 +501,44 @@ impl Bench {
             &[Mode::Read, Mode::Write]
         };
         for &mode in modes {
-            let mut acquire = Vec::with_capacity(self.cfg.uncontended_iters);
-            let mut pair = Vec::with_capacity(self.cfg.uncontended_iters);
-            let mut evalsha = Vec::with_capacity(self.cfg.uncontended_iters);
-            let mut failures = 0u64;
-            let mut trivial_calls = 0u64;
             let before = self.masters.commandstats().await.ok();
-            for i in 0..self.cfg.uncontended_iters + 20 {
-                let t = Instant::now();
-                let r: Result<i64, _> = TRIVIAL.key(&trivial_key).invoke_async(&mut self.raw).await;
-                let trivial = t.elapsed();
-                trivial_calls += 1;
-                if r.is_err() {
-                    failures += 1;
-                }
-                let t0 = Instant::now();
-                let held = match self.clients.acquire(&lock, mode, Wait::Try).await {
-                    Ok(held) => held,
-                    Err(_) => {
-                        failures += 1;
-                        continue;
-                    }
+            let Timed {
+                mut acquire,
+                mut pair,
+                mut evalsha,
+                mut failures,
+                mut trivial_calls,
+            } = self.timed_pairs(&lock, mode, &trivial_key).await;
+            // The same loop on a thread that blocks on the runtime itself, as a
+            // `#[tokio::main]` function's body runs (ours only: the peers' clients
+            // do nothing per acquire that would differ).
+            if imp == Impl::Ours {
+                let handle = tokio::runtime::Handle::current();
+                let main = tokio::task::block_in_place(|| {
+                    handle.block_on(self.timed_pairs(&lock, mode, &trivial_key))
+                });
+                let m = match mode {
+                    Mode::Read => UncontendedNames::READ,
+                    Mode::Write => UncontendedNames::WRITE,
                 };
-                let t1 = Instant::now();
-                if self.clients.release(held).await.is_err() {
-                    failures += 1;
-                }
-                if i >= 20 {
-                    evalsha.push(us(trivial));
-                    acquire.push(us(t1 - t0));
-                    pair.push(us(t0.elapsed()));
-                }
+                let mut main_acquire = main.acquire.clone();
+                let mut main_evalsha = main.evalsha.clone();
+                self.results.record(
+                    UNCONTENDED,
+                    imp,
+                    m.a50_main,
+                    "us",
+                    percentile(&mut main_acquire, 50.0),
+                );
+                self.results.record(
+                    UNCONTENDED,
+                    imp,
+                    m.evalsha50_main,
+                    "us",
+                    percentile(&mut main_evalsha, 50.0),
+                );
+                failures += main.failures;
+                trivial_calls += main.trivial_calls;
             }
             if failures > 0 {
                 self.note(format!(

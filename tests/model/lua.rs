@@ -223,6 +223,15 @@ impl Hash {
         }
     }
 
+    /// PTTL: -2 for a missing key, -1 for one without expiry.
+    fn pttl(&self, now: Time) -> Time {
+        match (self.fields.is_empty(), self.expires) {
+            (true, _) => -2,
+            (false, None) => -1,
+            (false, Some(at)) => at - now,
+        }
+    }
+
     /// PEXPIRE: a no-op on a missing key.
     fn pexpire(&mut self, now: Time, span: Time) {
         if !self.fields.is_empty() {
@@ -627,8 +636,10 @@ fn drop_writer(s: &mut Loaded) {
 
 fn set_expiry(h: &mut Hash, s: &Loaded, p: &Params) {
     let queue = if s.head.is_some() { s.queue_until } else { 0 };
-    let t = holds_until(s).max(queue);
-    h.pexpire(s.now, (t - s.now).max(0) + p.idle);
+    let needed = (holds_until(s).max(queue) - s.now).max(0);
+    if h.pttl(s.now) < needed + p.idle / 2 {
+        h.pexpire(s.now, needed + p.idle);
+    }
 }
 
 /// `settle`: hands a free lock to the first queued writer, writes the changes and
