@@ -247,12 +247,6 @@ pub fn targets(b: &Bench) -> Vec<Target> {
             move |x| x >= floor,
         ));
     }
-    out.push(value_target(
-        "scripts per acquisition in the read-heavy mix (one lock) <= 2.1".into(),
-        r.get(READ_HEAVY_1, Impl::Ours, "scripts_per_acquisition"),
-        "",
-        |x| x <= 2.1,
-    ));
     out.push(ratio_target(
         format!("writer handoff ({WRITERS} writers): rate >= 1.0x the original design's"),
         r.get(HANDOFF, Impl::Ours, "acquisitions_per_s"),
@@ -269,18 +263,38 @@ pub fn targets(b: &Bench) -> Vec<Target> {
         "ms",
         |x| x <= 1.2,
     ));
-    out.push(value_target(
-        "writer handoff: idle gap p50 <= 0.5 ms".into(),
-        r.get(HANDOFF, Impl::Ours, "gap_p50"),
-        "ms",
-        |x| x <= 0.5,
-    ));
-    out.push(value_target(
-        "<= 1 lock script per waiter per second while waiting".into(),
-        r.get(WAITING, Impl::Ours, "scripts_per_waiter_s"),
-        "",
-        |x| x <= 1.05,
-    ));
+    // Single measures: (what, scenario, metric, unit, at most this).
+    for (what, scenario, metric, unit, limit) in [
+        (
+            "scripts per acquisition in the read-heavy mix (one lock) <= 2.1",
+            READ_HEAVY_1,
+            "scripts_per_acquisition",
+            "",
+            2.1,
+        ),
+        (
+            "writer handoff: idle gap p50 <= 0.5 ms",
+            HANDOFF,
+            "gap_p50",
+            "ms",
+            0.5,
+        ),
+        // One script per second, with room for the re-check jitter.
+        (
+            "<= 1 lock script per waiter per second while waiting",
+            WAITING,
+            "scripts_per_waiter_s",
+            "",
+            1.05,
+        ),
+    ] {
+        out.push(value_target(
+            what.into(),
+            r.get(scenario, Impl::Ours, metric),
+            unit,
+            move |x| x <= limit,
+        ));
+    }
     out.push(value_target(
         "writer behind busy readers: p99 wait < 20 ms".into(),
         r.get(STREAM, Impl::Ours, "writer_wait_p99"),
