@@ -1,25 +1,48 @@
--- acquire_write.lua: take the write lease, or queue for it.
+-- acquire_write.lua: take the write lease, or queue for it; or upgrade the caller's
+-- upgradable read hold to it.
 -- KEYS[1]  the lock's state hash
 -- ARGV[1..3] common (see helpers.lua)
--- ARGV[4]  token of this acquisition (128 random bits, hex)
+-- ARGV[4]  token of this acquisition (128 random bits, hex), or of the upgradable hold
 -- ARGV[5]  write lease (ms)
--- ARGV[6]  intent lifetime (ms): when refused, queue (or stay queued) this long;
---          '0' never queues (try_write)
+-- ARGV[6]  intent lifetime (ms): when refused, queue (or stay queued; an upgrade:
+--          keep new readers out) this long; '0' never queues (try_write, try_upgrade)
+-- ARGV[7]  '1': upgrade the token's upgradable hold, else '0'
 -- Returns {1, fence} granted (also when this token already holds: a resent command,
 --         or a hold another script's release handed to it; either way renewed to a
 --         full lease), {0, ms, fence} refused; ms = time until the current holds end
 --         unless renewed; fence = the lock's last fencing token, so the caller can
 --         tell a hand-over message sent before this refusal from one sent after it.
+--         {-1, 0} for an upgrade whose upgradable hold is gone (lost).
 -- Writers are served in arrival order: a refused writer keeps its place in the queue,
--- and a release hands the lock to the first queued writer (holds.lua, `settle`).
+-- and a release hands the lock to the first queued writer (holds.lua, `settle`). An
+-- upgrade goes before them all: the upgradable hold already keeps every writer out.
 bind(KEYS, ARGV)
 local s = load(ARGV[4])
-local lease, intent_ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
+local lease, intent_ttl, upgrade = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == '1'
 
 if s.writer == s.token then
   hold_write(s, s.token, lease)
   settle(s)
   return { 1, s.fence }
+end
+
+if upgrade then
+  if s.upgradable ~= s.token or original_beside(s, false) then
+    settle(s)
+    return { -1, 0 }
+  end
+  if upgrade_ready(s) then
+    local fence = upgrade_to_write(s, lease)
+    settle(s)
+    return { 1, fence }
+  end
+  if intent_ttl > 0 then
+    local deadline = s.now + intent_ttl
+    s.upgrade = { deadline = deadline, first_lease = math.min(intent_ttl, lease) }
+    set(s, 'u:upgrade', int(deadline) .. ':' .. int(s.upgrade.first_lease))
+  end
+  settle(s)
+  return { 0, retry_hint(s), s.fence }
 end
 
 if is_free(s) then

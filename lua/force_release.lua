@@ -16,6 +16,9 @@ if s.nreaders > 0 then
   del(s, 'readers')
   del(s, 'readers_until')
 end
+if s.upgradable then
+  end_upgradable(s)
+end
 if s.writer or s.original_writer_until then
   removed = removed + 1
   s.freed_writer = true

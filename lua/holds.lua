@@ -6,6 +6,12 @@
 --   readers_until     no counted reader's deadline is later (absent with `readers`)
 --   readers_gone      an `r:` field with a deadline up to this is what a reader that
 --                     never released left behind: it holds nothing and is not counted
+--   u:owner, u:until  the upgradable reader's token and lease deadline (ms): one of
+--                     the counted readers (its `r:` field has the same deadline) that
+--                     excludes other upgradable readers and may turn into the writer
+--   u:upgrade         "<deadline>:<first lease>" while that reader waits to upgrade:
+--                     new readers wait behind it as behind a queued writer; the
+--                     deadline lapses unless its waiter comes back (like a queue place)
 --   fence             last fencing token issued: max(fence + 1, server time in
 --                     microseconds), so tokens keep rising after the key expired
 --   the writers' queue (queue.lua) and the layout's stamps (hash_layout.lua)
@@ -29,6 +35,25 @@ local function sweep_leftovers(s)
   end
 end
 
+-- The pending upgrade ends without the write hold (withdrawn, lapsed, or its reader
+-- gone): readers that waited behind it may go.
+local function end_upgrade(s)
+  if s.upgrade or s.h['u:upgrade'] then
+    del(s, 'u:upgrade')
+    s.upgrade, s.upgrade_ended = nil, true
+  end
+end
+
+-- The upgradable hold ends without becoming the write hold (released, downgraded,
+-- expired), and its pending upgrade with it: waiting upgradable readers may go.
+local function end_upgradable(s)
+  del(s, 'u:owner')
+  del(s, 'u:until')
+  s.upgradable, s.upgradable_until = nil, nil
+  s.upgradable_ended = true
+  end_upgrade(s)
+end
+
 -- Reads the lock for an operation of `token` ('' for none): the summaries, the
 -- token's own fields and the layout's. Expired holds are noted as changes (written
 -- by `settle`; a read-only script never writes them). Raises WRONGTYPE before any
@@ -36,7 +61,8 @@ end
 local function load(token)
   local now, now_us = server_time()
   local names = { 'w:owner', 'w:until', 'readers', 'readers_until', 'readers_gone', 'fence',
-    'q:head', 'q:tail', 'queue_until', 'r:' .. token, 'wait:' .. token, 'wn:' .. token }
+    'q:head', 'q:tail', 'queue_until', 'u:owner', 'u:until', 'u:upgrade',
+    'r:' .. token, 'wait:' .. token, 'wn:' .. token }
   for _, field in ipairs(layout.fields) do
     names[#names + 1] = field
   end
@@ -49,7 +75,8 @@ local function load(token)
     fence = tonumber(h['fence'] or '0'), nreaders = tonumber(h['readers'] or '0'),
     readers_until = tonumber(h['readers_until'] or '0'), gone = tonumber(h['readers_gone'] or '0'),
     head = h['q:head'], tail = h['q:tail'], queue_until = tonumber(h['queue_until'] or '0'),
-    freed_writer = false, dequeued = false, extended = false }
+    freed_writer = false, dequeued = false, extended = false,
+    upgradable_ended = false, upgrade_ended = false }
 
   if h['w:owner'] then
     local deadline = tonumber(h['w:until'] or '0')
@@ -69,6 +96,24 @@ local function load(token)
     del(s, 'readers')
     del(s, 'readers_until')
     sweep_leftovers(s)
+  end
+  -- The upgradable reader (its deadline is its `r:` field's, so it expires with it)
+  -- and its pending upgrade.
+  if h['u:owner'] then
+    local deadline = tonumber(h['u:until'] or '0')
+    if deadline > now then
+      s.upgradable, s.upgradable_until = h['u:owner'], deadline
+      if h['u:upgrade'] then
+        local deadline, first_lease = parse_place(h['u:upgrade'])
+        if deadline > now then
+          s.upgrade = { deadline = deadline, first_lease = first_lease }
+        else
+          end_upgrade(s)
+        end
+      end
+    else
+      end_upgradable(s)
+    end
   end
   -- The token's read hold (counted; live while its deadline is ahead), or its leftover.
   local mine = tonumber(h['r:' .. token] or nil)
@@ -131,7 +176,8 @@ local function queue_hint(s)
   return math.max(s.queue_until - s.now, 1)
 end
 
--- Grants (or renews) the token a read hold of `lease` ms.
+-- Grants (or renews) the token a read hold of `lease` ms (the upgradable hold's
+-- deadline moves with it).
 local function hold_read(s, lease)
   local deadline = s.now + lease
   if not s.mine then
@@ -144,8 +190,19 @@ local function hold_read(s, lease)
     s.readers_until = deadline
     set(s, 'readers_until', int(deadline))
   end
+  if s.upgradable == s.token then
+    s.upgradable_until = deadline
+    set(s, 'u:until', int(deadline))
+  end
   layout.stamp_read(s)
   s.extended = true
+end
+
+-- The token's read hold (just granted) becomes the upgradable one.
+local function hold_upgradable(s)
+  s.upgradable, s.upgradable_until = s.token, s.mine
+  set(s, 'u:owner', s.token)
+  set(s, 'u:until', int(s.mine))
 end
 
 -- Grants (or renews) the write hold of `lease` ms to `token`.
@@ -163,11 +220,16 @@ local function grant_write(s, token, lease)
   return s.fence
 end
 
--- The token's counted read hold ends; the read stamp goes with the last one unless
--- an original reader holds.
-local function drop_reader(s)
-  del(s, 'r:' .. s.token)
-  s.mine = nil
+-- `token`'s counted read hold ends (with the upgradable hold, if it was that); the
+-- read stamp goes with the last one unless an original reader holds.
+local function drop_reader(s, token)
+  if token == s.upgradable then
+    end_upgradable(s)
+  end
+  del(s, 'r:' .. token)
+  if token == s.token then
+    s.mine = nil
+  end
   s.nreaders = s.nreaders - 1
   if s.nreaders > 0 then
     set(s, 'readers', s.nreaders)
@@ -187,6 +249,29 @@ local function drop_writer(s)
   s.freed_writer = true
 end
 
+-- True when the upgradable reader is the only reader left (an original reader
+-- counts too): nothing but its own read hold stands between it and the write hold,
+-- which no other writer can have taken meanwhile.
+local function upgrade_ready(s)
+  return s.upgradable ~= nil and s.nreaders == 1 and not s.original_reader_until
+    and not s.writer and not s.original_writer_until
+end
+
+-- The upgradable reader becomes the writer in one step, with a new fencing token
+-- (returned). The write hold lasts `lease`, but never ends before the read hold it
+-- replaces would have: its holder may still count on that one.
+local function upgrade_to_write(s, lease)
+  local token, read_until = s.upgradable, s.upgradable_until
+  del(s, 'u:owner')
+  del(s, 'u:until')
+  if s.upgrade or s.h['u:upgrade'] then
+    del(s, 'u:upgrade')
+  end
+  s.upgradable, s.upgradable_until, s.upgrade = nil, nil, nil
+  drop_reader(s, token)
+  return grant_write(s, token, math.max(lease, read_until - s.now))
+end
+
 -- Keeps the key alive at least IDLE / 2 ms past its longest deadline: when it would
 -- not be, its TTL becomes that deadline + IDLE. `PTTL` reads without a write to
 -- replicate, so most grants in a row leave the TTL alone; it is never shortened.
@@ -201,22 +286,30 @@ local function set_expiry(s)
   end
 end
 
--- The end of every script that may change the lock: hands a free lock to the first
--- queued writer, writes the changes, keeps the key alive past the deadlines it
--- extended, and tells the waiters who may go:
---   "<token>:<fence>"  the lock was handed to that queued writer (it holds now);
+-- The end of every script that may change the lock: hands the lock on when it can
+-- go to a waiter (the upgradable reader waiting to upgrade, once it is the last
+-- reader; else, once the lock is free, the first queued writer), writes the
+-- changes, keeps the key alive past the deadlines it extended, and tells the
+-- waiters who may go:
+--   "<token>:<fence>"  the lock was handed to that writer or upgrader (it holds now);
 --   "*"                it is free and nobody queues, after a writer left or the queue
 --                      emptied (readers that waited behind them);
---   "r"                readers hold but no writer does any more, after a writer left
---                      or the queue that kept readers out emptied.
+--   "r"                readers hold but no writer does any more, after a writer left,
+--                      or the queue or the pending upgrade that kept readers out went;
+--   "u"                the upgradable hold ended, the lock is not written: another
+--                      upgradable reader may go.
 -- Nobody else can be waiting: a waiting writer always queues, a reader waits only
--- behind a writer or the queue.
+-- behind a writer, the queue or a pending upgrade, an upgradable reader also behind
+-- the upgradable hold.
 local function settle(s)
   if s.dequeued then
     first_writer(s) -- takes out withdrawn places at the head: is the queue empty?
   end
   local handed
-  if is_free(s) then
+  if s.upgrade and upgrade_ready(s) then
+    local token = s.upgradable
+    handed = token .. ':' .. int(upgrade_to_write(s, s.upgrade.first_lease))
+  elseif is_free(s) then
     local first, first_lease = first_writer(s)
     if first then
       serve_head(s)
@@ -227,14 +320,16 @@ local function settle(s)
   if s.extended then
     set_expiry(s)
   end
+  local written = s.writer or s.original_writer_until
   if handed then
     redis.call(PUBLISH, CHANNEL, handed)
   elseif is_free(s) then
-    if s.freed_writer or s.dequeued then
+    if s.freed_writer or s.dequeued or s.upgrade_ended or s.upgradable_ended then
       redis.call(PUBLISH, CHANNEL, '*')
     end
-  elseif not s.writer and not s.original_writer_until
-    and (s.freed_writer or (s.dequeued and not s.head)) then
+  elseif not written and (s.freed_writer or (not s.head and (s.dequeued or s.upgrade_ended))) then
     redis.call(PUBLISH, CHANNEL, 'r')
+  elseif not written and s.upgradable_ended then
+    redis.call(PUBLISH, CHANNEL, 'u')
   end
 end

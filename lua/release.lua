@@ -1,5 +1,6 @@
--- release.lua: end whatever this token has (a read hold, the write hold, a place in
--- the writers' queue); hands the lock on or wakes who can go next.
+-- release.lua: end whatever this token has (a read hold, upgradable or not, with its
+-- pending upgrade; the write hold; a place in the writers' queue); hands the lock on
+-- or wakes who can go next.
 -- KEYS[1]  the lock's state hash
 -- ARGV[1..3] common (see helpers.lua)
 -- ARGV[4]  token
@@ -16,7 +17,7 @@ elseif s.mine then
   if reading(s) then
     removed = 1
   end
-  drop_reader(s)
+  drop_reader(s, s.token)
 elseif s.leftover then
   del(s, 'r:' .. s.token)
 end

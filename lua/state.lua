@@ -6,8 +6,10 @@
 -- ARGV[1..3] common (see helpers.lua)
 -- Returns {now_ms, fence, writer_token or '', writer_until_ms,
 --          original_writer_until_ms or 0, original_reader_until_ms or 0,
---          {{reader_token, until_ms}, ...}, {{queued_writer_token, until_ms}, ...}}
--- with queued writers first in line first.
+--          {{reader_token, until_ms}, ...}, {{queued_writer_token, until_ms}, ...},
+--          upgradable_token or '', upgrade_pending (1 or 0)}
+-- with queued writers first in line first; the upgradable reader is also one of the
+-- readers.
 bind(KEYS, ARGV)
 local s = load('')
 
@@ -37,4 +39,4 @@ while token do
   token = h['wn:' .. token]
 end
 return { s.now, s.fence, s.writer or '', s.writer_until or 0, s.original_writer_until or 0,
-         s.original_reader_until or 0, readers, queue }
+         s.original_reader_until or 0, readers, queue, s.upgradable or '', s.upgrade and 1 or 0 }

@@ -12,8 +12,9 @@ use tokio::time::{Instant, timeout};
 use crate::error::Chain;
 use crate::live::{Kind, Registration};
 use crate::renewals::Renewal;
-use crate::scripts::LockMode;
+use crate::scripts::{Access, LockMode};
 use crate::token::Token;
+use crate::waiting::upgrade;
 use crate::{Error, FencedWrites, RwLock};
 
 /// A hold on the lock: its token, renewed from the client's renewal queue.
@@ -242,7 +243,11 @@ impl Lease {
             return Err(Error::LeaseLost);
         }
         let sent = Instant::now();
-        if !hold.lock.downgrade_token(&hold.token).await? {
+        if !hold
+            .lock
+            .downgrade_token(&hold.token, Access::Write)
+            .await?
+        {
             return Err(Error::LeaseLost);
         }
         if hold.lock.client().inner.live.is_closed() {
@@ -254,6 +259,66 @@ impl Lease {
         let lasts = lock.held_for(LockMode::Read);
         self.held = None;
         Ok(Lease::start(lock, token, LockMode::Read, sent, lasts))
+    }
+
+    /// Turns this upgradable read hold into the write hold: waits (when `wait`) until
+    /// no other reader holds. On success the hold moves to the returned write lease
+    /// (with its fencing token) and `self` is left empty; on any error `self` keeps
+    /// whatever it had (a lost hold is marked so).
+    ///
+    /// The read renewals go on while the upgrade waits. Once it is granted they stop;
+    /// one already sent finds no read hold and changes nothing (the script renews only
+    /// the mode it is asked for), so the write hold is never re-leased as a read.
+    pub(crate) async fn upgrade(&mut self, wait: bool) -> Result<(Lease, u64), Error> {
+        let Some(hold) = self.held.as_ref().map(|held| held.hold.clone()) else {
+            return Err(Error::LeaseLost);
+        };
+        if !hold.is_held() {
+            return Err(Error::LeaseLost);
+        }
+        let granted = match upgrade(&hold.lock, &hold.token, wait).await {
+            Ok(granted) => granted,
+            Err(err @ (Error::LeaseLost | Error::NotReplicated { .. })) => {
+                // Gone, or released again for want of replicas.
+                hold.mark_lost();
+                return Err(err);
+            }
+            Err(err) => return Err(err),
+        };
+        if let Some(held) = self.held.take() {
+            held.renewal.stop();
+        }
+        let lease = Lease::start(
+            hold.lock.clone(),
+            granted.token,
+            LockMode::Write,
+            granted.sent,
+            granted.lasts,
+        );
+        Ok((lease, granted.fence))
+    }
+
+    /// Turns this upgradable read hold into a plain one (the lease goes on as it is);
+    /// other upgradable readers may then enter.
+    pub(crate) async fn leave_upgradable(&self) -> Result<(), Error> {
+        let Some(hold) = self
+            .held
+            .as_ref()
+            .map(|held| &held.hold)
+            .filter(|hold| hold.is_held())
+        else {
+            return Err(Error::LeaseLost);
+        };
+        if hold
+            .lock
+            .downgrade_token(&hold.token, Access::UpgradableRead)
+            .await?
+        {
+            Ok(())
+        } else {
+            hold.mark_lost();
+            Err(Error::LeaseLost)
+        }
     }
 }
 

@@ -9,11 +9,11 @@ use sync_wrapper::SyncFuture;
 use crate::client::LockClient;
 use crate::lease::Lease;
 use crate::options::check_name;
-use crate::scripts::{LockMode, ScriptConnection, Target};
+use crate::scripts::{Access, LockMode, ScriptConnection, Target};
 use crate::slot::key_slot;
 use crate::state::LockState;
 use crate::waiting::acquire;
-use crate::{Error, LockOptions, RwLockReadGuard, RwLockWriteGuard};
+use crate::{Error, LockOptions, RwLockReadGuard, RwLockUpgradableReadGuard, RwLockWriteGuard};
 
 /// A read-write lock shared by every process that names it.
 ///
@@ -241,6 +241,66 @@ impl RwLock {
         self.acquire_write(false)
     }
 
+    /// Takes the upgradable read hold: a read hold that only one holder at a time
+    /// may have, and that keeps writers out, so it can later
+    /// [`upgrade`](RwLockUpgradableReadGuard::upgrade) to the write hold with no
+    /// other writer in between. Plain readers go on beside it. Waits while a writer
+    /// holds, another upgradable reader holds, or (writer preference) a writer is
+    /// queued, at most [`LockOptions::wait_timeout`].
+    ///
+    /// # Errors
+    ///
+    /// As [`read`](Self::read).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`read`](Self::read).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// let guard = lock.upgradable_read().await?;
+    /// // ... look at the cache; other readers go on ...
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn upgradable_read(
+        &self,
+    ) -> impl Future<Output = Result<RwLockUpgradableReadGuard, Error>> + Send + Sync + 'static
+    {
+        self.acquire_upgradable(true)
+    }
+
+    /// Takes the upgradable read hold if that needs no waiting: one round trip.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WouldBlock`] when a writer holds, another upgradable reader holds, or
+    /// (writer preference) a writer is queued; otherwise as [`read`](Self::read).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`read`](Self::read).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// match lock.try_upgradable_read().await {
+    ///     Ok(guard) => guard.release().await?,
+    ///     Err(redis_rwlock::Error::WouldBlock) => println!("another refresher is looking"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn try_upgradable_read(
+        &self,
+    ) -> impl Future<Output = Result<RwLockUpgradableReadGuard, Error>> + Send + Sync + 'static
+    {
+        self.acquire_upgradable(false)
+    }
+
     /// Who holds the lock now, and until when, by the server's clock.
     ///
     /// Only reads (`FCALL_RO`, or `EVALSHA_RO` where functions are refused): it
@@ -363,15 +423,34 @@ impl RwLock {
     ) -> impl Future<Output = Result<RwLockReadGuard, Error>> + Send + Sync + 'static {
         let lock = self.clone();
         SyncFuture::new(async move {
-            let granted = acquire(&lock, LockMode::Read, wait).await?;
-            Ok(RwLockReadGuard::new(Lease::start(
-                lock,
-                granted.token,
-                LockMode::Read,
-                granted.sent,
-                granted.lasts,
-            )))
+            Ok(RwLockReadGuard::new(
+                lock.lease_for(Access::Read, wait).await?,
+            ))
         })
+    }
+
+    fn acquire_upgradable(
+        &self,
+        wait: bool,
+    ) -> impl Future<Output = Result<RwLockUpgradableReadGuard, Error>> + Send + Sync + 'static
+    {
+        let lock = self.clone();
+        SyncFuture::new(async move {
+            let lease = lock.lease_for(Access::UpgradableRead, wait).await?;
+            Ok(RwLockUpgradableReadGuard::new(lease))
+        })
+    }
+
+    /// Acquires a read hold (plain or upgradable) and starts its lease.
+    async fn lease_for(self, access: Access, wait: bool) -> Result<Lease, Error> {
+        let granted = acquire(&self, access, wait).await?;
+        Ok(Lease::start(
+            self,
+            granted.token,
+            LockMode::Read,
+            granted.sent,
+            granted.lasts,
+        ))
     }
 
     fn acquire_write(
@@ -380,7 +459,7 @@ impl RwLock {
     ) -> impl Future<Output = Result<RwLockWriteGuard, Error>> + Send + Sync + 'static {
         let lock = self.clone();
         SyncFuture::new(async move {
-            let granted = acquire(&lock, LockMode::Write, wait).await?;
+            let granted = acquire(&lock, Access::Write, wait).await?;
             Ok(RwLockWriteGuard::new(
                 Lease::start(
                     lock,

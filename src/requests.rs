@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::Chain;
-use crate::scripts::{Acquired, LockMode, Replicas};
+use crate::scripts::{Access, Acquired, LockMode, Replicas};
 use crate::token::Token;
 use crate::waiting::INTENT_TTL;
 use crate::wakeups::{Interest, Listener};
@@ -48,13 +48,14 @@ impl RwLock {
     }
 
     /// One acquire attempt. `wait`: the caller waits if refused, so a refused writer
-    /// joins (or keeps its place in) the writers' queue; `try_*` passes false. With
-    /// `min_replicas`, a granted hold that too few replicas acknowledged in time is
-    /// released again and reported.
+    /// joins (or keeps its place in) the writers' queue, and a refused upgrade keeps
+    /// new readers out; `try_*` passes false. With `min_replicas`, a granted hold
+    /// that too few replicas acknowledged in time is released again (all of the
+    /// token's holds: for an upgrade, the upgradable one too) and reported.
     pub(crate) async fn acquire_token(
         &self,
         token: &Token,
-        mode: LockMode,
+        access: Access,
         wait: bool,
     ) -> Result<Acquired, Error> {
         let target = self.target()?;
@@ -63,18 +64,21 @@ impl RwLock {
             count: options.min_replicas,
             timeout: options.replica_timeout,
         });
-        let lease = self.lease(mode);
-        let (reply, acknowledged) = match mode {
-            LockMode::Read => {
+        let lease = self.lease(access.mode());
+        let intent = if wait { INTENT_TTL } else { Duration::ZERO };
+        let conn = self.conn();
+        let (reply, acknowledged) = match access {
+            Access::Read | Access::UpgradableRead => {
                 let writer_preferred = options.fairness == Fairness::WriterPreferred;
+                let upgradable = access == Access::UpgradableRead;
                 target
-                    .acquire_read(self.conn(), token, lease, writer_preferred, replicas)
+                    .acquire_read(conn, token, lease, writer_preferred, upgradable, replicas)
                     .await?
             }
-            LockMode::Write => {
-                let intent = if wait { INTENT_TTL } else { Duration::ZERO };
+            Access::Write | Access::Upgrade => {
+                let upgrade = access == Access::Upgrade;
                 target
-                    .acquire_write(self.conn(), token, lease, intent, replicas)
+                    .acquire_write(conn, token, lease, intent, upgrade, replicas)
                     .await?
             }
         };
@@ -138,10 +142,14 @@ impl RwLock {
         self.target()?.renew(self.conn(), token, mode, lease).await
     }
 
-    /// Turns `token`'s write hold into a read hold of a full read lease.
-    pub(crate) async fn downgrade_token(&self, token: &Token) -> Result<bool, Error> {
+    /// Turns `token`'s write hold (`from` [`Access::Write`]) into a read hold of a
+    /// full read lease, or its upgradable hold (`from` [`Access::UpgradableRead`])
+    /// into a plain one.
+    pub(crate) async fn downgrade_token(&self, token: &Token, from: Access) -> Result<bool, Error> {
         let lease = self.lease(LockMode::Read);
-        self.target()?.downgrade(self.conn(), token, lease).await
+        self.target()?
+            .downgrade(self.conn(), token, lease, from)
+            .await
     }
 
     /// Applies `writes` if `token` still holds the write lock (keys checked first).

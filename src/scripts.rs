@@ -245,6 +245,29 @@ pub(crate) enum Acquired {
     /// unless renewed. `fence` is the lock's last fencing token when refused (0 for
     /// readers): a hand-over message with a larger one was sent after this refusal.
     Refused { holds_for: Duration, fence: u64 },
+    /// An upgrade found the upgradable hold it was for gone.
+    Lost,
+}
+
+/// What an acquisition asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    Read,
+    /// A read hold that excludes other upgradable ones and may become the write hold.
+    UpgradableRead,
+    Write,
+    /// The write hold, for the token's upgradable read hold.
+    Upgrade,
+}
+
+impl Access {
+    /// The mode of the hold it gets: its lease, its renewals.
+    pub(crate) fn mode(self) -> LockMode {
+        match self {
+            Access::Read | Access::UpgradableRead => LockMode::Read,
+            Access::Write | Access::Upgrade => LockMode::Write,
+        }
+    }
 }
 
 /// One lock's keys, its scripts and the settings every script call carries.
@@ -394,16 +417,17 @@ impl Target {
         Ok(self.eval(conn, script, &[], args, None).await?.0)
     }
 
-    /// Tries to take a read hold for `token`.
+    /// Tries to take a read hold for `token` (the upgradable one when `upgradable`).
     pub(crate) async fn acquire_read(
         &self,
         conn: &ScriptConnection,
         token: &Token,
         lease: Duration,
         writer_preferred: bool,
+        upgradable: bool,
         replicas: Option<Replicas>,
     ) -> Result<(Acquired, u32), Error> {
-        let args = args::acquire_read(token, lease, writer_preferred);
+        let args = args::acquire_read(token, lease, writer_preferred, upgradable);
         let (reply, acked) = self
             .eval::<reply::Acquire>(
                 conn,
@@ -417,16 +441,18 @@ impl Target {
     }
 
     /// Tries to take the write hold for `token`; when refused, queues it for
-    /// `intent` (zero: does not queue).
+    /// `intent` (zero: does not queue). With `upgrade`, for `token`'s upgradable
+    /// hold: a refusal keeps new readers out for `intent` instead of queueing.
     pub(crate) async fn acquire_write(
         &self,
         conn: &ScriptConnection,
         token: &Token,
         lease: Duration,
         intent: Duration,
+        upgrade: bool,
         replicas: Option<Replicas>,
     ) -> Result<(Acquired, u32), Error> {
-        let args = args::acquire_write(token, lease, intent);
+        let args = args::acquire_write(token, lease, intent, upgrade);
         let (reply, acked) = self
             .eval::<reply::Acquire>(
                 conn,
@@ -476,18 +502,21 @@ impl Target {
         Ok(renewed == 1)
     }
 
-    /// Turns `token`'s write hold into a read hold of `lease`; false when it is gone.
+    /// Turns `token`'s write hold (`from` write) into a read hold of `lease`, or
+    /// its upgradable hold (`from` upgradable read) into a plain one; false when
+    /// that hold is gone.
     pub(crate) async fn downgrade(
         &self,
         conn: &ScriptConnection,
         token: &Token,
         lease: Duration,
+        from: Access,
     ) -> Result<bool, Error> {
         let done: reply::Done = self
             .run(
                 conn,
                 self.scripts.get(Operation::Downgrade),
-                args::downgrade(token, lease),
+                args::downgrade(token, lease, from),
             )
             .await?;
         Ok(done == 1)
@@ -540,18 +569,20 @@ mod args {
 
     use redis::Cmd;
 
-    use super::{LockMode, Write, millis};
+    use super::{Access, LockMode, Write, millis};
     use crate::token::Token;
 
     pub(super) fn acquire_read(
         token: &Token,
         lease: Duration,
         writer_preferred: bool,
+        upgradable: bool,
     ) -> impl Fn(&mut Cmd) + '_ {
         move |cmd| {
             cmd.arg(token.as_str())
                 .arg(millis(lease))
-                .arg(u8::from(writer_preferred));
+                .arg(u8::from(writer_preferred))
+                .arg(u8::from(upgradable));
         }
     }
 
@@ -559,11 +590,13 @@ mod args {
         token: &Token,
         lease: Duration,
         intent: Duration,
+        upgrade: bool,
     ) -> impl Fn(&mut Cmd) + '_ {
         move |cmd| {
             cmd.arg(token.as_str())
                 .arg(millis(lease))
-                .arg(millis(intent));
+                .arg(millis(intent))
+                .arg(u8::from(upgrade));
         }
     }
 
@@ -583,9 +616,17 @@ mod args {
         }
     }
 
-    pub(super) fn downgrade(token: &Token, lease: Duration) -> impl Fn(&mut Cmd) + '_ {
+    pub(super) fn downgrade(
+        token: &Token,
+        lease: Duration,
+        from: Access,
+    ) -> impl Fn(&mut Cmd) + '_ {
+        let from = match from {
+            Access::UpgradableRead => "upgradable",
+            _ => "write",
+        };
         move |cmd| {
-            cmd.arg(token.as_str()).arg(millis(lease));
+            cmd.arg(token.as_str()).arg(millis(lease)).arg(from);
         }
     }
 
@@ -611,7 +652,7 @@ mod args {
 /// The reply each wrapper decodes, as the script's header states it.
 mod reply {
     /// `acquire_read`, `acquire_write`: `{1, fence}` granted, `{0, ms}` or (writers)
-    /// `{0, ms, fence}` refused: two or three integers.
+    /// `{0, ms, fence}` refused, `{-1, 0}` (upgrades) lost: two or three integers.
     pub(super) struct Acquire(pub(super) Vec<i64>);
 
     impl redis::FromRedisValue for Acquire {
@@ -639,7 +680,8 @@ mod reply {
 
 /// The reply of `state.lua`: now, fence, writer token ('' for none), writer deadline,
 /// original writer's and original reader's deadlines (0: none), readers and queued
-/// writers as (token, deadline) pairs; all times in ms.
+/// writers as (token, deadline) pairs, the upgradable reader's token ('' for none)
+/// and 1 while it waits to upgrade; all times in ms.
 pub(crate) type RawState = (
     i64,
     u64,
@@ -649,6 +691,8 @@ pub(crate) type RawState = (
     i64,
     Vec<(String, i64)>,
     Vec<(String, i64)>,
+    String,
+    i64,
 );
 
 /// `WAIT` for this many replicas, at most this long, after a script.
@@ -673,6 +717,8 @@ fn decode_acquired(reply::Acquire(reply): reply::Acquire) -> Acquired {
     let number = |i: usize| reply.get(i).map_or(0, |&n| u64::try_from(n).unwrap_or(0));
     if reply.first() == Some(&1) {
         Acquired::Granted { fence: number(1) }
+    } else if reply.first() == Some(&-1) {
+        Acquired::Lost
     } else {
         Acquired::Refused {
             holds_for: Duration::from_millis(number(1)),
@@ -741,16 +787,16 @@ mod tests {
             Contract {
                 file: "acquire_read.lua",
                 header: include_str!("../lua/acquire_read.lua"),
-                args: &["token", "read lease", "writer preference"],
-                sent: |cmd| args::acquire_read(&TOKEN, LEASE, true)(cmd),
+                args: &["token", "read lease", "writer preference", "upgradable"],
+                sent: |cmd| args::acquire_read(&TOKEN, LEASE, true, false)(cmd),
                 per_write: 0,
                 decodes: decodes::<reply::Acquire>,
             },
             Contract {
                 file: "acquire_write.lua",
                 header: include_str!("../lua/acquire_write.lua"),
-                args: &["token", "write lease", "intent lifetime"],
-                sent: |cmd| args::acquire_write(&TOKEN, LEASE, LEASE)(cmd),
+                args: &["token", "write lease", "intent lifetime", "upgrade"],
+                sent: |cmd| args::acquire_write(&TOKEN, LEASE, LEASE, false)(cmd),
                 per_write: 0,
                 decodes: decodes::<reply::Acquire>,
             },
@@ -773,8 +819,8 @@ mod tests {
             Contract {
                 file: "downgrade.lua",
                 header: include_str!("../lua/downgrade.lua"),
-                args: &["token", "read lease"],
-                sent: |cmd| args::downgrade(&TOKEN, LEASE)(cmd),
+                args: &["token", "read lease", "'write' or 'upgradable'"],
+                sent: |cmd| args::downgrade(&TOKEN, LEASE, Access::Write)(cmd),
                 per_write: 0,
                 decodes: decodes::<reply::Done>,
             },

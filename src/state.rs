@@ -72,6 +72,11 @@ pub struct LockState {
     /// Writers waiting for the lock, first in line first (`until`: when the queued
     /// place lapses unless the waiter re-checks).
     pub queued_writers: Vec<Holder>,
+    /// The upgradable reader, if one holds (it is one of [`readers`](Self::readers)
+    /// too: to everyone else it is a reader).
+    pub upgradable: Option<Holder>,
+    /// The upgradable reader waits to upgrade: new readers wait meanwhile.
+    pub upgrade_pending: bool,
     /// The last fencing token issued (0 if none, or the lock expired since).
     pub fencing_token: u64,
 }
@@ -117,8 +122,18 @@ impl LockState {
 
     /// Builds the snapshot from the state script's reply.
     pub(crate) fn from_raw(raw: RawState) -> Self {
-        let (now, fence, writer, writer_until, original_writer, original_reader, readers, queue) =
-            raw;
+        let (
+            now,
+            fence,
+            writer,
+            writer_until,
+            original_writer,
+            original_reader,
+            readers,
+            queue,
+            upgradable,
+            upgrade_pending,
+        ) = raw;
         let holder = |token: Option<String>, until: i64| Holder {
             token,
             until: wall_clock(until),
@@ -133,6 +148,10 @@ impl LockState {
             .map(|(token, until)| holder(Some(token), until))
             .collect();
         readers.sort_by_key(|r| r.until);
+        let upgradable = readers
+            .iter()
+            .find(|reader| reader.token.as_deref() == Some(upgradable.as_str()))
+            .cloned();
         if original_reader > 0 {
             readers.push(holder(None, original_reader));
         }
@@ -144,6 +163,8 @@ impl LockState {
                 .into_iter()
                 .map(|(token, until)| holder(Some(token), until))
                 .collect(),
+            upgradable,
+            upgrade_pending: upgrade_pending == 1,
             fencing_token: fence,
         }
     }
@@ -168,6 +189,8 @@ mod tests {
             1_004_000,
             vec![("bb".into(), 1_006_000), ("aa".into(), 1_005_000)],
             vec![("dd".into(), 1_003_000), ("cc".into(), 1_003_500)],
+            "bb".into(),
+            1,
         ));
         assert_eq!(state.mode(), Some(LockMode::Read));
         let readers: Vec<_> = state.readers.iter().map(|h| h.token.clone()).collect();
@@ -179,11 +202,30 @@ mod tests {
             .collect();
         assert_eq!(queue, ["dd", "cc"]);
         assert_eq!(state.fencing_token, 77);
+        let upgradable = state.upgradable.as_ref().unwrap();
+        assert_eq!(upgradable.token.as_deref(), Some("bb"));
+        assert_eq!(upgradable.until.timestamp_millis(), 1_006_000);
+        assert!(state.upgrade_pending);
         assert_eq!(state.server_time.timestamp_millis(), 1_000_000);
 
-        let original = LockState::from_raw((1, 0, String::new(), 0, 5_000, 0, vec![], vec![]));
+        let nobody = || (String::new(), 0);
+        let (none, pending) = nobody();
+        let original = LockState::from_raw((
+            1,
+            0,
+            String::new(),
+            0,
+            5_000,
+            0,
+            vec![],
+            vec![],
+            none,
+            pending,
+        ));
         assert_eq!(original.writer.unwrap().token, None);
-        let free = LockState::from_raw((1, 0, String::new(), 0, 0, 0, vec![], vec![]));
-        assert!(free.is_free());
+        let (none, pending) = nobody();
+        let free =
+            LockState::from_raw((1, 0, String::new(), 0, 0, 0, vec![], vec![], none, pending));
+        assert!(free.is_free() && free.upgradable.is_none() && !free.upgrade_pending);
     }
 }

@@ -18,7 +18,7 @@ use tracing::Instrument;
 
 use crate::error::Chain;
 use crate::live::{Kind, Registration};
-use crate::scripts::{Acquired, LockMode};
+use crate::scripts::{Access, Acquired, LockMode};
 use crate::token::Token;
 use crate::wakeups::{Interest, Listener, RESUBSCRIBED};
 use crate::{Error, RwLock};
@@ -64,31 +64,48 @@ fn handed_to(payload: &str, token: &Token) -> Option<u64> {
     (named == token.as_str()).then(|| fence.parse().ok())?
 }
 
-/// Takes the lock in `mode`; waits (bounded by `wait_timeout`) when `wait`, else
-/// returns [`Error::WouldBlock`] at the first refusal. Runs in a `debug` span
-/// `acquire` with the lock's name and the mode.
-pub(crate) async fn acquire(lock: &RwLock, mode: LockMode, wait: bool) -> Result<Granted, Error> {
-    let span = tracing::debug_span!("acquire", lock = lock.name(), ?mode, wait);
-    attempt_until_granted(lock, mode, wait)
+/// Takes the lock as `access` asks (not [`Access::Upgrade`]) with a new token;
+/// waits (bounded by `wait_timeout`) when `wait`, else returns
+/// [`Error::WouldBlock`] at the first refusal. Runs in a `debug` span `acquire`
+/// with the lock's name and the access.
+pub(crate) async fn acquire(lock: &RwLock, access: Access, wait: bool) -> Result<Granted, Error> {
+    let span = tracing::debug_span!("acquire", lock = lock.name(), ?access, wait);
+    lock.check()?;
+    let pending = Pending::new(lock, Token::random());
+    attempt_until_granted(lock, access, wait, pending)
+        .instrument(span)
+        .await
+}
+
+/// Upgrades `token`'s upgradable hold to the write hold, waiting as [`acquire`]
+/// does. [`Error::LeaseLost`] when the upgradable hold is gone. Whatever the outcome,
+/// the token stays the caller's to release: nothing is withdrawn here (a refused
+/// upgrade's mark that keeps new readers out lapses with its intent, or goes with
+/// the caller's release).
+pub(crate) async fn upgrade(lock: &RwLock, token: &Token, wait: bool) -> Result<Granted, Error> {
+    let span = tracing::debug_span!("acquire", lock = lock.name(), access = ?Access::Upgrade, wait);
+    lock.check()?;
+    let pending = Pending::borrowed(lock, token.clone());
+    attempt_until_granted(lock, Access::Upgrade, wait, pending)
         .instrument(span)
         .await
 }
 
 async fn attempt_until_granted(
     lock: &RwLock,
-    mode: LockMode,
+    access: Access,
     wait: bool,
+    mut pending: Pending<'_>,
 ) -> Result<Granted, Error> {
-    lock.check()?;
     let live = &lock.client().inner.live;
     if live.is_closed() {
+        pending.disarm();
         return Err(Error::Shutdown);
     }
     let started = Instant::now();
     let deadline = lock.options().wait_timeout.map(|limit| started + limit);
-    let mut pending = Pending::new(lock, Token::random());
     let interest = |token: &Token| Interest {
-        mode,
+        access,
         token: token.clone(),
         fairness: lock.options().fairness,
     };
@@ -107,7 +124,7 @@ async fn attempt_until_granted(
         }
         let sent = Instant::now();
         attempts += 1;
-        let reply = lock.acquire_token(&pending.token, mode, wait).await?;
+        let reply = lock.acquire_token(&pending.token, access, wait).await?;
         if live.is_closed() {
             // Shut down while the request was out: undo whatever it got.
             return pending.give_up(attempts, Error::Shutdown).await;
@@ -123,8 +140,13 @@ async fn attempt_until_granted(
                     token: pending.disarm(),
                     fence,
                     sent,
-                    lasts: lock.held_for(mode),
+                    lasts: lock.held_for(access.mode()),
                 });
+            }
+            Acquired::Lost => {
+                tracing::debug!("the upgradable hold is gone");
+                pending.disarm();
+                return Err(Error::LeaseLost);
             }
             Acquired::Refused { .. } if !wait => {
                 tracing::trace!("would block");
@@ -195,22 +217,34 @@ fn recheck_after(holds_for: Duration) -> Duration {
 /// the caller gives up (timeout, error, the future dropped mid-request), its queue
 /// place and any hold a lost reply granted are released in the background, on the
 /// runtime the attempt started on (the future may be dropped outside any runtime).
+/// An upgrade's token is borrowed: its holder's guard releases it.
 struct Pending<'a> {
     lock: &'a RwLock,
     token: Token,
     armed: bool,
     runtime: Handle,
-    /// The attempt's entry in the client's registry, for `LockClient::shutdown`.
-    _registration: Registration,
+    /// The attempt's entry in the client's registry, for `LockClient::shutdown`
+    /// (a borrowed token has its holder's).
+    _registration: Option<Registration>,
 }
 
 impl<'a> Pending<'a> {
     fn new(lock: &'a RwLock, token: Token) -> Self {
         Pending {
-            _registration: Registration::new(lock, &token, Kind::Pending),
+            _registration: Some(Registration::new(lock, &token, Kind::Pending)),
             lock,
             token,
             armed: true,
+            runtime: Handle::current(),
+        }
+    }
+
+    fn borrowed(lock: &'a RwLock, token: Token) -> Self {
+        Pending {
+            _registration: None,
+            lock,
+            token,
+            armed: false,
             runtime: Handle::current(),
         }
     }
@@ -226,7 +260,7 @@ impl<'a> Pending<'a> {
     /// this fails).
     async fn give_up<T>(&mut self, attempts: u32, err: Error) -> Result<T, Error> {
         tracing::debug!(attempts, error = %err, "giving up");
-        if self.lock.release_token(&self.token).await.is_ok() {
+        if self.armed && self.lock.release_token(&self.token).await.is_ok() {
             self.armed = false;
         }
         Err(err)

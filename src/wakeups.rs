@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 
 use crate::connection::Connection;
 use crate::error::Chain;
-use crate::scripts::LockMode;
+use crate::scripts::Access;
 use crate::token::Token;
 use crate::{Error, Fairness};
 
@@ -34,24 +34,27 @@ const LINGER: Duration = Duration::from_secs(5);
 
 /// What a waiter waits for; decides which release messages concern it.
 pub(crate) struct Interest {
-    pub(crate) mode: LockMode,
+    pub(crate) access: Access,
     pub(crate) token: Token,
     pub(crate) fairness: Fairness,
 }
 
 impl Interest {
-    /// Whether a message concerns this waiter: `*` wakes everyone, `r` the
-    /// readers, `<token>:<fence>` (the lock was handed to that queued writer) the
-    /// writer it names (readers that do not defer to writers try on every message).
+    /// Whether a message concerns this waiter: `*` wakes everyone but upgrades, `r`
+    /// the readers, `u` (the upgradable hold ended) the upgradable readers,
+    /// `<token>:<fence>` (the lock was handed to that queued writer or upgrade) the
+    /// one it names (readers that do not defer to writers try on every message).
     fn wants(&self, payload: &str) -> bool {
-        match (payload, self.mode) {
+        let named =
+            || payload.split_once(':').map_or(payload, |(token, _)| token) == self.token.as_str();
+        match (payload, self.access) {
+            (_, Access::Upgrade) => named(),
             ("*", _) => true,
-            ("r", LockMode::Read) => true,
-            (_, LockMode::Read) => self.fairness == Fairness::ReaderPreferred,
-            (message, LockMode::Write) => {
-                let named = message.split_once(':').map_or(message, |(token, _)| token);
-                named == self.token.as_str()
+            ("r", Access::Read | Access::UpgradableRead) | ("u", Access::UpgradableRead) => true,
+            (_, Access::Read | Access::UpgradableRead) => {
+                self.fairness == Fairness::ReaderPreferred
             }
+            (_, Access::Write) => named(),
         }
     }
 }
@@ -310,9 +313,9 @@ impl Drop for Listener {
 mod tests {
     use super::*;
 
-    fn interest(mode: LockMode, token: &Token, fairness: Fairness) -> Interest {
+    fn interest(access: Access, token: &Token, fairness: Fairness) -> Interest {
         Interest {
-            mode,
+            access,
             token: token.clone(),
             fairness,
         }
@@ -322,17 +325,30 @@ mod tests {
     fn messages_concern_only_who_can_proceed() {
         let me = Token::random();
         let other = Token::random();
+        let handed = |token: &Token| format!("{}:42", token.as_str());
         let wp = Fairness::WriterPreferred;
-        let writer = interest(LockMode::Write, &me, wp);
+        let writer = interest(Access::Write, &me, wp);
         assert!(writer.wants("*"));
-        assert!(writer.wants(me.as_str()));
-        assert!(!writer.wants(other.as_str()));
+        assert!(writer.wants(&handed(&me)));
+        assert!(!writer.wants(&handed(&other)));
         assert!(!writer.wants("r"));
-        let reader = interest(LockMode::Read, &me, wp);
+        assert!(!writer.wants("u"));
+        let reader = interest(Access::Read, &me, wp);
         assert!(reader.wants("r"));
         assert!(reader.wants("*"));
-        assert!(!reader.wants(other.as_str()));
-        let eager = interest(LockMode::Read, &me, Fairness::ReaderPreferred);
-        assert!(eager.wants(other.as_str()));
+        assert!(!reader.wants("u"));
+        assert!(!reader.wants(&handed(&other)));
+        let upgradable = interest(Access::UpgradableRead, &me, wp);
+        for message in ["*", "r", "u"] {
+            assert!(upgradable.wants(message), "{message}");
+        }
+        assert!(!upgradable.wants(&handed(&other)));
+        let upgrade = interest(Access::Upgrade, &me, wp);
+        assert!(upgrade.wants(&handed(&me)));
+        for message in ["*", "r", "u"] {
+            assert!(!upgrade.wants(message), "{message}");
+        }
+        let eager = interest(Access::Read, &me, Fairness::ReaderPreferred);
+        assert!(eager.wants(&handed(&other)));
     }
 }

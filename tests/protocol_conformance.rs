@@ -289,7 +289,11 @@ impl Run<'_> {
             }
             Step::Downgrade(t) => {
                 let out = lua::downgrade(&mut self.model, &p, now, tok(t), READ_LEASE);
-                let args = [self.tokens[t].clone(), READ_LEASE.to_string()];
+                let args = [
+                    self.tokens[t].clone(),
+                    READ_LEASE.to_string(),
+                    "write".into(),
+                ];
                 let s = self.scripts;
                 (Some(out), Some(self.call(&s.downgrade, &args)?))
             }

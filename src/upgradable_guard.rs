@@ -1,0 +1,290 @@
+//! [`RwLockUpgradableReadGuard`]: a shared hold that can become the exclusive one.
+
+use std::fmt;
+
+use crate::lease::Lease;
+use crate::state::LockMode;
+use crate::{Error, RwLockReadGuard, RwLockWriteGuard};
+
+/// An upgradable read hold on an [`RwLock`](crate::RwLock), renewed in the background
+/// while it lives: it reads beside plain readers, but only one upgradable hold exists
+/// at a time, and no writer enters while it lives. So it can look at the resource
+/// and then [`upgrade`](Self::upgrade) to the write hold with no other writer in
+/// between: of several processes that find a cache stale, only the one holding this
+/// refreshes it, and the others find it fresh when they get their turn.
+///
+/// Release it with [`release`](Self::release); dropping it releases in the
+/// background (see the lock's drop contract).
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+/// # let stale = |_: &()| true;
+/// let guard = lock.upgradable_read().await?; // readers go on meanwhile
+/// if stale(&()) {
+///     let writer = guard.upgrade().await?; // waits for the readers to leave
+///     // ... refresh, e.g. with writer.fenced_write(..) ...
+///     writer.release().await?;
+/// } else {
+///     guard.release().await?;
+/// }
+/// # Ok(()) }
+/// ```
+#[must_use = "the hold is released as soon as the guard is dropped"]
+#[clippy::has_significant_drop]
+pub struct RwLockUpgradableReadGuard {
+    lease: Lease,
+}
+
+impl RwLockUpgradableReadGuard {
+    pub(crate) fn new(lease: Lease) -> Self {
+        RwLockUpgradableReadGuard { lease }
+    }
+
+    /// The name of the lock this guard holds.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(client: redis_rwlock::LockClient) -> Result<(), redis_rwlock::Error> {
+    /// let guard = client.rwlock("inventory").upgradable_read().await?;
+    /// assert_eq!(guard.name(), "inventory");
+    /// # Ok(()) }
+    /// ```
+    pub fn name(&self) -> &str {
+        self.lease.name()
+    }
+
+    /// The mode of this hold: [`LockMode::Read`](crate::LockMode::Read). It is a read
+    /// hold to everyone else, clients of the original design too.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// let guard = lock.upgradable_read().await?;
+    /// assert_eq!(guard.mode(), redis_rwlock::LockMode::Read);
+    /// # Ok(()) }
+    /// ```
+    pub fn mode(&self) -> LockMode {
+        LockMode::Read
+    }
+
+    /// The local deadline of the lease, as for
+    /// [`RwLockReadGuard::deadline`](crate::RwLockReadGuard::deadline).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// let guard = lock.upgradable_read().await?;
+    /// let left = guard.deadline().saturating_duration_since(std::time::Instant::now());
+    /// println!("held for at least {left:?} more");
+    /// # Ok(()) }
+    /// ```
+    pub fn deadline(&self) -> std::time::Instant {
+        self.lease.deadline()
+    }
+
+    /// Renews the lease now, as for
+    /// [`RwLockReadGuard::extend`](crate::RwLockReadGuard::extend).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the lease was already lost or the hold is gone;
+    /// [`Error::Redis`] when this attempt failed and the deadline has not passed.
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped mid-flight the renewal may or may not have happened.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// let guard = lock.upgradable_read().await?;
+    /// guard.extend().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn extend(&self) -> Result<(), Error> {
+        self.lease.extend().await
+    }
+
+    /// False once the lease is known lost (a renewal found it gone, or Redis could
+    /// not be reached before the lease's local deadline), and after a successful
+    /// [`try_upgrade`](Self::try_upgrade), which moves the hold to the write guard.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// let guard = lock.upgradable_read().await?;
+    /// assert!(guard.is_held());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_held(&self) -> bool {
+        self.lease.is_held()
+    }
+
+    /// Resolves when the lease is lost (never, while renewals succeed).
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop and to call again.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// let guard = lock.upgradable_read().await?;
+    /// tokio::select! {
+    ///     () = guard.lost() => eprintln!("lease lost"),
+    ///     () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn lost(&self) {
+        self.lease.lost().await
+    }
+
+    /// Turns this hold into the write hold, with a new fencing token and no other
+    /// writer in between: waits until every other reader has left, at most
+    /// [`LockOptions::wait_timeout`](crate::LockOptions::wait_timeout). While it
+    /// waits, new readers wait too (with
+    /// [`Fairness::WriterPreferred`](crate::Fairness::WriterPreferred)), so a stream
+    /// of readers cannot starve it; queued writers wait anyway. The last reader's
+    /// release hands the write hold over: one wake-up, no polling.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the upgradable hold was already gone;
+    /// [`Error::Timeout`] when the wait limit passed (the hold is then released);
+    /// [`Error::Redis`] when Redis failed (the hold is then released in the
+    /// background).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops this guard: its hold is released in the
+    /// background, whether the upgrade was still waiting (readers are let in again
+    /// at once) or had just been granted.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// let guard = lock.upgradable_read().await?;
+    /// let writer = guard.upgrade().await?;
+    /// println!("refreshing with fencing token {}", writer.fencing_token());
+    /// writer.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn upgrade(mut self) -> Result<RwLockWriteGuard, Error> {
+        match self.lease.upgrade(true).await {
+            Ok((lease, fence)) => Ok(RwLockWriteGuard::new(lease, fence)),
+            Err(Error::Timeout) => {
+                // Let the readers in now, not when the lease ends.
+                let _ = self.lease.release().await;
+                Err(Error::Timeout)
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Turns this hold into the write hold if no other reader holds: one round trip.
+    /// On success the hold moves to the returned write guard and this guard is left
+    /// empty ([`is_held`](Self::is_held) false; releasing or dropping it does
+    /// nothing); on an error it keeps its hold, except as said below.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WouldBlock`] while other readers hold; [`Error::LeaseLost`] when the
+    /// upgradable hold is gone; [`Error::Redis`] when Redis failed;
+    /// [`Error::NotReplicated`] when too few replicas acknowledged (the hold was
+    /// released).
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped mid-flight the upgrade may have been granted: this guard still
+    /// owns the hold, in whichever mode, and releasing or dropping it ends it.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// use redis_rwlock::Error;
+    ///
+    /// let mut guard = lock.upgradable_read().await?;
+    /// match guard.try_upgrade().await {
+    ///     Ok(writer) => writer.release().await?,
+    ///     Err(Error::WouldBlock) => guard.release().await?, // readers are busy: later
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_upgrade(&mut self) -> Result<RwLockWriteGuard, Error> {
+        let (lease, fence) = self.lease.upgrade(false).await?;
+        Ok(RwLockWriteGuard::new(lease, fence))
+    }
+
+    /// Turns this hold into a plain read hold, in one step: the lease goes on, and
+    /// another upgradable reader may now enter.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the hold was already gone; [`Error::Redis`] when
+    /// Redis failed (the hold is then released in the background).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future releases the hold in the background, upgradable or not.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// let guard = lock.upgradable_read().await?;
+    /// // ... the value is fresh: no refresh needed, keep reading ...
+    /// let reader = guard.downgrade().await?;
+    /// reader.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn downgrade(self) -> Result<RwLockReadGuard, Error> {
+        self.lease.leave_upgradable().await?;
+        Ok(RwLockReadGuard::new(self.lease))
+    }
+
+    /// Ends the hold, as [`RwLockReadGuard::release`](crate::RwLockReadGuard::release)
+    /// does; another upgradable reader may then enter.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the guard already knew its lease was gone;
+    /// [`Error::Redis`] when Redis could not be reached (the hold then ends with its
+    /// lease).
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped mid-flight the release may or may not have happened; the hold ends
+    /// with its lease at the latest.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// lock.upgradable_read().await?.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn release(self) -> Result<(), Error> {
+        self.lease.release().await
+    }
+}
+
+impl fmt::Debug for RwLockUpgradableReadGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RwLockUpgradableReadGuard")
+            .field("token", &self.lease.token())
+            .field("held", &self.is_held())
+            .finish()
+    }
+}
