@@ -218,6 +218,42 @@ async fn status_of_a_held_lock_shows_each_holder_the_queue_and_the_fence() {
 }
 
 #[tokio::test]
+async fn status_shows_the_upgradable_reader_and_a_pending_upgrade() {
+    let client = cluster_client().await;
+    let name = unique_name("cli-upgradable");
+    let lock = client.rwlock(name.as_str());
+    let reader = lock.read().await.unwrap();
+    let upgradable = lock.upgradable_read().await.unwrap();
+    let (_, stdout, stderr) = run(cli(&["status", &name, "--json"])).await;
+    let status = json(&stdout);
+    assert_eq!(status["mode"], "read", "{stderr}");
+    let token = status["upgradable"]["token"].as_str().unwrap().to_owned();
+    assert_eq!(status["readers"].as_array().unwrap().len(), 2, "{stdout}");
+    assert_eq!(status["upgrade_pending"], false);
+
+    let upgrade = tokio::spawn(upgradable.upgrade());
+    wait_for(&lock, |s| s.upgrade_pending).await;
+    let (_, text, _) = run(cli(&["status", &name])).await;
+    let line = text
+        .lines()
+        .find(|l| l.contains(&token))
+        .unwrap_or_else(|| panic!("upgradable reader missing: {text}"));
+    assert!(line.trim_start().starts_with("upgradable reader"), "{line}");
+    assert!(text.contains("waits to upgrade"), "{text}");
+    let (_, stdout, _) = run(cli(&["status", &name, "--json"])).await;
+    assert_eq!(json(&stdout)["upgrade_pending"], true, "{stdout}");
+
+    reader.release().await.unwrap();
+    let writer = timeout(RUN_LIMIT, upgrade).await.unwrap().unwrap().unwrap();
+    let (_, stdout, _) = run(cli(&["status", &name, "--json"])).await;
+    let status = json(&stdout);
+    assert_eq!(status["mode"], "write");
+    assert_eq!(status["writer"]["token"].as_str(), Some(token.as_str()));
+    assert!(status["upgradable"].is_null());
+    writer.release().await.unwrap();
+}
+
+#[tokio::test]
 async fn status_exit_code_tells_held_from_free_for_a_script() {
     let client = cluster_client().await;
     let name = unique_name("cli-test");

@@ -52,6 +52,10 @@ struct StatusView {
     server_time: DateTime<Local>,
     writer: Option<HolderView>,
     readers: Vec<HolderView>,
+    /// The upgradable reader (one of `readers`), if any.
+    upgradable: Option<HolderView>,
+    /// The upgradable reader waits to upgrade: new readers wait meanwhile.
+    upgrade_pending: bool,
     /// First in line first; `until`: when the place lapses unless its waiter re-checks.
     queued_writers: Vec<HolderView>,
     /// The last fencing token issued.
@@ -89,6 +93,8 @@ impl StatusView {
             server_time: state.server_time.with_timezone(&Local),
             writer: state.writer.as_ref().map(holder),
             readers: state.readers.iter().map(holder).collect(),
+            upgradable: state.upgradable.as_ref().map(holder),
+            upgrade_pending: state.upgrade_pending,
             queued_writers: state.queued_writers.iter().map(holder).collect(),
             fencing_token: state.fencing_token,
         }
@@ -104,8 +110,20 @@ impl StatusView {
         if let Some(writer) = &self.writer {
             let _ = writeln!(out, "  writer  {}", writer.line("until"));
         }
+        let upgradable = self.upgradable.as_ref().and_then(|u| u.token.as_deref());
         for reader in &self.readers {
-            let _ = writeln!(out, "  reader  {}", reader.line("until"));
+            let kind = if reader.token.is_some() && reader.token.as_deref() == upgradable {
+                "upgradable reader"
+            } else {
+                "reader"
+            };
+            let _ = writeln!(out, "  {kind}  {}", reader.line("until"));
+        }
+        if self.upgrade_pending {
+            let _ = writeln!(
+                out,
+                "  the upgradable reader waits to upgrade: new readers wait"
+            );
         }
         let _ = writeln!(out, "queued writers: {}", self.queued_writers.len());
         for (place, waiter) in self.queued_writers.iter().enumerate() {
