@@ -30,6 +30,16 @@ use crate::{Error, LockOptions, RwLockReadGuard, RwLockUpgradableReadGuard, RwLo
 /// block the lock for long; a cancelled one withdraws at once).
 /// [`Fairness::ReaderPreferred`](crate::Fairness::ReaderPreferred) lets readers in whenever no writer holds.
 ///
+/// # Upgradable reads
+///
+/// [`upgradable_read`](Self::upgradable_read) takes a read hold that only one
+/// holder at a time may have: plain readers go on beside it, writers wait, and it
+/// can turn into the write hold with no writer in between
+/// ([`RwLockUpgradableReadGuard::upgrade`]). Check a cache's age under it and refresh
+/// only when stale: of several processes doing so, one refreshes per staleness
+/// period. An upgradable acquire waits behind queued writers (writer preference); a
+/// waiting upgrade keeps new readers out and goes before queued writers.
+///
 /// # Drop contract
 ///
 /// [`RwLockReadGuard::release`]/[`RwLockWriteGuard::release`] end a hold and report

@@ -74,8 +74,10 @@ pub struct LockState {
     pub queued_writers: Vec<Holder>,
     /// The upgradable reader, if one holds (it is one of [`readers`](Self::readers)
     /// too: to everyone else it is a reader).
+    #[serde(default)]
     pub upgradable: Option<Holder>,
     /// The upgradable reader waits to upgrade: new readers wait meanwhile.
+    #[serde(default)]
     pub upgrade_pending: bool,
     /// The last fencing token issued (0 if none, or the lock expired since).
     pub fencing_token: u64,
@@ -208,8 +210,6 @@ mod tests {
         assert!(state.upgrade_pending);
         assert_eq!(state.server_time.timestamp_millis(), 1_000_000);
 
-        let nobody = || (String::new(), 0);
-        let (none, pending) = nobody();
         let original = LockState::from_raw((
             1,
             0,
@@ -219,13 +219,22 @@ mod tests {
             0,
             vec![],
             vec![],
-            none,
-            pending,
+            String::new(),
+            0,
         ));
         assert_eq!(original.writer.unwrap().token, None);
-        let (none, pending) = nobody();
-        let free =
-            LockState::from_raw((1, 0, String::new(), 0, 0, 0, vec![], vec![], none, pending));
+        let free = LockState::from_raw((
+            1,
+            0,
+            String::new(),
+            0,
+            0,
+            0,
+            vec![],
+            vec![],
+            String::new(),
+            0,
+        ));
         assert!(free.is_free() && free.upgradable.is_none() && !free.upgrade_pending);
     }
 }
