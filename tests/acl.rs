@@ -13,7 +13,7 @@ use redis::Value;
 use redis_rwlock::{Error, FencedWrites, LockClient, LockOptions};
 use tokio::time::{Instant, timeout};
 
-use common::{LocalRedis, blocking, unique_name};
+use common::{LocalRedis, blocking, unique_name, wait_for};
 
 /// The README's rule, after `ACL SETUSER <name> on ><password>`.
 const RULE: &str = "resetkeys ~rwlock:* resetchannels &rwlock:* -@all +fcall +fcall_ro \
@@ -271,6 +271,16 @@ async fn run_everything(
     let read = guard.downgrade().await.unwrap();
     assert_eq!(lock.state().await.unwrap().readers.len(), 1);
     read.release().await.unwrap();
+
+    // Upgradable reads: an upgrade handed over by the last reader's release.
+    let upgradable = lock.upgradable_read().await.unwrap();
+    let reader = lock.read().await.unwrap();
+    let upgrade = tokio::spawn(upgradable.upgrade());
+    wait_for(&lock, |s| s.upgrade_pending).await;
+    reader.release().await.unwrap();
+    let upgraded = upgrade.await.unwrap().unwrap();
+    assert!(upgraded.fencing_token() > fence);
+    upgraded.downgrade().await.unwrap().release().await.unwrap();
 
     // min_replicas (the cluster has a replica per master).
     if cluster {
