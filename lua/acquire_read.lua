@@ -23,6 +23,9 @@ end
 local written = s.writer or s.original_writer_until
 local queue_first = writer_preferred and queued(s) and first_writer(s)
 if written or queue_first or (writer_preferred and s.upgrade) or (upgradable and s.upgradable) then
+  if upgradable and s.upgradable and not s.h['u:wanted'] then
+    set(s, 'u:wanted', '1') -- so the end of that hold is announced
+  end
   settle(s)
   if queue_first and not (s.writer or s.original_writer_until) then
     return { 0, queue_hint(s) }

@@ -12,6 +12,8 @@
 --   u:upgrade         "<deadline>:<first lease>" while that reader waits to upgrade:
 --                     new readers wait behind it as behind a queued writer; the
 --                     deadline lapses unless its waiter comes back (like a queue place)
+--   u:wanted          '1': an upgradable acquire was refused because another one
+--                     held, so the end of that hold is announced ('u')
 --   fence             last fencing token issued: max(fence + 1, server time in
 --                     microseconds), so tokens keep rising after the key expired
 --   the writers' queue (queue.lua) and the layout's stamps (hash_layout.lua)
@@ -61,7 +63,7 @@ end
 local function load(token)
   local now, now_us = server_time()
   local names = { 'w:owner', 'w:until', 'readers', 'readers_until', 'readers_gone', 'fence',
-    'q:head', 'q:tail', 'queue_until', 'u:owner', 'u:until', 'u:upgrade',
+    'q:head', 'q:tail', 'queue_until', 'u:owner', 'u:until', 'u:upgrade', 'u:wanted',
     'r:' .. token, 'wait:' .. token, 'wn:' .. token }
   for _, field in ipairs(layout.fields) do
     names[#names + 1] = field
@@ -296,8 +298,9 @@ end
 --                      emptied (readers that waited behind them);
 --   "r"                readers hold but no writer does any more, after a writer left,
 --                      or the queue or the pending upgrade that kept readers out went;
---   "u"                the upgradable hold ended, the lock is not written: another
---                      upgradable reader may go.
+--   "u"                the upgradable hold ended, the lock is not written, and an
+--                      upgradable acquire was refused meanwhile (`u:wanted`):
+--                      another upgradable reader may go.
 -- Nobody else can be waiting: a waiting writer always queues, a reader waits only
 -- behind a writer, the queue or a pending upgrade, an upgradable reader also behind
 -- the upgradable hold.
@@ -316,6 +319,11 @@ local function settle(s)
       handed = first .. ':' .. int(grant_write(s, first, first_lease))
     end
   end
+  -- An upgradable waiter was refused by the hold that ended: it is told below.
+  local wanted = s.upgradable_ended and s.h['u:wanted'] ~= nil
+  if wanted then
+    del(s, 'u:wanted')
+  end
   flush(s)
   if s.extended then
     set_expiry(s)
@@ -324,12 +332,12 @@ local function settle(s)
   if handed then
     redis.call(PUBLISH, CHANNEL, handed)
   elseif is_free(s) then
-    if s.freed_writer or s.dequeued or s.upgrade_ended or s.upgradable_ended then
+    if s.freed_writer or s.dequeued or s.upgrade_ended or wanted then
       redis.call(PUBLISH, CHANNEL, '*')
     end
   elseif not written and (s.freed_writer or (not s.head and (s.dequeued or s.upgrade_ended))) then
     redis.call(PUBLISH, CHANNEL, 'r')
-  elseif not written and s.upgradable_ended then
+  elseif not written and wanted then
     redis.call(PUBLISH, CHANNEL, 'u')
   end
 end
