@@ -83,6 +83,8 @@ pub struct PairNames {
     pub pair_p99: &'static str,
     pub script_us: &'static str,
     pub scripts: &'static str,
+    /// Scripts and the commands they ran (every `INFO commandstats` row but INFO).
+    pub commands: &'static str,
     pub cpu_us: &'static str,
 }
 
@@ -93,6 +95,7 @@ impl PairNames {
         pair_p99: "read_pair_p99",
         script_us: "read_script_us_per_acq",
         scripts: "read_scripts_per_acq",
+        commands: "read_commands_per_acq",
         cpu_us: "read_cpu_us_per_acq",
     };
     pub const UPGRADABLE: PairNames = PairNames {
@@ -101,6 +104,7 @@ impl PairNames {
         pair_p99: "upgradable_pair_p99",
         script_us: "upgradable_script_us_per_acq",
         scripts: "upgradable_scripts_per_acq",
+        commands: "upgradable_commands_per_acq",
         cpu_us: "upgradable_cpu_us_per_acq",
     };
 }
@@ -316,6 +320,7 @@ impl Bench {
                 per(c.script_usec as f64),
             );
             r.record(s, Impl::Ours, names.scripts, "", per(c.scripts as f64));
+            r.record(s, Impl::Ours, names.commands, "", per(c.commands as f64));
             r.record(s, Impl::Ours, names.cpu_us, "us", per(c.cpu_us));
         }
     }

@@ -42,6 +42,7 @@ fn cost_table(o: &mut String, r: &Results) {
             "acquire+release p99 (us)",
             "script time per acquisition (us)",
             "scripts per acquisition",
+            "commands per acquisition (scripts and the commands they ran)",
             "main-thread CPU per acquisition (us)",
         ],
     );
@@ -56,6 +57,7 @@ fn cost_table(o: &mut String, r: &Results) {
                 at(r, UPGRADABLE_COST, Impl::Ours, m.pair_p99),
                 at(r, UPGRADABLE_COST, Impl::Ours, m.script_us),
                 at(r, UPGRADABLE_COST, Impl::Ours, m.scripts),
+                at(r, UPGRADABLE_COST, Impl::Ours, m.commands),
                 at(r, UPGRADABLE_COST, Impl::Ours, m.cpu_us),
             ],
         );
@@ -75,6 +77,7 @@ fn cost_table(o: &mut String, r: &Results) {
             ratio(up.pair_p99, read.pair_p99),
             ratio(up.script_us, read.script_us),
             ratio(up.scripts, read.scripts),
+            ratio(up.commands, read.commands),
             ratio(up.cpu_us, read.cpu_us),
         ],
     );
