@@ -8,7 +8,7 @@ use super::{at, header, ratio_cell, ratios, row};
 use crate::locks::Impl;
 use crate::scenarios::Bench;
 use crate::stats::Results;
-use crate::upgradable::{BEHIND, COUNTED_UPGRADES, PairNames, metric::*, names::*};
+use crate::upgradable::{BEHIND, COUNTED_UPGRADES, PairNames, SLOW_HAND_OVER, metric::*, names::*};
 
 /// The three tables, when the scenario ran.
 pub(super) fn tables(o: &mut String, b: &Bench) {
@@ -153,8 +153,9 @@ fn behind_table(o: &mut String, b: &Bench) {
     );
     let _ = writeln!(
         o,
-        "{} iterations per reader count and run: the readers hold, `upgrade()` is refused and waits, the readers release one by one. Gap: from the last reader's release (sent / reply received) to `upgrade()` returning. Control, after each iteration on the same lock: a writer holds, `write()` queues, the holder releases. Scripts while waiting: what the waiter sent from its call to its return (every master's `INFO commandstats`, the releases taken out), after the first iteration, which subscribes to the lock's channel and is counted apart. Re-checks: scripts beyond the one refused attempt (two when it subscribed), summed over the iterations.\n",
-        b.cfg.upgrade_iters
+        "{} iterations per reader count and run: the readers hold, `upgrade()` is refused and waits, the readers release one by one. Gap: from the last reader's release (sent / reply received) to `upgrade()` returning. Control, after each iteration on the same lock: a writer holds, `write()` queues, the holder releases. Scripts while waiting: what the waiter sent from its call to its return (every master's `INFO commandstats`, the releases taken out), after the first iteration, which subscribes to the lock's channel and is counted apart. Second attempts: iterations in which the upgrader sent a second script. Timer hand-overs: iterations slower than {} ms from the last release sent (only the 0.5-1.1 s re-check timer takes that long).\n",
+        b.cfg.upgrade_iters,
+        SLOW_HAND_OVER.as_millis()
     );
     header(
         o,
@@ -170,7 +171,8 @@ fn behind_table(o: &mut String, b: &Bench) {
             "writer's gap from reply p50 (ms)",
             "upgrader's scripts while waiting (mean / most)",
             "first wait (subscribes)",
-            "re-checks",
+            "second attempts",
+            "timer hand-overs",
             "writer's scripts while waiting",
         ],
     );
@@ -194,7 +196,8 @@ fn behind_table(o: &mut String, b: &Bench) {
                 get(WRITER_GAP_REPLY_P50),
                 format!("{} / {}", get(WAITING_SCRIPTS), get(WAITING_SCRIPTS_MAX)),
                 get(FIRST_WAIT_SCRIPTS),
-                get(RECHECKS),
+                get(SECOND_ATTEMPTS),
+                get(TIMER_WAKEUPS),
                 get(WRITER_WAITING_SCRIPTS),
             ],
         );
