@@ -8,7 +8,8 @@
 //! `BENCH_QUICK=1` gives a 2-3 minute run; `BENCH_RUNS=n` overrides the run count;
 //! `BENCH_SCENARIOS=uncontended,read_heavy` runs only the named scenarios (for
 //! profiling; names: limits, uncontended, server_cost, read_heavy, redis_benchmark,
-//! handoff, stream, waiting, contention_writers, contention_readers, at_scale, sweep);
+//! handoff, stream, waiting, contention_writers, contention_readers, at_scale,
+//! upgradable, sweep);
 //! `BENCH_IMPLS=redis_rwlock,original` likewise limits the implementations
 //! (redis_rwlock, original, rslock, rds_lock).
 //! The launcher runs `REDIS_SERVER` / `REDIS_CLI` when set, so
@@ -32,6 +33,7 @@ mod report;
 mod scale;
 mod scenarios;
 mod stats;
+mod upgradable;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -234,6 +236,10 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
         if on("at_scale") && use_impl(Impl::Ours) {
             eprintln!("  at scale: {SCALE_READERS} read holds, {SCALE_WRITERS} queued writers");
             b.at_scale(run).await;
+        }
+        if on("upgradable") && use_impl(Impl::Ours) {
+            eprintln!("  upgradable reads");
+            b.upgradable(run).await;
         }
         if run < cfg.sweep_runs && on("sweep") {
             eprintln!("  task-count sweep");

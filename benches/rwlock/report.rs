@@ -3,6 +3,7 @@
 
 mod contention;
 mod scale;
+mod upgradable;
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -17,6 +18,7 @@ use crate::scenarios::{
     ServerCostNames, TASKS, UncontendedNames, WAITERS, WRITE_PERCENT, WRITERS, names::*,
 };
 use crate::stats::{Metric, Results, percentile};
+use crate::upgradable::{BEHIND, PairNames, metric as upgrade, names::*};
 
 pub use contention::plot_contention;
 
@@ -264,7 +266,7 @@ pub fn targets(b: &Bench) -> Vec<Target> {
         |x| x <= 1.2,
     ));
     // Single measures: (what, scenario, metric, unit, at most this).
-    for (what, scenario, metric, unit, limit) in [
+    let mut single: Vec<(String, &str, &str, &str, f64)> = [
         (
             "scripts per acquisition in the read-heavy mix (one lock) <= 2.1",
             READ_HEAVY_1,
@@ -287,9 +289,37 @@ pub fn targets(b: &Bench) -> Vec<Target> {
             "",
             1.05,
         ),
-    ] {
+        (
+            "upgrade with no other reader: scripts per upgrade (the most) <= 1",
+            UPGRADE_ALONE,
+            upgrade::SCRIPTS_PER_UPGRADE_MAX,
+            "",
+            1.0,
+        ),
+    ]
+    .into_iter()
+    .map(|(what, scenario, metric, unit, limit)| (what.to_owned(), scenario, metric, unit, limit))
+    .collect();
+    for behind in &BEHIND {
+        let readers = behind.label();
+        single.push((
+            format!("upgrade behind {readers}: scripts the upgrader sends while waiting, mean (channel subscribed: the refused attempt only) <= 1.01"),
+            behind.scenario,
+            upgrade::WAITING_SCRIPTS,
+            "",
+            1.01,
+        ));
+        single.push((
+            format!("upgrade behind {readers}: hand-overs left to the 0.5-1 s re-check timer (slower than 250 ms) = 0"),
+            behind.scenario,
+            upgrade::TIMER_WAKEUPS,
+            "",
+            0.0,
+        ));
+    }
+    for (what, scenario, metric, unit, limit) in single {
         out.push(value_target(
-            what.into(),
+            what,
             r.get(scenario, Impl::Ours, metric),
             unit,
             move |x| x <= limit,
@@ -301,6 +331,7 @@ pub fn targets(b: &Bench) -> Vec<Target> {
         "ms",
         |x| x < 20.0,
     ));
+    upgradable_targets(r, &mut out);
     for family in Family::ALL {
         let sizes = family.sizes();
         for (i, size) in sizes.iter().enumerate() {
@@ -347,6 +378,58 @@ pub fn targets(b: &Bench) -> Vec<Target> {
     out
 }
 
+/// The upgradable reads' ratio targets, each against its interleaved baseline.
+fn upgradable_targets(r: &Results, out: &mut Vec<Target>) {
+    let (read, up) = (PairNames::READ, PairNames::UPGRADABLE);
+    for (what, a, b, unit) in [
+        (
+            "uncontended try_upgradable_read + release p50 <= 1.1x try_read + release p50 (interleaved)",
+            up.pair_p50,
+            read.pair_p50,
+            "us",
+        ),
+        (
+            "server script time per uncontended upgradable acquisition <= 1.1x a read's (interleaved)",
+            up.script_us,
+            read.script_us,
+            "us",
+        ),
+        (
+            "main-thread CPU per uncontended upgradable acquisition on the lock's master <= 1.1x a read's (interleaved)",
+            up.cpu_us,
+            read.cpu_us,
+            "us",
+        ),
+    ] {
+        out.push(ratio_target(
+            what.into(),
+            r.get(UPGRADABLE_COST, Impl::Ours, a),
+            r.get(UPGRADABLE_COST, Impl::Ours, b),
+            unit,
+            |x| x <= 1.1,
+        ));
+    }
+    out.push(ratio_target(
+        "upgrade with no other reader: p50 <= 1.1x try_write p50 (interleaved)".into(),
+        r.get(UPGRADE_ALONE, Impl::Ours, upgrade::UPGRADE_P50),
+        r.get(UPGRADE_ALONE, Impl::Ours, upgrade::TRY_WRITE_P50),
+        "us",
+        |x| x <= 1.1,
+    ));
+    for behind in &BEHIND {
+        out.push(ratio_target(
+            format!(
+                "upgrade behind {}: from the last release sent to the upgrade's return, p50 <= 1.25x a queued writer's hand-over (interleaved)",
+                behind.label()
+            ),
+            r.get(behind.scenario, Impl::Ours, upgrade::GAP_SENT_P50),
+            r.get(behind.scenario, Impl::Ours, upgrade::WRITER_GAP_SENT_P50),
+            "ms",
+            |x| x <= 1.25,
+        ));
+    }
+}
+
 fn row(out: &mut String, cells: &[String]) {
     let _ = writeln!(out, "| {} |", cells.join(" | "));
 }
@@ -374,6 +457,7 @@ pub fn markdown(b: &Bench, machine: &Machine) -> String {
     waiting_table(&mut o, b);
     contention::tables(&mut o, b);
     scale::table(&mut o, b);
+    upgradable::tables(&mut o, b);
     targets_table(&mut o, b);
     if !b.notes.is_empty() {
         let _ = writeln!(o, "\n### Notes from this run\n");
@@ -837,6 +921,8 @@ pub fn json(b: &Bench, machine: &Machine) -> Value {
                 "writers_tasks": Family::Writers.sizes(), "readers_tasks": Family::Readers.sizes(),
                 "write_percent": CONTENTION_WRITE_PERCENT, "hold_ms": CONTENTION_HOLD.as_millis() as u64,
             },
+            "upgradable": {"cost_block": crate::upgradable::COST_BLOCK, "counted_upgrades": crate::upgradable::COUNTED_UPGRADES,
+                           "behind_readers": BEHIND.iter().map(|b| b.readers).collect::<Vec<_>>()},
             "original": {"key_timeout_ms": Original::KEY_TIMEOUT_MS, "read_timeout_ms": Original::READ_TIMEOUT_MS,
                          "write_timeout_ms": Original::WRITE_TIMEOUT_MS, "poll_ms": Original::POLL.as_millis() as u64},
         },

@@ -47,6 +47,8 @@ pub struct Config {
     /// the time the tasks run before it (queues and subscriptions settle).
     pub contention_secs: f64,
     pub contention_settle_secs: f64,
+    /// Upgrades behind readers per reader count (and as many control hand-overs).
+    pub upgrade_iters: usize,
 }
 
 impl Config {
@@ -69,6 +71,7 @@ impl Config {
                 redis_benchmark_requests: 30_000,
                 contention_secs: 1.0,
                 contention_settle_secs: 0.3,
+                upgrade_iters: 100,
             }
         } else {
             Config {
@@ -88,6 +91,7 @@ impl Config {
                 redis_benchmark_requests: 100_000,
                 contention_secs: 3.0,
                 contention_settle_secs: 0.5,
+                upgrade_iters: 300,
             }
         };
         if let Some(runs) = std::env::var("BENCH_RUNS")
