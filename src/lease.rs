@@ -63,6 +63,17 @@ impl Hold {
         self.lost.send_replace(true);
     }
 
+    /// The server's answer to a request that needs the hold: `Ok` if it still held,
+    /// else the lease is lost (and marked so).
+    fn confirm(&self, still_held: bool) -> Result<(), Error> {
+        if still_held {
+            Ok(())
+        } else {
+            self.mark_lost();
+            Err(Error::LeaseLost)
+        }
+    }
+
     fn is_held(&self) -> bool {
         !*self.lost.borrow() && Instant::now() < self.deadline()
     }
@@ -155,20 +166,17 @@ impl Lease {
     /// lease is gone, and marks it lost. Refused without I/O once the guard no longer
     /// believes it holds.
     pub(crate) async fn fenced_write(&self, writes: &FencedWrites) -> Result<(), Error> {
-        let Some(hold) = self
-            .held
+        let hold = self.believed()?;
+        hold.confirm(hold.lock.fenced_write(&hold.token, writes).await?)
+    }
+
+    /// The hold while the guard believes it holds; else [`Error::LeaseLost`].
+    fn believed(&self) -> Result<&Arc<Hold>, Error> {
+        self.held
             .as_ref()
             .map(|held| &held.hold)
             .filter(|hold| hold.is_held())
-        else {
-            return Err(Error::LeaseLost);
-        };
-        if hold.lock.fenced_write(&hold.token, writes).await? {
-            Ok(())
-        } else {
-            hold.mark_lost();
-            Err(Error::LeaseLost)
-        }
+            .ok_or(Error::LeaseLost)
     }
 
     pub(crate) fn token(&self) -> Option<&Token> {
@@ -270,12 +278,7 @@ impl Lease {
     /// one already sent finds no read hold and changes nothing (the script renews only
     /// the mode it is asked for), so the write hold is never re-leased as a read.
     pub(crate) async fn upgrade(&mut self, wait: bool) -> Result<(Lease, u64), Error> {
-        let Some(hold) = self.held.as_ref().map(|held| held.hold.clone()) else {
-            return Err(Error::LeaseLost);
-        };
-        if !hold.is_held() {
-            return Err(Error::LeaseLost);
-        }
+        let hold = self.believed()?.clone();
         let granted = match upgrade(&hold.lock, &hold.token, wait).await {
             Ok(granted) => granted,
             Err(err @ (Error::LeaseLost | Error::NotReplicated { .. })) => {
@@ -301,24 +304,9 @@ impl Lease {
     /// Turns this upgradable read hold into a plain one (the lease goes on as it is);
     /// other upgradable readers may then enter.
     pub(crate) async fn leave_upgradable(&self) -> Result<(), Error> {
-        let Some(hold) = self
-            .held
-            .as_ref()
-            .map(|held| &held.hold)
-            .filter(|hold| hold.is_held())
-        else {
-            return Err(Error::LeaseLost);
-        };
-        if hold
-            .lock
-            .downgrade_token(&hold.token, Access::UpgradableRead)
-            .await?
-        {
-            Ok(())
-        } else {
-            hold.mark_lost();
-            Err(Error::LeaseLost)
-        }
+        let hold = self.believed()?;
+        let from = Access::UpgradableRead;
+        hold.confirm(hold.lock.downgrade_token(&hold.token, from).await?)
     }
 }
 
