@@ -409,12 +409,16 @@ fn upgradable_targets(r: &Results, out: &mut Vec<Target>) {
             |x| x <= 1.1,
         ));
     }
+    // One round trip: a second one would show as nearly 2x. The upgrade's one
+    // script also ends the read hold, so it is allowed a little more than a
+    // try_write's.
     out.push(ratio_target(
-        "upgrade with no other reader: p50 <= 1.1x try_write p50 (interleaved)".into(),
+        "upgrade with no other reader: p50 <= 1.25x try_write p50, one round trip (interleaved)"
+            .into(),
         r.get(UPGRADE_ALONE, Impl::Ours, upgrade::UPGRADE_P50),
         r.get(UPGRADE_ALONE, Impl::Ours, upgrade::TRY_WRITE_P50),
         "us",
-        |x| x <= 1.1,
+        |x| x <= 1.25,
     ));
     for behind in &BEHIND {
         out.push(ratio_target(
