@@ -41,7 +41,7 @@ const ORIGINAL_WRITE: i64 = 2 * TICK + 72;
 const ORIGINAL_KEY_TTL: i64 = 3 * TICK + 143;
 /// The `+ 1000` of `set_expiry`.
 const IDLE: i64 = 1000;
-const STEPS: usize = 220;
+const STEPS: usize = 300;
 const SEEDS: [u64; 4] = [1, 2, 3, 4];
 /// Tokens in play: few, so they collide (resends, releases by non-owners).
 const TOKENS: usize = 5;
@@ -81,12 +81,18 @@ impl Scripts {
 
 #[derive(Clone, Copy, Debug)]
 enum Step {
-    AcquireRead(usize),
+    /// A plain (false) or upgradable (true) read acquire.
+    AcquireRead(usize, bool),
+    /// A write acquire that queues (true) or not.
     AcquireWrite(usize, bool),
+    /// An upgrade of the token's upgradable hold that waits (true: keeps new readers
+    /// out) or not (try_upgrade).
+    Upgrade(usize, bool),
     Release(usize),
     /// Renews in the write mode (true) or the read mode.
     Renew(usize, bool),
-    Downgrade(usize),
+    /// Downgrades the write hold (true) or the upgradable hold.
+    Downgrade(usize, bool),
     FencedWrite(usize),
     /// An original-design client acquires (read / write), with its own clock: the
     /// original design's script from tests/original/.
@@ -97,18 +103,41 @@ enum Step {
     Wait(i64),
 }
 
-fn random_step(rng: &mut StdRng) -> Step {
+/// A random step on the lock as the model has it (`view`). Upgrades and upgradable
+/// downgrades go mostly to the upgradable reader's token, and while there is one,
+/// releases mostly to a reader's: so the steps reach the waiting, handed-over and
+/// refused upgrades, not only lost ones.
+fn random_step(rng: &mut StdRng, view: &lua::View) -> Step {
     let t = rng.random_range(0..TOKENS);
+    let owner = view.upgradable.map(|(owner, _)| owner.client as usize);
+    let upgrader = owner.filter(|_| rng.random_bool(0.9)).unwrap_or(t);
+    // While an upgrade waits, the other readers.
+    let holders: Vec<usize> = (view
+        .readers
+        .keys()
+        .chain(view.writer.as_ref().map(|(w, _)| w)))
+    .map(|h| h.client as usize)
+    .filter(|&h| view.upgrade.is_none() || Some(h) != owner)
+    .collect();
+    let releaser = if !holders.is_empty() && rng.random_bool(0.6) {
+        holders[rng.random_range(0..holders.len())]
+    } else {
+        t
+    };
+    let upgradable = rng.random_bool(if owner.is_some() { 0.2 } else { 0.5 });
     match rng.random_range(0..100) {
-        0..18 => Step::AcquireRead(t),
-        18..36 => Step::AcquireWrite(t, rng.random_bool(0.8)),
-        36..52 => Step::Release(t),
-        52..62 => Step::Renew(t, rng.random_bool(0.5)),
-        62..67 => Step::Downgrade(t),
-        67..71 => Step::FencedWrite(t),
-        71..74 => Step::OriginalAcquire(rng.random_bool(0.5)),
-        74..76 => Step::OriginalRelease(rng.random_bool(0.5)),
-        76..98 => Step::Wait(1),
+        0..18 => Step::AcquireRead(t, upgradable),
+        18..26 => Step::AcquireWrite(t, rng.random_bool(0.8)),
+        26..36 if owner.is_none() && rng.random_bool(0.7) => Step::AcquireRead(t, true),
+        26..36 => Step::Upgrade(upgrader, rng.random_bool(0.75)),
+        36..50 => Step::Release(releaser),
+        50..59 => Step::Renew(t, rng.random_bool(0.5)),
+        59..61 => Step::Downgrade(t, true),
+        61..66 => Step::Downgrade(upgrader, false),
+        66..68 => Step::FencedWrite(t),
+        68..71 => Step::OriginalAcquire(rng.random_bool(0.5)),
+        71..72 => Step::OriginalRelease(rng.random_bool(0.5)),
+        72..98 => Step::Wait(1),
         _ => Step::Wait(4),
     }
 }
@@ -154,6 +183,8 @@ struct Run<'a> {
     fences: BTreeMap<i64, i64>,
     log: Vec<String>,
     messages: usize,
+    /// How often each state worth reaching was reached (`Run::note`).
+    reached: BTreeMap<&'static str, usize>,
 }
 
 impl Run<'_> {
@@ -202,6 +233,7 @@ impl Run<'_> {
     fn run_step(&mut self, step: Step, pubsub: &mut redis::PubSub<'_>) -> Result<(), Stop> {
         let p = self.params;
         let now = self.now;
+        let before = lua::live_view(&self.model, &p, now);
         let (expected, real): (Option<Outcome>, Option<Value>) = match step {
             Step::Wait(ticks) => {
                 self.now += ticks * TICK;
@@ -256,19 +288,35 @@ impl Run<'_> {
                     Some(self.call_plain(&s.original_release, &args)?),
                 )
             }
-            Step::AcquireRead(t) => {
-                let out = lua::acquire_read(&mut self.model, &p, now, tok(t), READ_LEASE, true);
-                let args = [self.tokens[t].clone(), READ_LEASE.to_string(), "1".into()];
+            Step::AcquireRead(t, upgradable) => {
+                let out = lua::acquire_read(
+                    &mut self.model,
+                    &p,
+                    now,
+                    tok(t),
+                    READ_LEASE,
+                    true,
+                    upgradable,
+                );
+                let args = [
+                    self.tokens[t].clone(),
+                    READ_LEASE.to_string(),
+                    "1".into(),
+                    flag(upgradable),
+                ];
                 let s = self.scripts;
                 (Some(out), Some(self.call(&s.acquire_read, &args)?))
             }
-            Step::AcquireWrite(t, queue) => {
-                let ttl = if queue { INTENT_TTL } else { 0 };
-                let out = lua::acquire_write(&mut self.model, &p, now, tok(t), WRITE_LEASE, ttl);
+            Step::AcquireWrite(t, wait) | Step::Upgrade(t, wait) => {
+                let upgrade = matches!(step, Step::Upgrade(..));
+                let ttl = if wait { INTENT_TTL } else { 0 };
+                let out =
+                    lua::acquire_write(&mut self.model, &p, now, tok(t), WRITE_LEASE, ttl, upgrade);
                 let args = [
                     self.tokens[t].clone(),
                     WRITE_LEASE.to_string(),
                     ttl.to_string(),
+                    flag(upgrade),
                 ];
                 let s = self.scripts;
                 (Some(out), Some(self.call(&s.acquire_write, &args)?))
@@ -287,13 +335,10 @@ impl Run<'_> {
                 let s = self.scripts;
                 (Some(out), Some(self.call(&s.renew, &args)?))
             }
-            Step::Downgrade(t) => {
-                let out = lua::downgrade(&mut self.model, &p, now, tok(t), READ_LEASE);
-                let args = [
-                    self.tokens[t].clone(),
-                    READ_LEASE.to_string(),
-                    "write".into(),
-                ];
+            Step::Downgrade(t, from_write) => {
+                let out = lua::downgrade(&mut self.model, &p, now, tok(t), READ_LEASE, from_write);
+                let from = if from_write { "write" } else { "upgradable" };
+                let args = [self.tokens[t].clone(), READ_LEASE.to_string(), from.into()];
                 let s = self.scripts;
                 (Some(out), Some(self.call(&s.downgrade, &args)?))
             }
@@ -304,6 +349,9 @@ impl Run<'_> {
                 (Some(out), Some(self.call(&s.fenced_write, &args)?))
             }
         };
+        if let Some(out) = expected {
+            self.note(step, &before, out);
+        }
         let mut line = format!("t={:>5} {step:?}", now - self.start);
         if let (Some(out), Some(real)) = (expected, real) {
             let _ = write!(line, " -> model {:?}, real {real:?}", out.reply);
@@ -316,6 +364,64 @@ impl Run<'_> {
         self.compare_hash()
     }
 
+    /// Counts the states worth reaching that `step` reached.
+    fn note(&mut self, step: Step, before: &lua::View, out: Outcome) {
+        for what in reached(step, before, out) {
+            *self.reached.entry(what).or_default() += 1;
+        }
+    }
+}
+
+/// The states worth reaching that `step` (with outcome `out`, on a lock that
+/// looked like `before`) reached.
+fn reached(step: Step, before: &lua::View, out: Outcome) -> Vec<&'static str> {
+    let free_but_for_readers = before.writer.is_none()
+        && before.original_writer_until.is_none()
+        && before.queue.is_empty();
+    let upgrader = before.upgradable.map(|(t, _)| t);
+    let mut reached = Vec::new();
+    if let Some(Wake::Handed(t, _)) = out.published
+        && upgrader == Some(t)
+    {
+        reached.push(match step {
+            Step::Release(_) => "an upgrade handed over by a reader's release",
+            _ => "an upgrade handed over",
+        });
+    }
+    if out.published == Some(Wake::Upgradable) {
+        reached.push("a 'u' wake-up");
+    }
+    reached.extend(match (step, out.reply) {
+        (Step::AcquireRead(t, true), Reply::Granted(_))
+            if !before.readers.contains_key(&tok(t)) && !before.readers.is_empty() =>
+        {
+            Some("an upgradable read granted beside a reader")
+        }
+        (Step::AcquireRead(_, false), Reply::Refused(..))
+            if free_but_for_readers && before.upgrade.is_some() =>
+        {
+            Some("a reader refused behind a pending upgrade")
+        }
+        (Step::AcquireRead(_, true), Reply::Refused(..))
+            if free_but_for_readers && before.upgrade.is_none() && upgrader.is_some() =>
+        {
+            Some("an upgradable read refused behind another")
+        }
+        (Step::Upgrade(..), Reply::Granted(_)) if out.new_grant => {
+            Some("an upgrade granted at once")
+        }
+        (Step::Upgrade(_, true), Reply::Refused(..)) => Some("an upgrade waits"),
+        (Step::Upgrade(_, false), Reply::Refused(..)) => Some("a try_upgrade refused"),
+        (Step::Upgrade(..), Reply::Lost) => Some("an upgrade lost"),
+        (Step::Downgrade(t, false), Reply::Int(1)) if upgrader == Some(tok(t)) => {
+            Some("an upgradable hold downgraded")
+        }
+        _ => None,
+    });
+    reached
+}
+
+impl Run<'_> {
     /// The reply the script gave must be the model's (time-valued parts within
     /// `SLACK`; fencing tokens by their order).
     fn compare_reply(&mut self, out: Outcome, real: &Value) -> Result<(), Stop> {
@@ -331,6 +437,7 @@ impl Run<'_> {
             (Reply::Refused(hint, fence), Some(&[0, real, real_fence]), _) => {
                 (hint - real).abs() <= SLACK && self.same_fence(fence, real_fence)?
             }
+            (Reply::Lost, Some([-1, 0]), _) => true,
             (Reply::Int(0), _, Some(0)) => true,
             (Reply::Int(n), _, Some(real)) if n <= 1 => n == real,
             // fenced_write returns the fence.
@@ -399,6 +506,7 @@ impl Run<'_> {
                 Wake::Handed(t, fence) => format!("{}:{fence}", self.tokens[t.client as usize]),
                 Wake::All => "*".to_owned(),
                 Wake::Readers => "r".to_owned(),
+                Wake::Upgradable => "u".to_owned(),
             })
             .into_iter()
             .collect();
@@ -488,6 +596,9 @@ impl Run<'_> {
             "orig:read" => Field::OrigRead,
             "readers" => Field::Readers,
             "queue_until" => Field::QueueUntil,
+            "u:owner" => Field::UOwner,
+            "u:until" => Field::UUntil,
+            "u:upgrade" => Field::UUpgrade,
             _ => {
                 if let Some(t) = name.strip_prefix("r:") {
                     Field::R(self.token_of(t)?)
@@ -502,10 +613,10 @@ impl Run<'_> {
 
     fn parse_value(&self, field: Field, value: &str) -> Option<Val> {
         Some(match field {
-            Field::WOwner | Field::QHead | Field::QTail | Field::Wn(_) => {
+            Field::WOwner | Field::QHead | Field::QTail | Field::Wn(_) | Field::UOwner => {
                 Val::Tok(self.token_of(value)?)
             }
-            Field::Wait(_) => {
+            Field::Wait(_) | Field::UUpgrade => {
                 let (deadline, first_lease) = value.split_once(':')?;
                 Val::Place(deadline.parse().ok()?, first_lease.parse().ok()?)
             }
@@ -514,8 +625,20 @@ impl Run<'_> {
     }
 }
 
+/// `'1'` or `'0'`, as the scripts take flags.
+fn flag(on: bool) -> String {
+    if on { "1" } else { "0" }.to_owned()
+}
+
+/// What one seed's run did: script calls, and how often it reached each state
+/// worth reaching.
+struct Ran {
+    calls: usize,
+    reached: BTreeMap<&'static str, usize>,
+}
+
 /// Runs one seed on a fresh key; `Err(Stop::Late)` when the machine was too slow.
-fn run_seed(url: &str, scripts: &Scripts, seed: u64) -> Result<usize, Stop> {
+fn run_seed(url: &str, scripts: &Scripts, seed: u64) -> Result<Ran, Stop> {
     let client = redis::Client::open(url).unwrap();
     let key = format!("rwlock:{{{}}}", common::unique_name("conformance"));
     let channel = format!("{key}:released");
@@ -550,18 +673,37 @@ fn run_seed(url: &str, scripts: &Scripts, seed: u64) -> Result<usize, Stop> {
         fences: BTreeMap::new(),
         log: Vec::new(),
         messages: 0,
+        reached: BTreeMap::new(),
     };
     run.run_step(Step::Wait(0), &mut pubsub)?;
     let mut calls = 0;
     for _ in 0..STEPS {
-        let step = random_step(&mut rng);
+        let view = lua::live_view(&run.model, &run.params, run.now);
+        let step = random_step(&mut rng, &view);
         if !matches!(step, Step::Wait(_)) {
             calls += 1;
         }
         run.run_step(step, &mut pubsub)?;
     }
-    Ok(calls)
+    Ok(Ran {
+        calls,
+        reached: run.reached,
+    })
 }
+
+/// The states the seeds together must reach, or the test proves less than it says.
+const MUST_REACH: [&str; 10] = [
+    "an upgrade handed over by a reader's release",
+    "a 'u' wake-up",
+    "an upgradable read granted beside a reader",
+    "a reader refused behind a pending upgrade",
+    "an upgradable read refused behind another",
+    "an upgrade granted at once",
+    "an upgrade waits",
+    "a try_upgrade refused",
+    "an upgrade lost",
+    "an upgradable hold downgraded",
+];
 
 /// The spans are far enough from multiples of a tick that a script running up to
 /// `SLACK` late decides every expiry as the model does.
@@ -594,7 +736,7 @@ fn spans_keep_expiry_decisions_exact() {
 fn real_scripts_agree_with_the_model() {
     let url = common::shared_standalone().url();
     let scripts = Scripts::load();
-    let results: Vec<(u64, Result<usize, String>)> = std::thread::scope(|scope| {
+    let results: Vec<(u64, Result<Ran, String>)> = std::thread::scope(|scope| {
         let handles: Vec<_> = SEEDS
             .iter()
             .map(|&seed| {
@@ -603,7 +745,7 @@ fn real_scripts_agree_with_the_model() {
                     let mut late = Vec::new();
                     for _ in 0..ATTEMPTS {
                         match run_seed(url, scripts, seed) {
-                            Ok(calls) => return (seed, Ok(calls)),
+                            Ok(ran) => return (seed, Ok(ran)),
                             Err(Stop::Mismatch(msg)) => return (seed, Err(msg)),
                             Err(Stop::Late(ms)) => late.push(ms),
                         }
@@ -620,11 +762,29 @@ fn real_scripts_agree_with_the_model() {
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     let mut failures = Vec::new();
+    let mut reached: BTreeMap<&str, usize> = BTreeMap::new();
     for (seed, result) in results {
         match result {
-            Ok(calls) => println!("seed {seed}: {STEPS} steps, {calls} script calls agree"),
+            Ok(ran) => {
+                println!(
+                    "seed {seed}: {STEPS} steps, {} script calls agree",
+                    ran.calls
+                );
+                for (what, n) in ran.reached {
+                    *reached.entry(what).or_default() += n;
+                }
+            }
             Err(msg) => failures.push(msg),
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    println!("reached: {reached:?}");
+    let missed: Vec<&str> = MUST_REACH
+        .into_iter()
+        .filter(|what| !reached.contains_key(what))
+        .collect();
+    assert!(
+        missed.is_empty(),
+        "the random steps never reached {missed:?} (reached: {reached:?})"
+    );
 }

@@ -22,6 +22,7 @@ fn base(name: &'static str) -> Config {
         name,
         readers: 2,
         writers: 2,
+        upgraders: 0,
         original_readers: 0,
         original_writers: 0,
         original_key_ttl: 3,
@@ -34,7 +35,7 @@ fn base(name: &'static str) -> Config {
         wait_timeout: None,
         acquisitions: 1,
         horizon: 4,
-        try_write: true,
+        try_ops: true,
         downgrade: true,
         fenced_writes: false,
         faults: Faults::default(),
@@ -165,7 +166,7 @@ fn queued_writer_is_served_while_readers_keep_arriving() {
     cfg.writers = 1;
     cfg.acquisitions = 2;
     cfg.horizon = 6;
-    cfg.try_write = false;
+    cfg.try_ops = false;
     cfg.faults.crashes = 1;
     cfg.wait_bound = Some(3);
     cfg.bound_writers_only = true;
@@ -180,7 +181,7 @@ fn every_waiter_is_served_when_holders_crash() {
     let mut cfg = base("1R+2W, two crashes");
     cfg.readers = 1;
     cfg.horizon = 9;
-    cfg.try_write = false;
+    cfg.try_ops = false;
     cfg.faults.crashes = 2;
     cfg.wait_bound = Some(6);
     cfg.examples = vec!["a writer waits while another holds"];
@@ -193,7 +194,7 @@ fn every_waiter_is_served_when_holders_crash() {
 fn waiters_that_time_out_hold_nobody_up() {
     let mut cfg = base("2R+2W, wait timeouts, a crash");
     cfg.horizon = 5;
-    cfg.try_write = false;
+    cfg.try_ops = false;
     cfg.downgrade = false;
     cfg.wait_timeout = Some(2);
     cfg.faults.crashes = 1;
@@ -302,9 +303,28 @@ fn a_late_renewal_does_not_touch_a_downgraded_hold() {
     cfg.params.original_write = 2;
     cfg.max_hold = 3;
     cfg.horizon = 4;
-    cfg.try_write = false;
+    cfg.try_ops = false;
     cfg.faults.late_renewals = 1;
     cfg.examples = vec!["a writer holds", "a holder learns its lease is lost"];
+    check(cfg);
+}
+
+/// An upgrader (U1) beside a reader and a writer: upgradable reads, try_upgrade,
+/// upgrades that wait for the reader to leave (handed over by its release),
+/// downgrades to a plain read, releases; a wake-up may be lost.
+#[test]
+fn upgrader_reader_writer_all_operations() {
+    let mut cfg = base("1U+1R+1W, all operations, a lost wake-up");
+    cfg.readers = 1;
+    cfg.writers = 1;
+    cfg.upgraders = 1;
+    cfg.faults.lost_messages = 1;
+    cfg.examples = vec![
+        "an upgradable holder reads beside a plain reader",
+        "a reader waits behind a pending upgrade",
+        "an upgrade is handed over by a reader's release",
+        "an upgrader holds the write hold",
+    ];
     check(cfg);
 }
 
@@ -326,6 +346,7 @@ fn explore() {
     cfg.acquisitions = env("MODEL_A", d.acquisitions.into()) as u8;
     cfg.readers = env("MODEL_R", 2) as u8;
     cfg.writers = env("MODEL_W", 2) as u8;
+    cfg.upgraders = env("MODEL_U", 0) as u8;
     cfg.faults = Faults {
         crashes: env("MODEL_FC", 0) as u8,
         pauses: env("MODEL_FP", 0) as u8,

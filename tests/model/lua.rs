@@ -26,11 +26,13 @@ impl fmt::Display for Tok {
     }
 }
 
-/// `R1`, `R2`, ... for readers and `W1`, ... for writers is decided by the system
-/// model; the hash only knows numbers. `X` is the outsider of stray releases.
+/// `R1`, `R2`, ... for readers, `W1`, ... for writers and `U1`, ... for upgraders
+/// is decided by the system model; the hash only knows numbers. `X` is the outsider
+/// of stray releases.
 pub fn client_name(client: u8) -> String {
     match client {
         OUTSIDER => "X".to_owned(),
+        c if c >= 200 => format!("U{}", c - 199),
         c if c >= 100 => format!("W{}", c - 99),
         c => format!("R{}", c + 1),
     }
@@ -60,6 +62,11 @@ pub enum Field {
     QTail,
     /// `queue_until`: no place lives past it.
     QueueUntil,
+    /// `u:owner`, `u:until`: the upgradable reader's token and deadline.
+    UOwner,
+    UUntil,
+    /// `u:upgrade`: `"<deadline>:<first lease>"` while that reader waits to upgrade.
+    UUpgrade,
     Fence,
     Write,
     Wstamp,
@@ -73,7 +80,7 @@ pub enum Field {
 pub enum Val {
     Int(i64),
     Tok(Tok),
-    /// `"<deadline>:<first lease>"`
+    /// `"<deadline>:<first lease>"` (a queue place, or a pending upgrade)
     Place(Time, Time),
 }
 
@@ -101,12 +108,14 @@ pub struct Params {
 /// What a message on the lock's channel says (`settle` in holds.lua).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Wake {
-    /// `<token>:<fence>`: the lock was handed to that queued writer.
+    /// `<token>:<fence>`: the lock was handed to that queued writer or upgrader.
     Handed(Tok, i64),
-    /// `*`: everyone.
+    /// `*`: everyone (but upgrade waiters).
     All,
-    /// `r`: the readers.
+    /// `r`: the readers, upgradable or not.
     Readers,
+    /// `u`: the upgradable hold ended: the upgradable readers.
+    Upgradable,
 }
 
 /// A script's reply, in the shapes of `src/scripts.rs`.
@@ -117,6 +126,8 @@ pub enum Reply {
     /// `{0, ms}` (readers) or `{0, ms, fence}` (writers): the retry hint and the
     /// lock's last fence (0 for readers).
     Refused(Time, i64),
+    /// `{-1, 0}`: an upgrade whose upgradable hold is gone.
+    Lost,
     /// `1` / `0` of release, renew, downgrade; the fence (or 0) of fenced_write.
     Int(i64),
 }
@@ -127,7 +138,8 @@ pub enum Reply {
 pub struct Outcome {
     pub reply: Reply,
     pub published: Option<Wake>,
-    /// acquire_write granted a hold that did not exist before (a new fencing token).
+    /// acquire_write granted a hold that did not exist before (a new fencing token),
+    /// to a new writer or as an upgrade.
     pub new_grant: bool,
 }
 
@@ -156,11 +168,20 @@ pub struct Loaded {
     pub writer: Option<(Tok, Time)>,
     pub original_writer_until: Option<Time>,
     pub original_reader_until: Option<Time>,
+    /// The live upgradable reader and its deadline.
+    pub upgradable: Option<Tok>,
+    pub upgradable_until: Option<Time>,
+    /// Its live pending upgrade: (deadline, first lease).
+    pub upgrade: Option<(Time, Time)>,
     pub freed_writer: bool,
     pub dequeued: bool,
     pub extended: bool,
+    pub upgradable_ended: bool,
+    pub upgrade_ended: bool,
     /// `s.h['write'] == s.h['wstamp']` as loaded.
     write_is_ours: bool,
+    /// `s.h['u:upgrade'] ~= nil` as loaded.
+    upgrade_was_stored: bool,
 }
 
 /// Who holds and waits, as the scripts judge it (what a release by a stranger must
@@ -177,6 +198,10 @@ pub struct View {
     pub fence: i64,
     pub original_writer_until: Option<Time>,
     pub original_reader_until: Option<Time>,
+    /// The live upgradable reader (also one of `readers`) and its deadline.
+    pub upgradable: Option<(Tok, Time)>,
+    /// Its live pending upgrade's deadline.
+    pub upgrade: Option<Time>,
 }
 
 impl View {
@@ -241,7 +266,9 @@ impl Hash {
 
     /// `readers` counts the `r:` fields above `readers_gone` and `readers_until` is
     /// at least their deadlines (both absent: none); `queue_until` is at least every
-    /// place's deadline and is there exactly while the queue is (`q:head`).
+    /// place's deadline and is there exactly while the queue is (`q:head`);
+    /// `u:owner` and `u:until` come together, `u:until` equals the owner's `r:` field
+    /// when both are there, and `u:upgrade` is there only with `u:owner`.
     pub fn summaries_agree(&self) -> bool {
         let gone = self.int(Field::ReadersGone).unwrap_or(0);
         let counted: Vec<Time> = self
@@ -259,9 +286,9 @@ impl Hash {
             };
         let places: Vec<Time> = self
             .fields
-            .values()
-            .filter_map(|v| match v {
-                Val::Place(deadline, _) => Some(*deadline),
+            .iter()
+            .filter_map(|(k, v)| match (k, v) {
+                (Field::Wait(_), Val::Place(deadline, _)) => Some(*deadline),
                 _ => None,
             })
             .collect();
@@ -269,7 +296,14 @@ impl Hash {
             None => self.get(Field::QHead).is_none() && places.is_empty(),
             Some(until) => self.get(Field::QHead).is_some() && places.iter().all(|&d| d <= until),
         };
-        readers_ok && queue_ok
+        let owner = self.tok(Field::UOwner);
+        let upgradable_ok = owner.is_some() == self.get(Field::UUntil).is_some()
+            && (owner.is_some() || self.get(Field::UUpgrade).is_none())
+            && owner.is_none_or(|t| match self.int(Field::R(t)) {
+                Some(read_until) => self.int(Field::UUntil) == Some(read_until),
+                None => true,
+            });
+        readers_ok && queue_ok && upgradable_ok
     }
 
     /// Lazy (and active) expiry: Redis drops the key once `now > expires`.
@@ -461,6 +495,24 @@ fn serve_head(s: &mut Loaded) {
 
 // ---- holds.lua ------------------------------------------------------------------------
 
+/// `end_upgrade`: the pending upgrade ends without the write hold.
+fn end_upgrade(s: &mut Loaded) {
+    if s.upgrade.is_some() || s.upgrade_was_stored {
+        del(s, Field::UUpgrade);
+        (s.upgrade, s.upgrade_ended) = (None, true);
+    }
+}
+
+/// `end_upgradable`: the upgradable hold ends without becoming the write hold, and
+/// its pending upgrade with it.
+fn end_upgradable(s: &mut Loaded) {
+    del(s, Field::UOwner);
+    del(s, Field::UUntil);
+    (s.upgradable, s.upgradable_until) = (None, None);
+    s.upgradable_ended = true;
+    end_upgrade(s);
+}
+
 /// `load(token)`.
 pub fn load(h: &mut Hash, p: &Params, now: Time, token: Tok) -> Loaded {
     h.expire_if_due(now);
@@ -484,10 +536,16 @@ pub fn load(h: &mut Hash, p: &Params, now: Time, token: Tok) -> Loaded {
         writer: None,
         original_writer_until: None,
         original_reader_until: None,
+        upgradable: None,
+        upgradable_until: None,
+        upgrade: None,
         freed_writer: false,
         dequeued: false,
         extended: false,
+        upgradable_ended: false,
+        upgrade_ended: false,
         write_is_ours: h.get(Field::Write) == h.get(Field::Wstamp),
+        upgrade_was_stored: h.get(Field::UUpgrade).is_some(),
     };
     if let Some(owner) = h.tok(Field::WOwner) {
         let deadline = h.int(Field::WUntil).unwrap_or(0);
@@ -507,6 +565,22 @@ pub fn load(h: &mut Hash, p: &Params, now: Time, token: Tok) -> Loaded {
         del(&mut s, Field::Readers);
         del(&mut s, Field::ReadersUntil);
         sweep_leftovers(h, &mut s);
+    }
+    // The upgradable reader (its deadline is its `r:` field's) and its pending upgrade.
+    if let Some(owner) = h.tok(Field::UOwner) {
+        let deadline = h.int(Field::UUntil).unwrap_or(0);
+        if deadline > now {
+            (s.upgradable, s.upgradable_until) = (Some(owner), Some(deadline));
+            if let Some(Val::Place(deadline, first_lease)) = h.get(Field::UUpgrade) {
+                if deadline > now {
+                    s.upgrade = Some((deadline, first_lease));
+                } else {
+                    end_upgrade(&mut s);
+                }
+            }
+        } else {
+            end_upgradable(&mut s);
+        }
     }
     match h.int(Field::R(token)) {
         Some(mine) if mine > s.gone => s.mine = Some(mine),
@@ -595,8 +669,20 @@ fn hold_read(s: &mut Loaded, lease: Time) {
         s.readers_until = deadline;
         set(s, Field::ReadersUntil, Val::Int(deadline));
     }
+    if s.upgradable == Some(s.token) {
+        s.upgradable_until = Some(deadline);
+        set(s, Field::UUntil, Val::Int(deadline));
+    }
     stamp_read(s);
     s.extended = true;
+}
+
+/// `hold_upgradable`: the token's read hold (just granted) becomes the upgradable one.
+fn hold_upgradable(s: &mut Loaded) {
+    let mine = s.mine.expect("a read hold to make upgradable");
+    (s.upgradable, s.upgradable_until) = (Some(s.token), Some(mine));
+    set(s, Field::UOwner, Val::Tok(s.token));
+    set(s, Field::UUntil, Val::Int(mine));
 }
 
 fn hold_write(s: &mut Loaded, token: Tok, lease: Time) {
@@ -612,9 +698,16 @@ fn grant_write(s: &mut Loaded, token: Tok, lease: Time) -> i64 {
     s.fence
 }
 
-fn drop_reader(s: &mut Loaded) {
-    del(s, Field::R(s.token));
-    s.mine = None;
+/// `drop_reader(s, token)`: `token`'s counted read hold ends (with the upgradable
+/// hold, if it was that).
+fn drop_reader(s: &mut Loaded, token: Tok) {
+    if Some(token) == s.upgradable {
+        end_upgradable(s);
+    }
+    del(s, Field::R(token));
+    if token == s.token {
+        s.mine = None;
+    }
     s.nreaders -= 1;
     if s.nreaders > 0 {
         set(s, Field::Readers, Val::Int(s.nreaders));
@@ -634,6 +727,30 @@ fn drop_writer(s: &mut Loaded) {
     s.freed_writer = true;
 }
 
+/// `upgrade_ready`: the upgradable reader is the only reader left.
+fn upgrade_ready(s: &Loaded) -> bool {
+    s.upgradable.is_some()
+        && s.nreaders == 1
+        && s.original_reader_until.is_none()
+        && s.writer.is_none()
+        && s.original_writer_until.is_none()
+}
+
+/// `upgrade_to_write`: the upgradable reader becomes the writer, for `lease` but
+/// never less than its read hold had left; returns the new fence.
+fn upgrade_to_write(s: &mut Loaded, lease: Time) -> i64 {
+    let token = s.upgradable.expect("an upgradable reader");
+    let read_until = s.upgradable_until.expect("its deadline");
+    del(s, Field::UOwner);
+    del(s, Field::UUntil);
+    if s.upgrade.is_some() || s.upgrade_was_stored {
+        del(s, Field::UUpgrade);
+    }
+    (s.upgradable, s.upgradable_until, s.upgrade) = (None, None, None);
+    drop_reader(s, token);
+    grant_write(s, token, lease.max(read_until - s.now))
+}
+
 fn set_expiry(h: &mut Hash, s: &Loaded, p: &Params) {
     let queue = if s.head.is_some() { s.queue_until } else { 0 };
     let needed = (holds_until(s).max(queue) - s.now).max(0);
@@ -642,14 +759,20 @@ fn set_expiry(h: &mut Hash, s: &Loaded, p: &Params) {
     }
 }
 
-/// `settle`: hands a free lock to the first queued writer, writes the changes and
+/// `settle`: hands the lock to the upgrader waiting to upgrade once it is the last
+/// reader, else a free lock to the first queued writer; writes the changes and
 /// returns what it published.
 fn settle(h: &mut Hash, s: &mut Loaded, p: &Params) -> Option<Wake> {
     if s.dequeued {
         first_writer(h, s);
     }
     let mut handed = None;
-    if is_free(s)
+    if let Some((_, first_lease)) = s.upgrade
+        && upgrade_ready(s)
+    {
+        let token = s.upgradable.expect("an upgradable reader");
+        handed = Some(Wake::Handed(token, upgrade_to_write(s, first_lease)));
+    } else if is_free(s)
         && let Some((first, first_lease)) = first_writer(h, s)
     {
         serve_head(s);
@@ -659,15 +782,16 @@ fn settle(h: &mut Hash, s: &mut Loaded, p: &Params) -> Option<Wake> {
     if s.extended {
         set_expiry(h, s, p);
     }
+    let written = s.writer.is_some() || s.original_writer_until.is_some();
     if handed.is_some() {
         handed
     } else if is_free(s) {
-        (s.freed_writer || s.dequeued).then_some(Wake::All)
-    } else if s.writer.is_none()
-        && s.original_writer_until.is_none()
-        && (s.freed_writer || (s.dequeued && s.head.is_none()))
+        (s.freed_writer || s.dequeued || s.upgrade_ended || s.upgradable_ended).then_some(Wake::All)
+    } else if !written && (s.freed_writer || (s.head.is_none() && (s.dequeued || s.upgrade_ended)))
     {
         Some(Wake::Readers)
+    } else if !written && s.upgradable_ended {
+        Some(Wake::Upgradable)
     } else {
         None
     }
@@ -683,7 +807,7 @@ fn done(reply: Reply, published: Option<Wake>) -> Outcome {
 
 // ---- the operation scripts --------------------------------------------------------
 
-/// acquire_read.lua
+/// acquire_read.lua; `upgradable`: the upgradable hold.
 pub fn acquire_read(
     h: &mut Hash,
     p: &Params,
@@ -691,26 +815,39 @@ pub fn acquire_read(
     token: Tok,
     lease: Time,
     writer_preferred: bool,
+    upgradable: bool,
 ) -> Outcome {
     let mut s = load(h, p, now, token);
-    if !reading(&s) {
-        let queue_first = writer_preferred && queued(&s) && first_writer(h, &mut s).is_some();
-        if s.writer.is_some() || s.original_writer_until.is_some() || queue_first {
-            let published = settle(h, &mut s, p);
-            let hint = if s.writer.is_some() || s.original_writer_until.is_some() {
-                retry_hint(&s)
-            } else {
-                queue_hint(&s)
-            };
-            return done(Reply::Refused(hint, 0), published);
-        }
+    if reading(&s) {
+        hold_read(&mut s, lease);
+        let published = settle(h, &mut s, p);
+        return done(Reply::Granted(0), published);
+    }
+    let written = s.writer.is_some() || s.original_writer_until.is_some();
+    let queue_first = writer_preferred && queued(&s) && first_writer(h, &mut s).is_some();
+    if written
+        || queue_first
+        || (writer_preferred && s.upgrade.is_some())
+        || (upgradable && s.upgradable.is_some())
+    {
+        let published = settle(h, &mut s, p);
+        let hint = if queue_first && !(s.writer.is_some() || s.original_writer_until.is_some()) {
+            queue_hint(&s)
+        } else {
+            retry_hint(&s)
+        };
+        return done(Reply::Refused(hint, 0), published);
     }
     hold_read(&mut s, lease);
+    if upgradable {
+        hold_upgradable(&mut s);
+    }
     let published = settle(h, &mut s, p);
     done(Reply::Granted(0), published)
 }
 
-/// acquire_write.lua; `intent_ttl` 0 never queues (try_write).
+/// acquire_write.lua; `intent_ttl` 0 never queues (try_write, try_upgrade);
+/// `upgrade`: upgrades the token's upgradable hold.
 pub fn acquire_write(
     h: &mut Hash,
     p: &Params,
@@ -718,12 +855,36 @@ pub fn acquire_write(
     token: Tok,
     lease: Time,
     intent_ttl: Time,
+    upgrade: bool,
 ) -> Outcome {
     let mut s = load(h, p, now, token);
     if writer_is(&s, token) {
         hold_write(&mut s, token, lease);
         let published = settle(h, &mut s, p);
         return done(Reply::Granted(s.fence), published);
+    }
+    if upgrade {
+        if s.upgradable != Some(token) || original_beside(&s, false) {
+            let published = settle(h, &mut s, p);
+            return done(Reply::Lost, published);
+        }
+        if upgrade_ready(&s) {
+            let fence = upgrade_to_write(&mut s, lease);
+            let published = settle(h, &mut s, p);
+            return Outcome {
+                reply: Reply::Granted(fence),
+                published,
+                new_grant: true,
+            };
+        }
+        if intent_ttl > 0 {
+            let deadline = s.now + intent_ttl;
+            let first_lease = intent_ttl.min(lease);
+            s.upgrade = Some((deadline, first_lease));
+            set(&mut s, Field::UUpgrade, Val::Place(deadline, first_lease));
+        }
+        let published = settle(h, &mut s, p);
+        return done(Reply::Refused(retry_hint(&s), s.fence), published);
     }
     if is_free(&s) {
         let first = first_writer(h, &mut s);
@@ -758,7 +919,7 @@ pub fn release(h: &mut Hash, p: &Params, now: Time, token: Tok) -> Outcome {
         if reading(&s) {
             removed = 1;
         }
-        drop_reader(&mut s);
+        drop_reader(&mut s, token);
     } else if s.leftover {
         del(&mut s, Field::R(token));
     }
@@ -786,15 +947,25 @@ pub fn renew(h: &mut Hash, p: &Params, now: Time, token: Tok, lease: Time, write
     done(Reply::Int(renewed), published)
 }
 
-/// downgrade.lua
-pub fn downgrade(h: &mut Hash, p: &Params, now: Time, token: Tok, lease: Time) -> Outcome {
+/// downgrade.lua; `from_write`: the write hold ('write'), else the upgradable one.
+pub fn downgrade(
+    h: &mut Hash,
+    p: &Params,
+    now: Time,
+    token: Tok,
+    lease: Time,
+    from_write: bool,
+) -> Outcome {
     let mut s = load(h, p, now, token);
     let mut ok = 0;
-    if writer_is(&s, token) {
+    if from_write && writer_is(&s, token) {
         drop_writer(&mut s);
         hold_read(&mut s, lease);
         ok = 1;
     } else if reading(&s) {
+        if s.upgradable == Some(token) {
+            end_upgradable(&mut s);
+        }
         ok = 1;
     }
     let published = settle(h, &mut s, p);
@@ -864,6 +1035,8 @@ pub fn live_view(h: &Hash, p: &Params, now: Time) -> View {
         fence: s.fence,
         original_writer_until: s.original_writer_until,
         original_reader_until: s.original_reader_until,
+        upgradable: s.upgradable.zip(s.upgradable_until),
+        upgrade: s.upgrade.map(|(deadline, _)| deadline),
     }
 }
 
@@ -892,6 +1065,9 @@ impl fmt::Display for Hash {
                 Field::QHead => write!(f, "q:head")?,
                 Field::QTail => write!(f, "q:tail")?,
                 Field::QueueUntil => write!(f, "queue_until")?,
+                Field::UOwner => write!(f, "u:owner")?,
+                Field::UUntil => write!(f, "u:until")?,
+                Field::UUpgrade => write!(f, "u:upgrade")?,
                 Field::Fence => write!(f, "fence")?,
                 Field::Write => write!(f, "write")?,
                 Field::Wstamp => write!(f, "wstamp")?,
@@ -918,6 +1094,7 @@ impl fmt::Display for Wake {
             Wake::Handed(t, fence) => write!(f, "{t}:{fence}"),
             Wake::All => write!(f, "*"),
             Wake::Readers => write!(f, "r"),
+            Wake::Upgradable => write!(f, "u"),
         }
     }
 }

@@ -5,8 +5,9 @@ use stateright::Property;
 
 use super::lua::{self, Reply, Tok};
 use super::system::{
-    FENCE_NOT_RISING, FENCED_WRITE_WENT_BACK, Lock, Mode, Phase, READER_PASSED_QUEUED_WRITER,
-    STRAY_RELEASE_CHANGED, State, WRITER_JUMPED_QUEUE,
+    Access, FENCE_NOT_RISING, FENCED_WRITE_WENT_BACK, Lock, Mode, Phase,
+    READER_PASSED_WAITING_WRITER, STRAY_RELEASE_CHANGED, State, WRITER_BEFORE_UPGRADE,
+    WRITER_JUMPED_QUEUE,
 };
 
 impl Lock {
@@ -42,8 +43,12 @@ impl Lock {
                 |_: &Lock, s: &State| s.violations & WRITER_JUMPED_QUEUE == 0,
             ),
             Property::always(
-                "no new reader enters while a writer is queued",
-                |_: &Lock, s: &State| s.violations & READER_PASSED_QUEUED_WRITER == 0,
+                "no new reader enters while a writer is queued or an upgrade waits",
+                |_: &Lock, s: &State| s.violations & READER_PASSED_WAITING_WRITER == 0,
+            ),
+            Property::always(
+                "no writer is granted between an upgradable hold's grant and its upgrade",
+                |_: &Lock, s: &State| s.violations & WRITER_BEFORE_UPGRADE == 0,
             ),
             Property::always(
                 "the readers' and the queue's summaries bound their entries",
@@ -74,7 +79,7 @@ impl Lock {
                         matches!(
                             c.phase,
                             Phase::Waiting {
-                                mode: Mode::Write,
+                                access: Access::Write,
                                 ..
                             }
                         )
@@ -100,7 +105,7 @@ impl Lock {
                             matches!(
                                 c.phase,
                                 Phase::Waiting {
-                                    mode: Mode::Read,
+                                    access: Access::Read,
                                     ..
                                 }
                             )
@@ -161,17 +166,105 @@ impl Lock {
             "a fenced write is accepted",
             |_: &Lock, s: &State| s.max_written > 0,
         ));
+        props.extend(Self::upgrade_examples());
         props
     }
 
+    /// States with upgradable holds the checker must reach when asked.
+    fn upgrade_examples() -> Vec<Property<Self>> {
+        vec![
+            Property::sometimes(
+                "an upgradable holder reads beside a plain reader",
+                |_: &Lock, s: &State| {
+                    let plain = s.clients.iter().any(|c| {
+                        matches!(
+                            c.phase,
+                            Phase::Holding {
+                                upgradable: None,
+                                ..
+                            }
+                        ) && c.believes(s.now) == Some(Mode::Read)
+                    });
+                    plain && s.clients.iter().any(|c| c.believes_upgradable(s.now))
+                },
+            ),
+            Property::sometimes(
+                "a reader waits behind a pending upgrade",
+                |_: &Lock, s: &State| {
+                    let fields = &s.hash.fields;
+                    let only_the_upgrade = fields.contains_key(&lua::Field::UUpgrade)
+                        && !fields.contains_key(&lua::Field::WOwner)
+                        && !fields.keys().any(|f| matches!(f, lua::Field::Wait(_)));
+                    only_the_upgrade
+                        && s.clients.iter().any(|c| {
+                            matches!(
+                                c.phase,
+                                Phase::Waiting {
+                                    access: Access::Read,
+                                    ..
+                                }
+                            )
+                        })
+                },
+            ),
+            Property::sometimes(
+                "an upgrade is handed over by a reader's release",
+                |_: &Lock, s: &State| {
+                    s.clients.iter().any(|c| {
+                        c.handed.is_some()
+                            && matches!(
+                                c.phase,
+                                Phase::Holding {
+                                    upgradable: Some(_),
+                                    ..
+                                }
+                            )
+                    })
+                },
+            ),
+            Property::sometimes("an upgrader holds the write hold", |m: &Lock, s: &State| {
+                s.clients.iter().enumerate().any(|(i, c)| {
+                    m.cfg.role(i) == Access::UpgradableRead
+                        && c.believes(s.now) == Some(Mode::Write)
+                })
+            }),
+            Property::sometimes(
+                "an upgradable reader waits behind another",
+                |_: &Lock, s: &State| {
+                    let waiting = s.clients.iter().any(|c| {
+                        matches!(
+                            c.phase,
+                            Phase::Waiting {
+                                access: Access::UpgradableRead,
+                                ..
+                            }
+                        )
+                    });
+                    waiting && s.clients.iter().any(|c| c.believes_upgradable(s.now))
+                },
+            ),
+        ]
+    }
+
     /// Exclusion among believed holds (when the configuration promises it) and how
-    /// long waiters wait.
+    /// long waiters wait. An upgradable hold is a read hold to exclusion (also while
+    /// its upgrade waits), and excludes other upgradable holds.
     fn holds_and_waits(&self) -> Vec<Property<Self>> {
         let mut props = Vec::new();
         if self.cfg.exclusion {
             props.push(Property::always(
                 "no writer beside another believed hold",
                 |m: &Lock, s: &State| exclusion_holds(m, s),
+            ));
+            props.push(Property::always(
+                "at most one client believes it holds the upgradable read",
+                |_: &Lock, s: &State| {
+                    s.clients
+                        .iter()
+                        .filter(|c| c.believes_upgradable(s.now))
+                        .count()
+                        <= 1
+                },
             ));
         }
         props.push(Property::always(
@@ -202,14 +295,18 @@ fn waits_bounded(m: &Lock, s: &State) -> bool {
     let Some(bound) = m.cfg.wait_bound else {
         return true;
     };
-    s.clients.iter().all(|c| match c.phase {
-        Phase::Waiting {
-            since,
-            mode,
-            paused: false,
-            ..
-        } if mode == Mode::Write || !m.cfg.bound_writers_only => s.now - since <= bound,
-        _ => true,
+    s.clients.iter().all(|c| {
+        // An upgrade waits like a writer.
+        let mode = match c.phase {
+            Phase::Waiting { access, .. } => access.mode(),
+            _ => Mode::Write,
+        };
+        match c.wait() {
+            Some(wait) if !wait.paused && (mode == Mode::Write || !m.cfg.bound_writers_only) => {
+                s.now - wait.since <= bound
+            }
+            _ => true,
+        }
     })
 }
 

@@ -5,8 +5,9 @@ use std::fmt::Write as _;
 
 use super::lua::{self, Outcome, Reply, Time, Tok, Wake};
 use super::system::{
-    Action, Client, FENCE_NOT_RISING, FENCED_WRITE_WENT_BACK, Inflight, Late, Lock, Mode, Op,
-    Phase, READER_PASSED_QUEUED_WRITER, STRAY_RELEASE_CHANGED, State, WRITER_JUMPED_QUEUE,
+    Access, Action, Client, FENCE_NOT_RISING, FENCED_WRITE_WENT_BACK, Inflight, Late, Lock, Mode,
+    Op, Phase, READER_PASSED_WAITING_WRITER, STRAY_RELEASE_CHANGED, State, Upgradable,
+    WRITER_BEFORE_UPGRADE, WRITER_JUMPED_QUEUE, Wait,
 };
 use super::traces::describe;
 
@@ -22,10 +23,11 @@ impl Lock {
         if c.handed.is_some() {
             return true;
         }
+        // A waiting upgrade holds its read hold as long as it waits.
+        if let Some(wait) = c.wait() {
+            return self.timed_out(s, wait.since) || s.now >= wait.recheck_at;
+        }
         match c.phase {
-            Phase::Waiting {
-                since, recheck_at, ..
-            } => self.timed_out(s, since) || s.now >= recheck_at,
             Phase::Holding { since, .. } | Phase::Original { stamp: since, .. } => {
                 s.now >= since + self.cfg.max_hold
             }
@@ -63,6 +65,30 @@ impl Lock {
         Tok { client, generation }
     }
 
+    /// Runs acquire `access` as the crate does (writer preference).
+    fn acquire(
+        &self,
+        h: &mut lua::Hash,
+        now: Time,
+        token: Tok,
+        access: Access,
+        wait: bool,
+    ) -> Outcome {
+        let cfg = &self.cfg;
+        let p = &cfg.params;
+        let ttl = if wait { cfg.intent_ttl } else { 0 };
+        match access {
+            Access::Read | Access::UpgradableRead => {
+                let upgradable = access == Access::UpgradableRead;
+                lua::acquire_read(h, p, now, token, cfg.read_lease, true, upgradable)
+            }
+            Access::Write | Access::Upgrade => {
+                let upgrade = access == Access::Upgrade;
+                lua::acquire_write(h, p, now, token, cfg.write_lease, ttl, upgrade)
+            }
+        }
+    }
+
     /// Runs one script on the hash, with the checks that must hold at every run.
     fn exec(&self, s: &mut State, op: Op, token: Tok, mode: Mode) -> Outcome {
         let cfg = &self.cfg;
@@ -77,16 +103,7 @@ impl Lock {
         };
         let now = s.now;
         let out = match op {
-            Op::Acquire {
-                mode: Mode::Read, ..
-            } => lua::acquire_read(&mut s.hash, p, now, token, cfg.read_lease, true),
-            Op::Acquire {
-                mode: Mode::Write,
-                wait,
-            } => {
-                let ttl = if wait { cfg.intent_ttl } else { 0 };
-                lua::acquire_write(&mut s.hash, p, now, token, cfg.write_lease, ttl)
-            }
+            Op::Acquire { access, wait } => self.acquire(&mut s.hash, now, token, access, wait),
             Op::Renew => lua::renew(
                 &mut s.hash,
                 p,
@@ -96,26 +113,35 @@ impl Lock {
                 mode == Mode::Write,
             ),
             Op::Release => lua::release(&mut s.hash, p, now, token),
-            Op::Downgrade => lua::downgrade(&mut s.hash, p, now, token, cfg.read_lease),
+            Op::Downgrade => {
+                let from_write = mode == Mode::Write;
+                lua::downgrade(&mut s.hash, p, now, token, cfg.read_lease, from_write)
+            }
             Op::FencedWrite => lua::fenced_write(&mut s.hash, p, now, token),
         };
         let queued = &view_before.queue;
-        if let (Op::Acquire { mode, .. }, Reply::Granted(_)) = (op, out.reply) {
-            match mode {
-                Mode::Write
+        if let (Op::Acquire { access, .. }, Reply::Granted(_)) = (op, out.reply) {
+            match access {
+                Access::Write
                     if out.new_grant && queued.first().is_some_and(|&(t, _)| t != token) =>
                 {
                     s.violations |= WRITER_JUMPED_QUEUE;
                 }
-                Mode::Read if !queued.is_empty() && !view_before.readers.contains_key(&token) => {
-                    s.violations |= READER_PASSED_QUEUED_WRITER;
+                Access::Read | Access::UpgradableRead
+                    if (!queued.is_empty() || view_before.upgrade.is_some())
+                        && !view_before.readers.contains_key(&token) =>
+                {
+                    s.violations |= READER_PASSED_WAITING_WRITER;
                 }
                 _ => {}
             }
         }
-        // A hand-over goes to the first live place, or the one after the caller's
-        // when the caller's own operation withdrew that.
+        // The upgradable reader waiting to upgrade goes first (no writer can hold
+        // beside it anyway); else a hand-over goes to the first live place, or the
+        // one after the caller's when the caller's own operation withdrew that.
+        let upgrader = view_before.upgradable.map(|(t, _)| t);
         if let Some(Wake::Handed(grantee, _)) = out.published
+            && !(view_before.upgrade.is_some() && upgrader == Some(grantee))
             && queued.first().is_none_or(|&(t, _)| t != grantee)
             && queued
                 .iter()
@@ -125,12 +151,16 @@ impl Lock {
             s.violations |= WRITER_JUMPED_QUEUE;
         }
         let new_fence = match (out.new_grant, out.reply, out.published) {
-            (true, Reply::Granted(fence), _) | (_, _, Some(Wake::Handed(_, fence))) => Some(fence),
+            (true, Reply::Granted(fence), _) => Some((token, fence)),
+            (_, _, Some(Wake::Handed(grantee, fence))) => Some((grantee, fence)),
             _ => None,
         };
-        if let Some(fence) = new_fence {
+        if let Some((grantee, fence)) = new_fence {
             if fence <= s.max_fence {
                 s.violations |= FENCE_NOT_RISING;
+            }
+            if upgrader == Some(grantee) && !self.upgrade_follows_its_grant(s, grantee) {
+                s.violations |= WRITER_BEFORE_UPGRADE;
             }
             s.max_fence = s.max_fence.max(fence);
         }
@@ -157,47 +187,63 @@ impl Lock {
         out
     }
 
+    /// The upgrade of `token`'s upgradable hold is about to get a new fencing token:
+    /// no write hold was granted since its holder took the upgradable grant (the
+    /// largest fence is still the one it saw then). A holder that crashed or moved on
+    /// is not asked.
+    fn upgrade_follows_its_grant(&self, s: &State, token: Tok) -> bool {
+        s.clients.iter().all(|c| match c.phase {
+            Phase::Holding {
+                token: holder,
+                upgradable: Some(Upgradable { after, .. }),
+                ..
+            } if holder == token => after == s.max_fence,
+            _ => true,
+        })
+    }
+
     /// A wake-up reaches every waiter it concerns (`wants` in src/wakeups.rs,
-    /// writer preference); a hand-over reaches the writer it names.
+    /// writer preference); a hand-over reaches the writer or upgrade it names. An
+    /// upgrade waits for nothing else.
     fn deliver(&self, s: &mut State, wake: Wake) {
         for c in &mut s.clients {
-            if let Phase::Waiting { token, mode, .. } = c.phase {
-                match (wake, mode) {
-                    (Wake::All, _) | (Wake::Readers, Mode::Read) => c.woken = true,
-                    (Wake::Handed(named, fence), Mode::Write) if named == token => {
-                        c.handed = Some(fence);
-                    }
-                    _ => {}
+            let (token, access) = match c.phase {
+                Phase::Waiting { token, access, .. } => (token, access),
+                Phase::Holding { token, .. } if c.wait().is_some() => (token, Access::Upgrade),
+                _ => continue,
+            };
+            match (wake, access) {
+                (Wake::Handed(named, fence), Access::Write | Access::Upgrade) if named == token => {
+                    c.handed = Some(fence);
                 }
+                (_, Access::Upgrade) => {}
+                (Wake::All, _)
+                | (Wake::Readers, Access::Read | Access::UpgradableRead)
+                | (Wake::Upgradable, Access::UpgradableRead) => c.woken = true,
+                _ => {}
             }
         }
     }
 
     /// A waiter takes a hand-over message: it holds if the fence shows the
     /// hand-over came after its last refusal, counting from that refusal's send;
-    /// otherwise the message only wakes it.
+    /// otherwise the message only wakes it. An upgrade's read hold ends with it.
     fn take_handed(&self, s: &mut State, i: u8) -> Option<()> {
         let now = s.now;
         let handed_lease = self.cfg.handed_lease();
         let c = &mut s.clients[i as usize];
         let fence = c.handed.take()?;
-        let Phase::Waiting {
-            token,
-            refused_sent,
-            refused_fence,
-            ..
-        } = c.phase
-        else {
-            return None;
-        };
-        if fence > refused_fence {
+        let wait = c.wait()?;
+        let token = c.token()?;
+        if fence > wait.refused_fence {
             c.phase = Phase::Holding {
                 token,
                 mode: Mode::Write,
                 since: now,
-                until: refused_sent + handed_lease,
+                until: wait.refused_sent + handed_lease,
                 fence,
                 lost: false,
+                upgradable: None,
             };
             c.woken = false;
         } else {
@@ -206,13 +252,41 @@ impl Lock {
         Some(())
     }
 
+    /// A refusal of a waiting acquire or upgrade: the wait it starts or goes on with.
+    /// The first refusal subscribes, then tries again at once.
+    fn refused(
+        &self,
+        woken: &mut bool,
+        previous: Option<Wait>,
+        now: Time,
+        sent: Time,
+        hint: Time,
+        refused_fence: i64,
+    ) -> Wait {
+        let recheck_at = now + hint.clamp(self.cfg.recheck.0, self.cfg.recheck.1);
+        let (since, paused) = match previous {
+            Some(wait) => (wait.since, wait.paused),
+            None => (now, false),
+        };
+        *woken = previous.is_none();
+        Wait {
+            since,
+            recheck_at,
+            paused,
+            refused_sent: sent,
+            refused_fence,
+        }
+    }
+
     /// The client takes the reply of `op`, sent at `sent`.
     fn take_reply(&self, s: &mut State, i: usize, op: Op, token: Tok, sent: Time, out: Outcome) {
         let cfg = &self.cfg;
         let now = s.now;
+        let max_fence = s.max_fence;
         let c = &mut s.clients[i];
         match (op, out.reply, c.phase) {
-            (Op::Acquire { mode, .. }, Reply::Granted(fence), _) => {
+            (Op::Acquire { access, .. }, Reply::Granted(fence), _) => {
+                let mode = access.mode();
                 c.phase = Phase::Holding {
                     token,
                     mode,
@@ -220,43 +294,62 @@ impl Lock {
                     until: sent + cfg.held_for(mode),
                     fence,
                     lost: false,
+                    upgradable: (access == Access::UpgradableRead).then_some(Upgradable {
+                        after: max_fence,
+                        upgrading: None,
+                    }),
                 };
                 c.woken = false;
                 c.handed = None;
             }
+            (
+                Op::Acquire {
+                    access: Access::Upgrade,
+                    wait,
+                },
+                reply,
+                Phase::Holding {
+                    upgradable: Some(held),
+                    ..
+                },
+            ) => {
+                let upgrading = match reply {
+                    Reply::Refused(hint, fence) if wait => {
+                        Some(self.refused(&mut c.woken, held.upgrading, now, sent, hint, fence))
+                    }
+                    // try_upgrade refused: the hold stays upgradable.
+                    _ => None,
+                };
+                if let Phase::Holding {
+                    upgradable: Some(u),
+                    lost,
+                    ..
+                } = &mut c.phase
+                {
+                    u.upgrading = upgrading;
+                    // The upgradable hold is gone: the guard's lease is lost.
+                    *lost |= reply == Reply::Lost;
+                }
+                if upgrading.is_none() {
+                    c.woken = false;
+                }
+            }
             (Op::Acquire { wait: false, .. }, _, _) => c.phase = Phase::Idle,
-            (Op::Acquire { mode, .. }, Reply::Refused(hint, refused_fence), phase) => {
-                let recheck_at = now + hint.clamp(cfg.recheck.0, cfg.recheck.1);
-                c.phase = match phase {
-                    Phase::Waiting { since, paused, .. } => {
-                        c.woken = false;
-                        Phase::Waiting {
-                            token,
-                            mode,
-                            since,
-                            recheck_at,
-                            paused,
-                            refused_sent: sent,
-                            refused_fence,
-                        }
-                    }
-                    _ => {
-                        // First refusal: subscribe, then try again at once.
-                        c.woken = true;
-                        Phase::Waiting {
-                            token,
-                            mode,
-                            since: now,
-                            recheck_at,
-                            paused: false,
-                            refused_sent: sent,
-                            refused_fence,
-                        }
-                    }
+            (Op::Acquire { access, .. }, Reply::Refused(hint, refused_fence), phase) => {
+                let previous = match phase {
+                    Phase::Waiting { wait, .. } => Some(wait),
+                    _ => None,
+                };
+                let wait = self.refused(&mut c.woken, previous, now, sent, hint, refused_fence);
+                c.phase = Phase::Waiting {
+                    token,
+                    access,
+                    wait,
                 };
             }
             (Op::Release, _, _) => {
                 c.phase = Phase::Idle;
+                c.woken = false;
                 c.handed = None;
             }
             (
@@ -268,14 +361,19 @@ impl Lock {
                     since,
                     until,
                     fence,
+                    upgradable,
                     ..
                 },
             ) => {
                 let ok = reply != Reply::Int(0);
-                let (mode, until) = match (op, ok) {
-                    (Op::Renew, true) => (mode, sent + cfg.held_for(mode)),
-                    (Op::Downgrade, true) => (Mode::Read, sent + cfg.held_for(Mode::Read)),
-                    _ => (mode, until),
+                let (mode, until, upgradable) = match (op, ok) {
+                    (Op::Renew, true) => (mode, until.max(sent + cfg.held_for(mode)), upgradable),
+                    (Op::Downgrade, true) if mode == Mode::Write => {
+                        (Mode::Read, sent + cfg.held_for(Mode::Read), None)
+                    }
+                    // An upgradable hold becomes a plain one; its lease goes on.
+                    (Op::Downgrade, true) => (mode, until, None),
+                    _ => (mode, until, upgradable),
                 };
                 c.phase = Phase::Holding {
                     token,
@@ -284,6 +382,7 @@ impl Lock {
                     until,
                     fence,
                     lost: !ok,
+                    upgradable,
                 };
             }
             _ => {}
@@ -294,27 +393,50 @@ impl Lock {
     pub(super) fn calls(&self, s: &State, i: usize, out: &mut Vec<Op>) {
         let c = &s.clients[i];
         let cfg = &self.cfg;
+        let due =
+            |wait: Wait| !self.timed_out(s, wait.since) && (c.woken || s.now >= wait.recheck_at);
+        let believes = c.believes(s.now).is_some();
         match c.phase {
             Phase::Idle if c.acquisitions < cfg.acquisitions => {
-                let mode = cfg.role(i);
-                out.push(Op::Acquire { mode, wait: true });
-                if mode == Mode::Write && cfg.try_write {
-                    out.push(Op::Acquire { mode, wait: false });
+                let access = cfg.role(i);
+                out.push(Op::Acquire { access, wait: true });
+                if access != Access::Read && cfg.try_ops {
+                    out.push(Op::Acquire {
+                        access,
+                        wait: false,
+                    });
                 }
             }
-            Phase::Waiting {
-                mode,
-                since,
-                recheck_at,
+            Phase::Waiting { access, wait, .. } if due(wait) => {
+                out.push(Op::Acquire { access, wait: true });
+            }
+            Phase::Holding {
+                upgradable:
+                    Some(Upgradable {
+                        upgrading: Some(wait),
+                        ..
+                    }),
                 ..
-            } if !self.timed_out(s, since) && (c.woken || s.now >= recheck_at) => {
-                out.push(Op::Acquire { mode, wait: true });
+            } => {
+                // The read renewals go on while the upgrade waits.
+                if believes && c.late.is_none() {
+                    out.push(Op::Renew);
+                }
+                // The upgrade future dropped: the guard goes with it, released.
+                out.push(Op::Release);
+                if due(wait) {
+                    out.push(Op::Acquire {
+                        access: Access::Upgrade,
+                        wait: true,
+                    });
+                }
             }
             Phase::Holding { since, .. } if s.now >= since + cfg.max_hold => {
                 out.push(Op::Release);
             }
-            Phase::Holding { mode, .. } => {
-                let believes = c.believes(s.now).is_some();
+            Phase::Holding {
+                mode, upgradable, ..
+            } => {
                 // One renewal at a time: the renewal task awaits each.
                 if believes && c.late.is_none() {
                     out.push(Op::Renew);
@@ -326,6 +448,21 @@ impl Lock {
                 // A write may come late: the application checked is_held(), then paused.
                 if mode == Mode::Write && cfg.fenced_writes {
                     out.push(Op::FencedWrite);
+                }
+                if upgradable.is_some() && believes {
+                    if cfg.downgrade {
+                        out.push(Op::Downgrade);
+                    }
+                    out.push(Op::Acquire {
+                        access: Access::Upgrade,
+                        wait: true,
+                    });
+                    if cfg.try_ops {
+                        out.push(Op::Acquire {
+                            access: Access::Upgrade,
+                            wait: false,
+                        });
+                    }
                 }
             }
             _ => {}
@@ -356,8 +493,8 @@ impl Lock {
                 s.budget.pauses -= 1;
                 let c = &mut s.clients[i as usize];
                 c.paused_until = now + self.cfg.read_lease.max(self.cfg.write_lease) + 1;
-                if let Phase::Waiting { paused, .. } = &mut c.phase {
-                    *paused = true;
+                if let Some(wait) = c.wait_mut() {
+                    wait.paused = true;
                 }
             }
             Action::LoseWakeup(i) => {
@@ -393,14 +530,17 @@ impl Lock {
             (_, Some(t)) => t,
             (_, None) => return None,
         };
-        let mode = match s.clients[i].phase {
-            Phase::Holding { mode, .. } | Phase::Waiting { mode, .. } => mode,
-            _ => self.cfg.role(i),
+        let mode = match (op, s.clients[i].phase) {
+            (Op::Acquire { access, .. }, _) => access.mode(),
+            (_, Phase::Holding { mode, .. }) => mode,
+            _ => self.cfg.role(i).mode(),
         };
         if matches!(op, Op::Acquire { .. }) && s.clients[i].phase == Phase::Idle {
             s.clients[i].acquisitions += 1;
         }
-        s.clients[i].acted = true;
+        if !Self::beside_the_upgrade(&s.clients[i], op) {
+            s.clients[i].acted = true;
+        }
         let out = self.exec(s, op, token, mode);
         if let Some(note) = note {
             let _ = write!(note, "{}", describe(op, &out));
@@ -427,9 +567,9 @@ impl Lock {
         let inflight = s.clients[i].inflight.take()?;
         s.clients[i].acted = true;
         let mode = match (inflight.op, s.clients[i].phase) {
+            (Op::Acquire { access, .. }, _) => access.mode(),
             (_, Phase::Holding { mode, .. }) => mode,
-            (Op::Acquire { mode, .. }, _) => mode,
-            _ => self.cfg.role(i),
+            _ => self.cfg.role(i).mode(),
         };
         let out = self.exec(s, inflight.op, inflight.token, mode);
         if let Some(note) = note {
@@ -439,7 +579,8 @@ impl Lock {
         Some(())
     }
 
-    /// A waiter times out and withdraws its request.
+    /// A waiter times out and withdraws its request; an upgrade that times out
+    /// releases the upgradable hold (`RwLockUpgradableReadGuard::upgrade`).
     fn give_up(&self, s: &mut State, i: u8, note: Option<&mut String>) -> Option<()> {
         let i = i as usize;
         let token = s.clients[i].token()?;
@@ -459,9 +600,13 @@ impl Lock {
     fn failover(&self, s: &mut State) -> Option<()> {
         s.budget.failovers -= 1;
         s.hash = s.unreplicated.take()?;
-        // The promotion takes time; subscriptions are restored with a `*`.
+        // The promotion takes time; restored subscriptions wake every waiter.
         self.advance(s);
-        self.deliver(s, Wake::All);
+        for c in &mut s.clients {
+            if c.wait().is_some() {
+                c.woken = true;
+            }
+        }
         // Waiters could not reach the server meanwhile: count from now.
         for c in &mut s.clients {
             c.grantable_since = None;
@@ -555,7 +700,8 @@ impl Lock {
             && *mode == late.mode
         {
             if out.reply == Reply::Int(1) && now < *until {
-                *until = late.sent + self.cfg.held_for(late.mode);
+                // Two renewals may finish out of order: the later send decides.
+                *until = (*until).max(late.sent + self.cfg.held_for(late.mode));
             } else {
                 *lost = true;
             }
@@ -567,19 +713,17 @@ impl Lock {
     fn note_grantable(&self, s: &mut State) {
         for i in 0..s.clients.len() {
             let c = s.clients[i];
-            let grantable = match c.phase {
-                Phase::Waiting {
-                    token,
-                    mode,
-                    paused: false,
-                    ..
-                } if c.paused_until <= s.now && c.inflight.is_none() => {
+            let access = match c.phase {
+                Phase::Waiting { access, .. } => Some(access),
+                Phase::Holding { .. } => Some(Access::Upgrade),
+                _ => None,
+            };
+            let grantable = match (c.wait(), c.token(), access) {
+                (Some(wait), Some(token), Some(access))
+                    if !wait.paused && c.paused_until <= s.now && c.inflight.is_none() =>
+                {
                     let mut h = s.hash.clone();
-                    let (p, now) = (&self.cfg.params, s.now);
-                    let out = match mode {
-                        Mode::Read => lua::acquire_read(&mut h, p, now, token, 1, true),
-                        Mode::Write => lua::acquire_write(&mut h, p, now, token, 1, 1),
-                    };
+                    let out = self.acquire(&mut h, s.now, token, access, true);
                     matches!(out.reply, Reply::Granted(_))
                 }
                 _ => false,

@@ -5,7 +5,7 @@ use super::lua::{self, Hash, Tok};
 use super::system::{Lock, Phase, State};
 
 /// A renaming of clients: `perm[i]` is the new index of client `i` (readers map to
-/// readers, writers to writers).
+/// readers, writers to writers, upgraders to upgraders).
 pub type Perm = Vec<usize>;
 
 impl Lock {
@@ -27,14 +27,25 @@ impl Lock {
             out
         }
         let r = self.cfg.readers as usize;
+        let w = r + self.cfg.writers as usize;
         let n = self.cfg.clients() as usize;
         let readers: Vec<usize> = (0..r).collect();
-        let writers: Vec<usize> = (r..n).collect();
+        let writers: Vec<usize> = (r..w).collect();
+        let upgraders: Vec<usize> = (w..n).collect();
         let originals: Vec<usize> = (n..self.cfg.all_clients() as usize).collect();
         let mut out = Vec::new();
         for pr in all(&readers) {
             for pw in all(&writers) {
-                out.push(pr.iter().chain(&pw).chain(&originals).copied().collect());
+                for pu in all(&upgraders) {
+                    out.push(
+                        pr.iter()
+                            .chain(&pw)
+                            .chain(&pu)
+                            .chain(&originals)
+                            .copied()
+                            .collect(),
+                    );
+                }
             }
         }
         out
@@ -44,14 +55,8 @@ impl Lock {
         if t.client == lua::OUTSIDER {
             return t;
         }
-        let r = self.cfg.readers;
-        let index = if t.client >= 100 {
-            (t.client - 100 + r) as usize
-        } else {
-            t.client as usize
-        };
         Tok {
-            client: self.cfg.id(perm[index]),
+            client: self.cfg.id(perm[self.cfg.index(t.client)]),
             generation: t.generation,
         }
     }

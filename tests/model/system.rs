@@ -23,16 +23,40 @@ pub enum Mode {
     Write,
 }
 
+/// What an acquire asks for (`Access` in src/scripts.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Access {
+    Read,
+    Write,
+    /// A read hold that excludes other upgradable ones and may become the write hold.
+    UpgradableRead,
+    /// The upgradable hold's holder asks for the write hold (acquire_write with
+    /// `upgrade`, the same token).
+    Upgrade,
+}
+
+impl Access {
+    pub fn mode(self) -> Mode {
+        match self {
+            Access::Read | Access::UpgradableRead => Mode::Read,
+            Access::Write | Access::Upgrade => Mode::Write,
+        }
+    }
+}
+
 /// A script call as a client makes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Op {
-    /// `read()`/`write()` when `wait`, `try_write()` otherwise.
+    /// `read()`, `write()`, `upgradable_read()`, `upgrade()` when `wait`; their
+    /// `try_` forms otherwise.
     Acquire {
-        mode: Mode,
+        access: Access,
         wait: bool,
     },
     Renew,
     Release,
+    /// A write hold to a read hold, or an upgradable hold to a plain one (by the
+    /// hold's mode).
     Downgrade,
     FencedWrite,
 }
@@ -62,6 +86,9 @@ pub struct Config {
     pub name: &'static str,
     pub readers: u8,
     pub writers: u8,
+    /// Clients that take upgradable read holds, then release, downgrade or upgrade
+    /// them (after ours readers and writers).
+    pub upgraders: u8,
     /// Clients of the original design (no tokens, no renewal; they see only the
     /// `read`/`write` stamps), after ours.
     pub original_readers: u8,
@@ -86,7 +113,8 @@ pub struct Config {
     pub acquisitions: u8,
     /// The last tick explored.
     pub horizon: Time,
-    pub try_write: bool,
+    /// The `try_` forms too: `try_write()`, `try_upgradable_read()`, `try_upgrade()`.
+    pub try_ops: bool,
     pub downgrade: bool,
     pub fenced_writes: bool,
     pub faults: Faults,
@@ -129,7 +157,7 @@ impl Config {
     }
 
     pub(super) fn clients(&self) -> u8 {
-        self.readers + self.writers
+        self.readers + self.writers + self.upgraders
     }
 
     pub(super) fn all_clients(&self) -> u8 {
@@ -148,7 +176,7 @@ impl Config {
         }
     }
 
-    /// R1, W1 (ours), OR1, OW1 (original design).
+    /// R1, W1, U1 (ours), OR1, OW1 (original design).
     pub(super) fn name(&self, i: usize) -> String {
         let first = self.clients() as usize;
         match self.original(i) {
@@ -158,42 +186,78 @@ impl Config {
         }
     }
 
-    /// Client number `i` as tokens carry it: readers 0.., writers 100.. (so tokens
-    /// print as R1.0, W1.0; see `lua::client_name`).
+    /// Client number `i` as tokens carry it: readers 0.., writers 100.., upgraders
+    /// 200.. (so tokens print as R1.0, W1.0, U1.0; see `lua::client_name`).
     pub(super) fn id(&self, i: usize) -> u8 {
         let i = i as u8;
         if i < self.readers {
             i
-        } else {
+        } else if i < self.readers + self.writers {
             100 + i - self.readers
+        } else {
+            200 + i - self.readers - self.writers
         }
     }
 
-    pub(super) fn role(&self, i: usize) -> Mode {
-        if (i as u8) < self.readers {
-            Mode::Read
+    /// The index of the client a token's number names (the inverse of `id`).
+    pub(super) fn index(&self, client: u8) -> usize {
+        let index = if client >= 200 {
+            client - 200 + self.readers + self.writers
+        } else if client >= 100 {
+            client - 100 + self.readers
         } else {
-            Mode::Write
+            client
+        };
+        index as usize
+    }
+
+    /// What client `i` acquires when idle.
+    pub(super) fn role(&self, i: usize) -> Access {
+        let i = i as u8;
+        if i < self.readers {
+            Access::Read
+        } else if i < self.readers + self.writers {
+            Access::Write
+        } else {
+            Access::UpgradableRead
         }
     }
+}
+
+/// A refused acquire (or upgrade) that waits for a wake-up or its re-check timer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Wait {
+    pub since: Time,
+    pub recheck_at: Time,
+    /// Was paused while waiting (exempt from the wait bound: it may lose its place).
+    pub paused: bool,
+    /// When its last refused attempt was sent, and the fence that refusal saw
+    /// (`refused` in src/waiting.rs): a hand-over with a larger fence came after it.
+    pub refused_sent: Time,
+    pub refused_fence: i64,
+}
+
+/// What an upgradable read hold has besides the read hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Upgradable {
+    /// The largest fencing token issued when the client took the grant: its upgrade
+    /// must be the next write grant.
+    pub after: i64,
+    /// `upgrade()` waits (was refused): the read hold goes on (renewed, believed)
+    /// beside it.
+    pub upgrading: Option<Wait>,
 }
 
 /// Where a client is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Phase {
     Idle,
-    /// Refused, waiting for a wake-up or its re-check timer.
+    /// Refused, waiting for a wake-up or its re-check timer (`access` is not
+    /// `Upgrade`: an upgrade waits in `Holding`).
     Waiting {
         token: Tok,
-        mode: Mode,
-        since: Time,
-        recheck_at: Time,
-        /// Was paused while waiting (exempt from the wait bound: it may lose its place).
-        paused: bool,
-        /// When its last refused attempt was sent, and the fence that refusal saw
-        /// (`refused` in src/waiting.rs): a hand-over with a larger fence came after it.
-        refused_sent: Time,
-        refused_fence: i64,
+        access: Access,
+        wait: Wait,
     },
     Holding {
         token: Tok,
@@ -202,8 +266,10 @@ pub enum Phase {
         /// The local deadline (`sent + lease`).
         until: Time,
         fence: i64,
-        /// A renewal, downgrade or fenced write found the hold gone.
+        /// A renewal, downgrade, fenced write or upgrade found the hold gone.
         lost: bool,
+        /// An upgradable read hold.
+        upgradable: Option<Upgradable>,
     },
     /// An original-design client holds since its stamp; its peers judge the hold
     /// live while `now - stamp <= timeout`, i.e. up to `until` inclusive.
@@ -261,7 +327,8 @@ pub const FENCE_NOT_RISING: u8 = 1;
 pub const STRAY_RELEASE_CHANGED: u8 = 2;
 pub const FENCED_WRITE_WENT_BACK: u8 = 4;
 pub const WRITER_JUMPED_QUEUE: u8 = 8;
-pub const READER_PASSED_QUEUED_WRITER: u8 = 16;
+pub const READER_PASSED_WAITING_WRITER: u8 = 16;
+pub const WRITER_BEFORE_UPGRADE: u8 = 32;
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct State {
@@ -284,7 +351,8 @@ pub enum Action {
     Call(u8, Op, bool),
     /// The driver resends the request whose reply was lost.
     Resend(u8),
-    /// `wait_timeout` passed: the acquire gives up and withdraws its token.
+    /// `wait_timeout` passed: the acquire gives up and withdraws its token (an
+    /// upgrade: releases the upgradable hold).
     GiveUp(u8),
     Crash(u8),
     Pause(u8),
@@ -334,6 +402,62 @@ impl Client {
             Phase::Waiting { token, .. } | Phase::Holding { token, .. } => Some(token),
             _ => self.inflight.map(|i| i.token),
         }
+    }
+
+    /// The wait of a refused acquire or upgrade, if it waits.
+    pub(super) fn wait(&self) -> Option<Wait> {
+        match self.phase {
+            Phase::Waiting { wait, .. }
+            | Phase::Holding {
+                upgradable:
+                    Some(Upgradable {
+                        upgrading: Some(wait),
+                        ..
+                    }),
+                ..
+            } => Some(wait),
+            _ => None,
+        }
+    }
+
+    pub(super) fn wait_mut(&mut self) -> Option<&mut Wait> {
+        match &mut self.phase {
+            Phase::Waiting { wait, .. }
+            | Phase::Holding {
+                upgradable:
+                    Some(Upgradable {
+                        upgrading: Some(wait),
+                        ..
+                    }),
+                ..
+            } => Some(wait),
+            _ => None,
+        }
+    }
+
+    /// Holds an upgradable read hold it believes in.
+    pub(super) fn believes_upgradable(&self, now: Time) -> bool {
+        matches!(
+            self.phase,
+            Phase::Holding {
+                upgradable: Some(_),
+                ..
+            }
+        ) && self.believes(now).is_some()
+    }
+}
+
+impl fmt::Display for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self:?}")
+    }
+}
+
+impl Lock {
+    /// A read renewal of a client whose upgrade waits: the renewal task runs beside
+    /// the upgrade's attempts (src/lease.rs), so it takes no turn from them.
+    pub(super) fn beside_the_upgrade(c: &Client, op: Op) -> bool {
+        op == Op::Renew && matches!(c.phase, Phase::Holding { .. }) && c.wait().is_some()
     }
 }
 
@@ -389,23 +513,25 @@ impl Model for Lock {
                 }
                 continue;
             }
-            if c.paused_until <= s.now && !c.acted {
-                if c.inflight.is_some() {
-                    actions.push(Action::Resend(id));
-                } else {
-                    calls.clear();
-                    self.calls(s, i, &mut calls);
-                    for &op in &calls {
-                        actions.push(Action::Call(id, op, false));
-                        if s.budget.lost_replies > 0 {
-                            actions.push(Action::Call(id, op, true));
-                        }
+            if c.paused_until <= s.now && c.inflight.is_some() && !c.acted {
+                actions.push(Action::Resend(id));
+            } else if c.paused_until <= s.now && c.inflight.is_none() {
+                calls.clear();
+                self.calls(s, i, &mut calls);
+                for &op in &calls {
+                    if c.acted && !Self::beside_the_upgrade(c, op) {
+                        continue;
                     }
-                    if let Phase::Waiting { since, .. } = c.phase
-                        && self.timed_out(s, since)
-                    {
-                        actions.push(Action::GiveUp(id));
+                    actions.push(Action::Call(id, op, false));
+                    if s.budget.lost_replies > 0 {
+                        actions.push(Action::Call(id, op, true));
                     }
+                }
+                if let Some(wait) = c.wait()
+                    && self.timed_out(s, wait.since)
+                    && !c.acted
+                {
+                    actions.push(Action::GiveUp(id));
                 }
             }
             if s.budget.crashes > 0 && (c.phase != Phase::Idle || c.inflight.is_some()) {

@@ -5,8 +5,9 @@ use std::fmt::Write as _;
 
 use super::lua::{Outcome, Reply};
 use super::system::{
-    Action, FENCE_NOT_RISING, FENCED_WRITE_WENT_BACK, Lock, Mode, Op, Phase,
-    READER_PASSED_QUEUED_WRITER, STRAY_RELEASE_CHANGED, State, WRITER_JUMPED_QUEUE,
+    Access, Action, FENCE_NOT_RISING, FENCED_WRITE_WENT_BACK, Lock, Op, Phase,
+    READER_PASSED_WAITING_WRITER, STRAY_RELEASE_CHANGED, State, Upgradable, WRITER_BEFORE_UPGRADE,
+    WRITER_JUMPED_QUEUE,
 };
 
 impl Lock {
@@ -108,8 +109,12 @@ impl Lock {
                 "a writer was granted ahead of the queue",
             ),
             (
-                READER_PASSED_QUEUED_WRITER,
-                "a new reader entered past a queued writer",
+                READER_PASSED_WAITING_WRITER,
+                "a new reader entered past a queued writer or a pending upgrade",
+            ),
+            (
+                WRITER_BEFORE_UPGRADE,
+                "a writer was granted between an upgradable hold and its upgrade",
             ),
         ] {
             if s.violations & bit != 0 {
@@ -138,12 +143,11 @@ impl Lock {
                 }
                 Phase::Waiting {
                     token,
-                    mode,
-                    since,
-                    recheck_at,
-                    ..
+                    access,
+                    wait,
                 } => format!(
-                    "waits to {mode:?} as {token} since t={since}, re-checks at t={recheck_at}"
+                    "waits to {access} as {token} since t={}, re-checks at t={}",
+                    wait.since, wait.recheck_at
                 ),
                 Phase::Holding {
                     token,
@@ -151,6 +155,7 @@ impl Lock {
                     until,
                     fence,
                     lost,
+                    upgradable,
                     ..
                 } => {
                     let belief = if c.believes(s.now).is_some() {
@@ -160,7 +165,22 @@ impl Lock {
                     } else {
                         "its local deadline passed"
                     };
-                    format!("holds {mode:?} as {token} until t={until} (fence {fence}): {belief}")
+                    let kind = match upgradable {
+                        None => String::new(),
+                        Some(Upgradable {
+                            upgrading: None, ..
+                        }) => " (upgradable)".to_owned(),
+                        Some(Upgradable {
+                            upgrading: Some(wait),
+                            ..
+                        }) => format!(
+                            " (upgradable; its upgrade waits since t={}, re-checks at t={})",
+                            wait.since, wait.recheck_at
+                        ),
+                    };
+                    format!(
+                        "holds {mode:?}{kind} as {token} until t={until} (fence {fence}): {belief}"
+                    )
                 }
             };
             let mut extra = String::new();
@@ -169,6 +189,9 @@ impl Lock {
             }
             if c.woken {
                 extra.push_str(", woken");
+            }
+            if let Some(fence) = c.handed {
+                let _ = write!(extra, ", a hand-over message with fence {fence} arrived");
             }
             if let Some(f) = c.inflight {
                 let _ = write!(extra, ", awaiting a resend of {}", op_name(f.op));
@@ -187,18 +210,28 @@ impl Lock {
 }
 
 fn op_name(op: Op) -> String {
+    let how = |wait| if wait { "" } else { ", try" };
     match op {
         Op::Acquire {
-            mode: Mode::Read, ..
+            access: Access::Read,
+            ..
         } => "acquire_read".into(),
         Op::Acquire {
-            mode: Mode::Write,
+            access: Access::UpgradableRead,
+            wait,
+        } => format!("acquire_read (upgradable{})", how(wait)),
+        Op::Acquire {
+            access: Access::Write,
             wait: true,
         } => "acquire_write (queues)".into(),
         Op::Acquire {
-            mode: Mode::Write,
+            access: Access::Write,
             wait: false,
         } => "acquire_write (try)".into(),
+        Op::Acquire {
+            access: Access::Upgrade,
+            wait,
+        } => format!("acquire_write (upgrade{})", how(wait)),
         Op::Renew => "renew".into(),
         Op::Release => "release".into(),
         Op::Downgrade => "downgrade".into(),
@@ -211,6 +244,7 @@ pub(super) fn describe(op: Op, out: &Outcome) -> String {
         (_, Reply::Granted(0)) => "granted".to_owned(),
         (_, Reply::Granted(f)) => format!("granted, fence {f}"),
         (_, Reply::Refused(hint, _)) => format!("refused (retry in {hint})"),
+        (_, Reply::Lost) => "lost (the upgradable hold is gone)".to_owned(),
         (Op::FencedWrite, Reply::Int(0)) => "rejected".to_owned(),
         (Op::FencedWrite, Reply::Int(f)) => format!("written with fence {f}"),
         (_, Reply::Int(n)) => format!("returns {n}"),
