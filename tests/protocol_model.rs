@@ -328,6 +328,83 @@ fn upgrader_reader_writer_all_operations() {
     check(cfg);
 }
 
+/// An upgrader (U1) with a reader and a writer, when a client crashes and another
+/// pauses past its lease. The read lease (3) outlives the write lease and the
+/// upgrade's intent (2): a hand-over must keep the write hold at least as long as
+/// the read hold it replaces, which a paused upgrader still believes in.
+#[test]
+fn upgrader_crash_and_pause() {
+    let mut cfg = base("1U+1R+1W, a crash and a pause, read lease 3");
+    cfg.readers = 1;
+    cfg.writers = 1;
+    cfg.upgraders = 1;
+    cfg.read_lease = 3;
+    cfg.params.original_read = 3;
+    cfg.max_hold = 3;
+    cfg.horizon = 5;
+    cfg.faults.crashes = 1;
+    cfg.faults.pauses = 1;
+    cfg.examples = vec![
+        "an upgrade is handed over by a reader's release",
+        "an upgrader holds the write hold",
+    ];
+    check(cfg);
+}
+
+/// An upgrader with a reader and a writer when a reply is lost (the driver resends
+/// the script) and a renewal arrives late: a read renewal that reaches the server
+/// after the upgrade finds no read hold and changes nothing.
+#[test]
+fn upgrader_resent_command_and_late_renewal() {
+    let mut cfg = base("1U+1R+1W, a resent command, a late renewal");
+    cfg.readers = 1;
+    cfg.writers = 1;
+    cfg.upgraders = 1;
+    cfg.horizon = 4;
+    cfg.faults.lost_replies = 1;
+    cfg.faults.late_renewals = 1;
+    cfg.examples = vec![
+        "an upgrader holds the write hold",
+        "a holder learns its lease is lost",
+    ];
+    check(cfg);
+}
+
+/// Two upgraders and a reader: one upgradable hold at a time, the other waits for
+/// it (woken by `u`); upgrades that time out (`wait_timeout`) release the hold and
+/// hold nobody up; a waiter may crash.
+#[test]
+fn two_upgraders_and_wait_timeouts() {
+    let mut cfg = base("2U+1R, wait timeouts, a crash");
+    cfg.readers = 1;
+    cfg.writers = 0;
+    cfg.upgraders = 2;
+    cfg.horizon = 5;
+    cfg.wait_timeout = Some(2);
+    cfg.faults.crashes = 1;
+    cfg.examples = vec![
+        "an upgradable reader waits behind another",
+        "a waiter gives up",
+        "an upgrader holds the write hold",
+    ];
+    check(cfg);
+}
+
+/// Liveness, bounded: an upgrade waits for the other readers to leave, also for a
+/// reader that crashed (its hold expires); it must not wait longer than 4 ticks.
+#[test]
+fn an_upgrade_is_served_when_a_reader_crashes() {
+    let mut cfg = base("1U+1R, a crash, an upgrade's wait bounded");
+    cfg.readers = 1;
+    cfg.writers = 0;
+    cfg.upgraders = 1;
+    cfg.horizon = 7;
+    cfg.faults.crashes = 1;
+    cfg.wait_bound = Some(4);
+    cfg.examples = vec!["an upgrader holds the write hold"];
+    check(cfg);
+}
+
 fn env(name: &str, default: i64) -> i64 {
     std::env::var(name)
         .ok()
@@ -355,6 +432,10 @@ fn explore() {
         failovers: env("MODEL_FF", 0) as u8,
         late_renewals: env("MODEL_FL", 0) as u8,
     };
+    cfg.read_lease = env("MODEL_RL", d.read_lease);
+    cfg.write_lease = env("MODEL_WL", d.write_lease);
+    cfg.params.original_read = cfg.read_lease;
+    cfg.params.original_write = cfg.write_lease;
     cfg.fenced_writes = env("MODEL_FW", 0) == 1;
     cfg.exclusion = cfg.faults.failovers == 0;
     cfg.max_hold = env("MODEL_MH", d.max_hold);
