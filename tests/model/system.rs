@@ -87,7 +87,7 @@ pub struct Config {
     pub readers: u8,
     pub writers: u8,
     /// Clients that take upgradable read holds, then release, downgrade or upgrade
-    /// them (after ours readers and writers).
+    /// them (numbered after the readers and writers).
     pub upgraders: u8,
     /// Clients of the original design (no tokens, no renewal; they see only the
     /// `read`/`write` stamps), after ours.
