@@ -599,6 +599,7 @@ impl Run<'_> {
             "u:owner" => Field::UOwner,
             "u:until" => Field::UUntil,
             "u:upgrade" => Field::UUpgrade,
+            "u:wanted" => Field::UWanted,
             _ => {
                 if let Some(t) = name.strip_prefix("r:") {
                     Field::R(self.token_of(t)?)

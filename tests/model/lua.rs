@@ -67,6 +67,8 @@ pub enum Field {
     UUntil,
     /// `u:upgrade`: `"<deadline>:<first lease>"` while that reader waits to upgrade.
     UUpgrade,
+    /// `u:wanted`: `1` once an upgradable acquire was refused by that reader's hold.
+    UWanted,
     Fence,
     Write,
     Wstamp,
@@ -182,6 +184,8 @@ pub struct Loaded {
     write_is_ours: bool,
     /// `s.h['u:upgrade'] ~= nil` as loaded.
     upgrade_was_stored: bool,
+    /// `s.h['u:wanted'] ~= nil` as loaded.
+    wanted_was_stored: bool,
 }
 
 /// Who holds and waits, as the scripts judge it (what a release by a stranger must
@@ -546,6 +550,7 @@ pub fn load(h: &mut Hash, p: &Params, now: Time, token: Tok) -> Loaded {
         upgrade_ended: false,
         write_is_ours: h.get(Field::Write) == h.get(Field::Wstamp),
         upgrade_was_stored: h.get(Field::UUpgrade).is_some(),
+        wanted_was_stored: h.get(Field::UWanted).is_some(),
     };
     if let Some(owner) = h.tok(Field::WOwner) {
         let deadline = h.int(Field::WUntil).unwrap_or(0);
@@ -761,7 +766,8 @@ fn set_expiry(h: &mut Hash, s: &Loaded, p: &Params) {
 
 /// `settle`: hands the lock to the upgrader waiting to upgrade once it is the last
 /// reader, else a free lock to the first queued writer; writes the changes and
-/// returns what it published.
+/// returns what it published (`u` only if an upgradable acquire was refused by the
+/// hold that ended).
 fn settle(h: &mut Hash, s: &mut Loaded, p: &Params) -> Option<Wake> {
     if s.dequeued {
         first_writer(h, s);
@@ -778,6 +784,11 @@ fn settle(h: &mut Hash, s: &mut Loaded, p: &Params) -> Option<Wake> {
         serve_head(s);
         handed = Some(Wake::Handed(first, grant_write(s, first, first_lease)));
     }
+    // An upgradable waiter was refused by the hold that ended: it is told below.
+    let wanted = s.upgradable_ended && s.wanted_was_stored;
+    if wanted {
+        del(s, Field::UWanted);
+    }
     flush(h, s);
     if s.extended {
         set_expiry(h, s, p);
@@ -786,11 +797,11 @@ fn settle(h: &mut Hash, s: &mut Loaded, p: &Params) -> Option<Wake> {
     if handed.is_some() {
         handed
     } else if is_free(s) {
-        (s.freed_writer || s.dequeued || s.upgrade_ended || s.upgradable_ended).then_some(Wake::All)
+        (s.freed_writer || s.dequeued || s.upgrade_ended || wanted).then_some(Wake::All)
     } else if !written && (s.freed_writer || (s.head.is_none() && (s.dequeued || s.upgrade_ended)))
     {
         Some(Wake::Readers)
-    } else if !written && s.upgradable_ended {
+    } else if !written && wanted {
         Some(Wake::Upgradable)
     } else {
         None
@@ -830,6 +841,9 @@ pub fn acquire_read(
         || (writer_preferred && s.upgrade.is_some())
         || (upgradable && s.upgradable.is_some())
     {
+        if upgradable && s.upgradable.is_some() && !s.wanted_was_stored {
+            set(&mut s, Field::UWanted, Val::Int(1)); // so the end of that hold is announced
+        }
         let published = settle(h, &mut s, p);
         let hint = if queue_first && !(s.writer.is_some() || s.original_writer_until.is_some()) {
             queue_hint(&s)
@@ -1068,6 +1082,7 @@ impl fmt::Display for Hash {
                 Field::UOwner => write!(f, "u:owner")?,
                 Field::UUntil => write!(f, "u:until")?,
                 Field::UUpgrade => write!(f, "u:upgrade")?,
+                Field::UWanted => write!(f, "u:wanted")?,
                 Field::Fence => write!(f, "fence")?,
                 Field::Write => write!(f, "write")?,
                 Field::Wstamp => write!(f, "wstamp")?,
