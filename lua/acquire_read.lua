@@ -32,9 +32,13 @@ if written or queue_first or (writer_preferred and s.upgrade) or (upgradable and
   end
   return { 0, retry_hint(s) }
 end
+local others_until = 0
+if s.nreaders > 0 then
+  others_until = s.readers_until
+end
 hold_read(s, lease)
 if upgradable then
-  hold_upgradable(s)
+  hold_upgradable(s, others_until)
 end
 settle(s)
 return { 1, 0 }

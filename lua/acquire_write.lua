@@ -10,8 +10,10 @@
 -- Returns {1, fence} granted (also when this token already holds: a resent command,
 --         or a hold another script's release handed to it; either way renewed to a
 --         full lease), {0, ms, fence} refused; ms = time until the current holds end
---         unless renewed; fence = the lock's last fencing token, so the caller can
---         tell a hand-over message sent before this refusal from one sent after it.
+--         unless renewed; fence = the lock's last fencing token (at least the server
+--         time in µs, as every later one is: the counter goes when the key expires),
+--         so the caller can tell a hand-over message sent before this refusal from
+--         one sent after it.
 --         {-1, 0} for an upgrade whose upgradable hold is gone (lost).
 -- Writers are served in arrival order: a refused writer keeps its place in the queue,
 -- and a release hands the lock to the first queued writer (holds.lua, `settle`). An
@@ -42,7 +44,7 @@ if upgrade then
     set(s, 'u:upgrade', int(deadline) .. ':' .. int(s.upgrade.first_lease))
   end
   settle(s)
-  return { 0, retry_hint(s), s.fence }
+  return { 0, retry_hint(s), refusal_fence(s) }
 end
 
 if is_free(s) then
@@ -61,4 +63,4 @@ if intent_ttl > 0 then
   join_queue(s, intent_ttl, math.min(intent_ttl, lease))
 end
 settle(s)
-return { 0, retry_hint(s), s.fence }
+return { 0, retry_hint(s), refusal_fence(s) }

@@ -12,6 +12,9 @@
 --   u:upgrade         "<deadline>:<first lease>" while that reader waits to upgrade:
 --                     new readers wait behind it as behind a queued writer; the
 --                     deadline lapses unless its waiter comes back (like a queue place)
+--   u:others          while an upgradable reader holds: no other counted reader's
+--                     deadline is later (so once it has passed, the upgrade need not
+--                     wait for readers that vanished without releasing)
 --   u:wanted          '1': an upgradable acquire was refused because another one
 --                     held, so the end of that hold is announced ('u')
 --   fence             last fencing token issued: max(fence + 1, server time in
@@ -51,6 +54,7 @@ end
 local function end_upgradable(s)
   del(s, 'u:owner')
   del(s, 'u:until')
+  del(s, 'u:others')
   s.upgradable, s.upgradable_until = nil, nil
   s.upgradable_ended = true
   end_upgrade(s)
@@ -63,7 +67,8 @@ end
 local function load(token)
   local now, now_us = server_time()
   local names = { 'w:owner', 'w:until', 'readers', 'readers_until', 'readers_gone', 'fence',
-    'q:head', 'q:tail', 'queue_until', 'u:owner', 'u:until', 'u:upgrade', 'u:wanted',
+    'q:head', 'q:tail', 'queue_until', 'u:owner', 'u:until', 'u:upgrade', 'u:others',
+    'u:wanted',
     'r:' .. token, 'wait:' .. token, 'wn:' .. token }
   for _, field in ipairs(layout.fields) do
     names[#names + 1] = field
@@ -76,6 +81,7 @@ local function load(token)
   local s = { now = now, now_us = now_us, token = token, h = h, changes = {},
     fence = tonumber(h['fence'] or '0'), nreaders = tonumber(h['readers'] or '0'),
     readers_until = tonumber(h['readers_until'] or '0'), gone = tonumber(h['readers_gone'] or '0'),
+    others_until = tonumber(h['u:others'] or '0'),
     head = h['q:head'], tail = h['q:tail'], queue_until = tonumber(h['queue_until'] or '0'),
     freed_writer = false, dequeued = false, extended = false,
     upgradable_ended = false, upgrade_ended = false }
@@ -195,16 +201,24 @@ local function hold_read(s, lease)
   if s.upgradable == s.token then
     s.upgradable_until = deadline
     set(s, 'u:until', int(deadline))
+  elseif s.upgradable and deadline > s.others_until then
+    s.others_until = deadline
+    set(s, 'u:others', int(deadline))
   end
   layout.stamp_read(s)
   s.extended = true
 end
 
--- The token's read hold (just granted) becomes the upgradable one.
-local function hold_upgradable(s)
+-- The token's read hold (just granted) becomes the upgradable one; `others_until`:
+-- no other counted reader's deadline is later.
+local function hold_upgradable(s, others_until)
   s.upgradable, s.upgradable_until = s.token, s.mine
   set(s, 'u:owner', s.token)
   set(s, 'u:until', int(s.mine))
+  if others_until > 0 then
+    s.others_until = others_until
+    set(s, 'u:others', int(others_until))
+  end
 end
 
 -- Grants (or renews) the write hold of `lease` ms to `token`.
@@ -212,6 +226,14 @@ local function hold_write(s, token, lease)
   s.writer, s.writer_until = token, s.now + lease
   layout.stamp_write(s)
   s.extended = true
+end
+
+-- The fence a refusal reports: no hand-over after it can carry a smaller one, and
+-- every hand-over before it carries a smaller one, also one from before the key
+-- expired and took the counter with it (a new fence is at least the server time
+-- in µs, and a key expires only a second after its last hold).
+local function refusal_fence(s)
+  return math.max(s.fence, s.now_us)
 end
 
 -- A new write hold: the next fencing token, returned.
@@ -252,25 +274,41 @@ local function drop_writer(s)
 end
 
 -- True when the upgradable reader is the only reader left (an original reader
--- counts too): nothing but its own read hold stands between it and the write hold,
--- which no other writer can have taken meanwhile.
+-- counts too), or every other one has expired: nothing but its own read hold
+-- stands between it and the write hold, which no other writer can have taken
+-- meanwhile. (Its own renewals keep `readers_until` ahead, so a reader that
+-- vanished without releasing is judged by `u:others` instead.)
 local function upgrade_ready(s)
-  return s.upgradable ~= nil and s.nreaders == 1 and not s.original_reader_until
-    and not s.writer and not s.original_writer_until
+  return s.upgradable ~= nil and (s.nreaders == 1 or s.others_until <= s.now)
+    and not s.original_reader_until and not s.writer and not s.original_writer_until
 end
 
 -- The upgradable reader becomes the writer in one step, with a new fencing token
 -- (returned). The write hold lasts `lease`, but never ends before the read hold it
 -- replaces would have: its holder may still count on that one.
 local function upgrade_to_write(s, lease)
-  local token, read_until = s.upgradable, s.upgradable_until
+  local token, read_until, others_until = s.upgradable, s.upgradable_until, s.others_until
   del(s, 'u:owner')
   del(s, 'u:until')
+  del(s, 'u:others')
   if s.upgrade or s.h['u:upgrade'] then
     del(s, 'u:upgrade')
   end
+  if s.h['u:wanted'] then
+    del(s, 'u:wanted') -- waiting upgradable readers now wait for the writer
+  end
   s.upgradable, s.upgradable_until, s.upgrade = nil, nil, nil
   drop_reader(s, token)
+  if s.nreaders > 0 then
+    -- Only readers that expired without releasing are left: leftovers now.
+    s.gone = math.max(s.gone, others_until)
+    set(s, 'readers_gone', int(s.gone))
+    s.nreaders, s.readers_until = 0, 0
+    del(s, 'readers')
+    del(s, 'readers_until')
+    layout.clear_read(s)
+    sweep_leftovers(s)
+  end
   return grant_write(s, token, math.max(lease, read_until - s.now))
 end
 

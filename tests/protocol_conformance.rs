@@ -181,6 +181,9 @@ struct Run<'a> {
     original_stamps: [Option<Time>; 2],
     /// Fencing tokens seen, model -> real.
     fences: BTreeMap<i64, i64>,
+    /// The largest fence a refusal reported (real): every fence issued later must
+    /// be larger, so a hand-over message can be told from an older one.
+    refusal_floor: i64,
     log: Vec<String>,
     messages: usize,
     /// How often each state worth reaching was reached (`Run::note`).
@@ -433,9 +436,12 @@ impl Run<'_> {
             // Readers: no fence.
             (Reply::Refused(hint, 0), Some(&[0, real]), _) => (hint - real).abs() <= SLACK,
             (Reply::Refused(hint, 0), Some(&[0, real, 0]), _) => (hint - real).abs() <= SLACK,
-            // The lock's last fence: seen already, or the hand-over this script made.
+            // The lock's last fence (seen already, or the hand-over this script
+            // made) or the server time in µs, whichever is larger.
             (Reply::Refused(hint, fence), Some(&[0, real, real_fence]), _) => {
-                (hint - real).abs() <= SLACK && self.same_fence(fence, real_fence)?
+                let handed = matches!(out.published, Some(Wake::Handed(_, f)) if f == fence);
+                (hint - real).abs() <= SLACK
+                    && self.same_refusal_fence(fence, real_fence, handed)?
             }
             (Reply::Lost, Some([-1, 0]), _) => true,
             (Reply::Int(0), _, Some(0)) => true,
@@ -458,7 +464,8 @@ impl Run<'_> {
             return Ok(seen == real);
         }
         let rises = self.fences.last_key_value().is_none_or(|(&m, _)| model > m)
-            && self.fences.values().all(|&r| real > r);
+            && self.fences.values().all(|&r| real > r)
+            && real > self.refusal_floor;
         if !rises {
             return Err(self.fail(format!(
                 "fencing token did not rise: model {model}, real {real}, seen {:?}",
@@ -467,6 +474,28 @@ impl Run<'_> {
         }
         self.fences.insert(model, real);
         Ok(true)
+    }
+
+    /// A refusal's fence, `max(fence, server time in µs)`. Where the model's is the
+    /// server time, the real one is too (its clock runs apart from the model's
+    /// ticks): it must be at least every fence issued so far. Where the model's is a
+    /// fence, the real one is that fence, or the real clock if it ran past it within
+    /// the same model tick. `handed`: it is the fence of the hand-over this script
+    /// made, paired like a grant's. Either way every later fence must exceed it.
+    fn same_refusal_fence(&mut self, model: i64, real: i64, handed: bool) -> Result<bool, Stop> {
+        let model_now_us = self.now * self.params.us_per_unit;
+        let agrees = if handed {
+            self.same_fence(model, real)?
+        } else if model == model_now_us && !self.fences.contains_key(&model) {
+            self.fences.values().all(|&r| real >= r)
+        } else {
+            match self.fences.get(&model) {
+                Some(&seen) => real >= seen,
+                None => self.same_fence(model, real)?,
+            }
+        };
+        self.refusal_floor = self.refusal_floor.max(real);
+        Ok(agrees)
     }
 
     /// The script published exactly what the model's `wake` did (a marker we
@@ -600,6 +629,7 @@ impl Run<'_> {
             "u:until" => Field::UUntil,
             "u:upgrade" => Field::UUpgrade,
             "u:wanted" => Field::UWanted,
+            "u:others" => Field::UOthers,
             _ => {
                 if let Some(t) = name.strip_prefix("r:") {
                     Field::R(self.token_of(t)?)
@@ -672,6 +702,7 @@ fn run_seed(url: &str, scripts: &Scripts, seed: u64) -> Result<Ran, Stop> {
         start,
         original_stamps: [None; 2],
         fences: BTreeMap::new(),
+        refusal_floor: 0,
         log: Vec::new(),
         messages: 0,
         reached: BTreeMap::new(),

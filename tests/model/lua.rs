@@ -69,6 +69,7 @@ pub enum Field {
     UUpgrade,
     /// `u:wanted`: `1` once an upgradable acquire was refused by that reader's hold.
     UWanted,
+    UOthers,
     Fence,
     Write,
     Wstamp,
@@ -175,6 +176,7 @@ pub struct Loaded {
     pub upgradable_until: Option<Time>,
     /// Its live pending upgrade: (deadline, first lease).
     pub upgrade: Option<(Time, Time)>,
+    pub others_until: Time,
     pub freed_writer: bool,
     pub dequeued: bool,
     pub extended: bool,
@@ -272,7 +274,9 @@ impl Hash {
     /// at least their deadlines (both absent: none); `queue_until` is at least every
     /// place's deadline and is there exactly while the queue is (`q:head`);
     /// `u:owner` and `u:until` come together, `u:until` equals the owner's `r:` field
-    /// when both are there, and `u:upgrade` is there only with `u:owner`.
+    /// when both are there, `u:upgrade` and `u:others` are there only with
+    /// `u:owner`, and `u:others` is at least every other counted reader's deadline
+    /// (absent: there is none).
     pub fn summaries_agree(&self) -> bool {
         let gone = self.int(Field::ReadersGone).unwrap_or(0);
         let counted: Vec<Time> = self
@@ -301,12 +305,21 @@ impl Hash {
             Some(until) => self.get(Field::QHead).is_some() && places.iter().all(|&d| d <= until),
         };
         let owner = self.tok(Field::UOwner);
+        let others_bounded = |owner: Tok| {
+            let others = self.int(Field::UOthers).unwrap_or(0);
+            self.fields.iter().all(|(k, v)| match (k, v) {
+                (Field::R(t), Val::Int(d)) if *t != owner && *d > gone => *d <= others,
+                _ => true,
+            })
+        };
         let upgradable_ok = owner.is_some() == self.get(Field::UUntil).is_some()
-            && (owner.is_some() || self.get(Field::UUpgrade).is_none())
+            && (owner.is_some()
+                || (self.get(Field::UUpgrade).is_none() && self.get(Field::UOthers).is_none()))
             && owner.is_none_or(|t| match self.int(Field::R(t)) {
                 Some(read_until) => self.int(Field::UUntil) == Some(read_until),
                 None => true,
-            });
+            })
+            && owner.is_none_or(others_bounded);
         readers_ok && queue_ok && upgradable_ok
     }
 
@@ -512,6 +525,7 @@ fn end_upgrade(s: &mut Loaded) {
 fn end_upgradable(s: &mut Loaded) {
     del(s, Field::UOwner);
     del(s, Field::UUntil);
+    del(s, Field::UOthers);
     (s.upgradable, s.upgradable_until) = (None, None);
     s.upgradable_ended = true;
     end_upgrade(s);
@@ -543,6 +557,7 @@ pub fn load(h: &mut Hash, p: &Params, now: Time, token: Tok) -> Loaded {
         upgradable: None,
         upgradable_until: None,
         upgrade: None,
+        others_until: h.int(Field::UOthers).unwrap_or(0),
         freed_writer: false,
         dequeued: false,
         extended: false,
@@ -677,17 +692,24 @@ fn hold_read(s: &mut Loaded, lease: Time) {
     if s.upgradable == Some(s.token) {
         s.upgradable_until = Some(deadline);
         set(s, Field::UUntil, Val::Int(deadline));
+    } else if s.upgradable.is_some() && deadline > s.others_until {
+        s.others_until = deadline;
+        set(s, Field::UOthers, Val::Int(deadline));
     }
     stamp_read(s);
     s.extended = true;
 }
 
 /// `hold_upgradable`: the token's read hold (just granted) becomes the upgradable one.
-fn hold_upgradable(s: &mut Loaded) {
+fn hold_upgradable(s: &mut Loaded, others_until: Time) {
     let mine = s.mine.expect("a read hold to make upgradable");
     (s.upgradable, s.upgradable_until) = (Some(s.token), Some(mine));
     set(s, Field::UOwner, Val::Tok(s.token));
     set(s, Field::UUntil, Val::Int(mine));
+    if others_until > 0 {
+        s.others_until = others_until;
+        set(s, Field::UOthers, Val::Int(others_until));
+    }
 }
 
 fn hold_write(s: &mut Loaded, token: Tok, lease: Time) {
@@ -735,7 +757,7 @@ fn drop_writer(s: &mut Loaded) {
 /// `upgrade_ready`: the upgradable reader is the only reader left.
 fn upgrade_ready(s: &Loaded) -> bool {
     s.upgradable.is_some()
-        && s.nreaders == 1
+        && (s.nreaders == 1 || s.others_until <= s.now)
         && s.original_reader_until.is_none()
         && s.writer.is_none()
         && s.original_writer_until.is_none()
@@ -743,17 +765,38 @@ fn upgrade_ready(s: &Loaded) -> bool {
 
 /// `upgrade_to_write`: the upgradable reader becomes the writer, for `lease` but
 /// never less than its read hold had left; returns the new fence.
-fn upgrade_to_write(s: &mut Loaded, lease: Time) -> i64 {
+fn upgrade_to_write(h: &Hash, s: &mut Loaded, lease: Time) -> i64 {
     let token = s.upgradable.expect("an upgradable reader");
     let read_until = s.upgradable_until.expect("its deadline");
+    let others_until = s.others_until;
     del(s, Field::UOwner);
     del(s, Field::UUntil);
+    del(s, Field::UOthers);
     if s.upgrade.is_some() || s.upgrade_was_stored {
         del(s, Field::UUpgrade);
     }
+    if s.wanted_was_stored {
+        del(s, Field::UWanted); // waiting upgradable readers now wait for the writer
+    }
     (s.upgradable, s.upgradable_until, s.upgrade) = (None, None, None);
     drop_reader(s, token);
+    if s.nreaders > 0 {
+        // Only readers that expired without releasing are left: leftovers now.
+        s.gone = s.gone.max(others_until);
+        let gone = s.gone;
+        set(s, Field::ReadersGone, Val::Int(gone));
+        (s.nreaders, s.readers_until) = (0, 0);
+        del(s, Field::Readers);
+        del(s, Field::ReadersUntil);
+        clear_read(s);
+        sweep_leftovers(h, s);
+    }
     grant_write(s, token, lease.max(read_until - s.now))
+}
+
+/// `refusal_fence`: at least the server time in µs, as every later fence is.
+fn refusal_fence(s: &Loaded) -> i64 {
+    s.fence.max(s.now_us)
 }
 
 fn set_expiry(h: &mut Hash, s: &Loaded, p: &Params) {
@@ -777,7 +820,7 @@ fn settle(h: &mut Hash, s: &mut Loaded, p: &Params) -> Option<Wake> {
         && upgrade_ready(s)
     {
         let token = s.upgradable.expect("an upgradable reader");
-        handed = Some(Wake::Handed(token, upgrade_to_write(s, first_lease)));
+        handed = Some(Wake::Handed(token, upgrade_to_write(h, s, first_lease)));
     } else if is_free(s)
         && let Some((first, first_lease)) = first_writer(h, s)
     {
@@ -852,9 +895,10 @@ pub fn acquire_read(
         };
         return done(Reply::Refused(hint, 0), published);
     }
+    let others_until = if s.nreaders > 0 { s.readers_until } else { 0 };
     hold_read(&mut s, lease);
     if upgradable {
-        hold_upgradable(&mut s);
+        hold_upgradable(&mut s, others_until);
     }
     let published = settle(h, &mut s, p);
     done(Reply::Granted(0), published)
@@ -883,7 +927,7 @@ pub fn acquire_write(
             return done(Reply::Lost, published);
         }
         if upgrade_ready(&s) {
-            let fence = upgrade_to_write(&mut s, lease);
+            let fence = upgrade_to_write(h, &mut s, lease);
             let published = settle(h, &mut s, p);
             return Outcome {
                 reply: Reply::Granted(fence),
@@ -898,7 +942,7 @@ pub fn acquire_write(
             set(&mut s, Field::UUpgrade, Val::Place(deadline, first_lease));
         }
         let published = settle(h, &mut s, p);
-        return done(Reply::Refused(retry_hint(&s), s.fence), published);
+        return done(Reply::Refused(retry_hint(&s), refusal_fence(&s)), published);
     }
     if is_free(&s) {
         let first = first_writer(h, &mut s);
@@ -919,7 +963,7 @@ pub fn acquire_write(
         join_queue(&mut s, intent_ttl, intent_ttl.min(lease));
     }
     let published = settle(h, &mut s, p);
-    done(Reply::Refused(retry_hint(&s), s.fence), published)
+    done(Reply::Refused(retry_hint(&s), refusal_fence(&s)), published)
 }
 
 /// release.lua
@@ -1083,6 +1127,7 @@ impl fmt::Display for Hash {
                 Field::UUntil => write!(f, "u:until")?,
                 Field::UUpgrade => write!(f, "u:upgrade")?,
                 Field::UWanted => write!(f, "u:wanted")?,
+                Field::UOthers => write!(f, "u:others")?,
                 Field::Fence => write!(f, "fence")?,
                 Field::Write => write!(f, "write")?,
                 Field::Wstamp => write!(f, "wstamp")?,
