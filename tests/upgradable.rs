@@ -370,3 +370,35 @@ async fn upgrades_cancelled_at_random_points_leave_nothing_behind() {
     lock.try_read().await.unwrap().release().await.unwrap();
     assert!(started.elapsed() < Duration::from_millis(500));
 }
+
+/// A reader that vanished without releasing holds an upgrade up only until its
+/// lease ends, although the upgrader's own renewals keep the readers' latest
+/// deadline moving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_is_not_held_up_by_a_reader_that_vanished() {
+    let client = cluster_client().await;
+    let name = unique_name("upgrade-vanished");
+    // The upgrader renews every half second, before the vanished reader expires.
+    let lock = client.rwlock_with(
+        &name,
+        LockOptions::default().read_lease(Duration::from_millis(1500)),
+    );
+    let vanishing = client.rwlock_with(
+        &name,
+        LockOptions::default()
+            .read_lease(Duration::from_secs(1))
+            .auto_renew(false),
+    );
+    let upgradable = lock.upgradable_read().await.unwrap();
+    std::mem::forget(vanishing.read().await.unwrap()); // never released
+    let started = Instant::now();
+    let writer = timeout(Duration::from_secs(5), upgradable.upgrade())
+        .await
+        .expect("the upgrade still waits, long after the vanished reader's lease")
+        .unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    assert!(matches!(lock.try_read().await, Err(Error::WouldBlock)));
+    writer.release().await.unwrap();
+    let state = lock.state().await.unwrap();
+    assert!(state.is_free(), "{state:?}");
+}
