@@ -75,15 +75,7 @@ impl Lock {
             Property::sometimes(
                 "a writer waits while another holds",
                 |_: &Lock, s: &State| {
-                    let waiting = s.clients.iter().any(|c| {
-                        matches!(
-                            c.phase,
-                            Phase::Waiting {
-                                access: Access::Write,
-                                ..
-                            }
-                        )
-                    });
+                    let waiting = some_waiting(s, Access::Write);
                     waiting && s.clients.iter().any(|c| c.believes(s.now).is_some())
                 },
             ),
@@ -99,17 +91,7 @@ impl Lock {
                         .clients
                         .iter()
                         .any(|c| c.believes(s.now) == Some(Mode::Write));
-                    queued
-                        && !writer
-                        && s.clients.iter().any(|c| {
-                            matches!(
-                                c.phase,
-                                Phase::Waiting {
-                                    access: Access::Read,
-                                    ..
-                                }
-                            )
-                        })
+                    queued && !writer && some_waiting(s, Access::Read)
                 },
             ),
             Property::sometimes(
@@ -195,16 +177,7 @@ impl Lock {
                     let only_the_upgrade = fields.contains_key(&lua::Field::UUpgrade)
                         && !fields.contains_key(&lua::Field::WOwner)
                         && !fields.keys().any(|f| matches!(f, lua::Field::Wait(_)));
-                    only_the_upgrade
-                        && s.clients.iter().any(|c| {
-                            matches!(
-                                c.phase,
-                                Phase::Waiting {
-                                    access: Access::Read,
-                                    ..
-                                }
-                            )
-                        })
+                    only_the_upgrade && some_waiting(s, Access::Read)
                 },
             ),
             Property::sometimes(
@@ -231,15 +204,7 @@ impl Lock {
             Property::sometimes(
                 "an upgradable reader waits behind another",
                 |_: &Lock, s: &State| {
-                    let waiting = s.clients.iter().any(|c| {
-                        matches!(
-                            c.phase,
-                            Phase::Waiting {
-                                access: Access::UpgradableRead,
-                                ..
-                            }
-                        )
-                    });
+                    let waiting = some_waiting(s, Access::UpgradableRead);
                     waiting && s.clients.iter().any(|c| c.believes_upgradable(s.now))
                 },
             ),
@@ -325,4 +290,11 @@ fn stray_release_is_noop(m: &Lock, s: &State) -> bool {
     let out = lua::release(&mut h, p, s.now, token);
     out.reply == Reply::Int(0)
         && lua::live_view(&h, p, s.now) == lua::live_view(&untouched, p, s.now)
+}
+
+/// Whether a client waits to acquire with `access`.
+fn some_waiting(s: &State, access: Access) -> bool {
+    s.clients
+        .iter()
+        .any(|c| matches!(c.phase, Phase::Waiting { access: a, .. } if a == access))
 }
