@@ -1,5 +1,6 @@
 //! Randomized exclusion: many tasks on two clients hammer one lock with a random
-//! mix of reads and writes; an in-process invariant checks every hold.
+//! mix of reads, writes and upgradable reads (half of which upgrade); an in-process
+//! invariant checks every hold.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -43,6 +44,10 @@ async fn random_readers_and_writers_never_overlap_a_writer() {
     assert_eq!(report.violations, 0, "{report:?}");
     assert!(report.writes >= 100, "writes barely exercised: {report:?}");
     assert!(report.reads >= 300, "reads barely exercised: {report:?}");
+    assert!(
+        report.upgrades >= 10,
+        "upgrades barely exercised: {report:?}"
+    );
     assert!(
         report.max_concurrent_readers >= 2,
         "readers never shared: {report:?}"

@@ -350,15 +350,12 @@ async fn upgrades_cancelled_at_random_points_leave_nothing_behind() {
     for task in tasks {
         let _ = task.await;
     }
-    let deadline = Instant::now() + lease + Duration::from_millis(500);
-    loop {
-        let state = lock.state().await.unwrap();
-        if state.is_free() && state.upgradable.is_none() && !state.upgrade_pending {
-            break;
-        }
-        assert!(Instant::now() < deadline, "left behind: {state:?}");
-        sleep(Duration::from_millis(10)).await;
-    }
+    let cancelled = Instant::now();
+    wait_for(&lock, |s| {
+        s.is_free() && s.upgradable.is_none() && !s.upgrade_pending
+    })
+    .await;
+    assert!(cancelled.elapsed() < lease + Duration::from_millis(500));
     let started = Instant::now();
     lock.try_write().await.unwrap().release().await.unwrap();
     lock.try_upgradable_read()

@@ -8,6 +8,8 @@ mod upgradable;
 use std::fmt::Write as _;
 use std::path::Path;
 
+use plotters::coord::combinators::WithKeyPoints;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use serde_json::{Value, json};
 
@@ -952,6 +954,49 @@ fn color(imp: Impl) -> RGBColor {
 
 type PlotResult = Result<(), Box<dyn std::error::Error>>;
 
+/// A chart with tasks on a log scale across and a linear value up.
+type LogChart<'a, 'b> =
+    ChartContext<'a, SVGBackend<'b>, Cartesian2d<WithKeyPoints<LogCoord<f64>>, RangedCoordf64>>;
+
+/// One point of a series: (x, median, min, max) over the runs.
+type Spread = (f64, f64, f64, f64);
+
+/// One implementation's series: its medians joined by a line, a min-max bar at each
+/// point, and its entry in the legend. Draws nothing for no points.
+fn draw_spread<'a, 'b: 'a>(
+    chart: &mut LogChart<'a, 'b>,
+    imp: Impl,
+    points: &[Spread],
+) -> PlotResult {
+    if points.is_empty() {
+        return Ok(());
+    }
+    let col = color(imp);
+    let medians: Vec<(f64, f64)> = points.iter().map(|&(x, med, _, _)| (x, med)).collect();
+    chart
+        .draw_series(LineSeries::new(medians.clone(), col.stroke_width(2)))?
+        .label(imp.label())
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
+    chart.draw_series(medians.iter().map(|&p| Circle::new(p, 4, col.filled())))?;
+    chart.draw_series(
+        points
+            .iter()
+            .map(|&(x, med, lo, hi)| ErrorBar::new_vertical(x, lo, med, hi, col.filled(), 6)),
+    )?;
+    Ok(())
+}
+
+/// The legend of the series drawn by [`draw_spread`], top left.
+fn draw_legend<'a, 'b: 'a>(chart: &mut LogChart<'a, 'b>) -> PlotResult {
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
 /// The handoff idle gap as a cumulative distribution, log time axis.
 pub fn plot_handoff(b: &Bench, path: &Path, subtitle: &str) -> PlotResult {
     let root = SVGBackend::new(path, (900, 520)).into_drawing_area();
@@ -1059,42 +1104,19 @@ pub fn plot_throughput(b: &Bench, path: &Path, subtitle: &str) -> PlotResult {
         .y_label_formatter(&|y| format!("{y:.0}"))
         .draw()?;
     for imp in Impl::RW {
-        let mut points = Vec::new();
-        let mut bars = Vec::new();
-        for t in SWEEP_TASKS {
-            if let Some(runs) = b.results.sweep.get(&(imp, t)) {
-                let mut r = runs.clone();
-                let med = percentile(&mut r, 50.0);
-                let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
-                let hi = r.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                points.push((t as f64, med));
-                bars.push(ErrorBar::new_vertical(
-                    t as f64,
-                    lo,
-                    med,
-                    hi,
-                    color(imp).filled(),
-                    6,
-                ));
-            }
-        }
-        if points.is_empty() {
-            continue;
-        }
-        let col = color(imp);
-        chart
-            .draw_series(LineSeries::new(points.clone(), col.stroke_width(2)))?
-            .label(imp.label())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
-        chart.draw_series(points.iter().map(|&p| Circle::new(p, 4, col.filled())))?;
-        chart.draw_series(bars)?;
+        let points: Vec<Spread> = SWEEP_TASKS
+            .iter()
+            .filter_map(|&t| {
+                let mut runs = b.results.sweep.get(&(imp, t))?.clone();
+                let med = percentile(&mut runs, 50.0);
+                let lo = runs.iter().copied().fold(f64::INFINITY, f64::min);
+                let hi = runs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                Some((t as f64, med, lo, hi))
+            })
+            .collect();
+        draw_spread(&mut chart, imp, &points)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()?;
+    draw_legend(&mut chart)?;
     root.present()?;
     Ok(())
 }

@@ -89,6 +89,8 @@ pub struct Counts {
     writers: u32,
     pub reads: u64,
     pub writes: u64,
+    /// Upgradable reads that became the write hold.
+    pub upgrades: u64,
     pub max_concurrent_readers: u32,
     pub violations: u64,
 }
@@ -122,6 +124,18 @@ impl HoldChecker {
         });
     }
 
+    /// An upgradable reader (counted as a reader) got the write hold: from then on
+    /// it must be the only holder.
+    pub fn upgrade(&self) {
+        self.with(|c| {
+            c.readers -= 1;
+            c.violations += u64::from(c.writers > 0 || c.readers > 0);
+            c.writers += 1;
+            c.writes += 1;
+            c.upgrades += 1;
+        });
+    }
+
     pub fn leave_write(&self) {
         self.with(|c| {
             c.violations += u64::from(c.writers != 1 || c.readers > 0);
@@ -129,28 +143,54 @@ impl HoldChecker {
         });
     }
 
-    /// One hold on `lock`: a write (30%) or a read, kept 0 to `max_hold_ms` ms,
-    /// checked on entry and before leaving.
+    /// One hold on `lock`: a write (25%), an upgradable read (10%; half of them
+    /// upgrade midway) or a read, kept 0 to `max_hold_ms` ms, checked on entry,
+    /// at the upgrade and before leaving.
     pub async fn random_hold(&self, lock: &RwLock, max_hold_ms: u64) -> Result<(), Error> {
-        let (write, hold) = {
+        let (kind, upgrade, hold) = {
             let mut rng = rand::rng();
             (
-                rng.random_bool(0.3),
+                rng.random_range(0..100),
+                rng.random_bool(0.5),
                 Duration::from_millis(rng.random_range(0..max_hold_ms)),
             )
         };
-        if write {
-            let guard = lock.write().await?;
-            self.enter_write();
-            tokio::time::sleep(hold).await;
-            self.leave_write();
-            guard.release().await
-        } else {
-            let guard = lock.read().await?;
-            self.enter_read();
-            tokio::time::sleep(hold).await;
-            self.leave_read();
-            guard.release().await
+        match kind {
+            0..25 => {
+                let guard = lock.write().await?;
+                self.enter_write();
+                tokio::time::sleep(hold).await;
+                self.leave_write();
+                guard.release().await
+            }
+            25..35 => {
+                let guard = lock.upgradable_read().await?;
+                self.enter_read();
+                tokio::time::sleep(hold / 2).await;
+                if !upgrade {
+                    self.leave_read();
+                    return guard.release().await;
+                }
+                // Still counted as a reader while the upgrade waits.
+                let writer = match guard.upgrade().await {
+                    Ok(writer) => writer,
+                    Err(err) => {
+                        self.leave_read();
+                        return Err(err);
+                    }
+                };
+                self.upgrade();
+                tokio::time::sleep(hold / 2).await;
+                self.leave_write();
+                writer.release().await
+            }
+            _ => {
+                let guard = lock.read().await?;
+                self.enter_read();
+                tokio::time::sleep(hold).await;
+                self.leave_read();
+                guard.release().await
+            }
         }
     }
 

@@ -859,6 +859,15 @@ fn done(reply: Reply, published: Option<Wake>) -> Outcome {
     }
 }
 
+/// A grant of a new write hold (a new fencing token).
+fn new_grant(fence: i64, published: Option<Wake>) -> Outcome {
+    Outcome {
+        reply: Reply::Granted(fence),
+        published,
+        new_grant: true,
+    }
+}
+
 // ---- the operation scripts --------------------------------------------------------
 
 /// acquire_read.lua; `upgradable`: the upgradable hold.
@@ -929,11 +938,7 @@ pub fn acquire_write(
         if upgrade_ready(&s) {
             let fence = upgrade_to_write(h, &mut s, lease);
             let published = settle(h, &mut s, p);
-            return Outcome {
-                reply: Reply::Granted(fence),
-                published,
-                new_grant: true,
-            };
+            return new_grant(fence, published);
         }
         if intent_ttl > 0 {
             let deadline = s.now + intent_ttl;
@@ -952,11 +957,7 @@ pub fn acquire_write(
             }
             let fence = grant_write(&mut s, token, lease);
             let published = settle(h, &mut s, p);
-            return Outcome {
-                reply: Reply::Granted(fence),
-                published,
-                new_grant: true,
-            };
+            return new_grant(fence, published);
         }
     }
     if intent_ttl > 0 {

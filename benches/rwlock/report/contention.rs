@@ -6,7 +6,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use super::{PlotResult, at, color, header, ratio_cell, ratios, row};
+use super::{PlotResult, Spread, at, draw_legend, draw_spread, header, ratio_cell, ratios, row};
 use crate::contention::{CONTENTION_HOLD, Family, metric};
 use crate::locks::{Impl, Original};
 use crate::scenarios::Bench;
@@ -171,44 +171,19 @@ pub fn plot_contention(b: &Bench, path: &Path, subtitle: &str) -> PlotResult {
             .y_label_formatter(&|y| format!("{y:.0}"))
             .draw()?;
         for imp in Family::IMPLS {
-            let mut points = Vec::new();
-            let mut bars = Vec::new();
-            for (index, &tasks) in sizes.iter().enumerate() {
-                let Some(m) = r.get(family.scenario(index), imp, metric::CPU) else {
-                    continue;
-                };
-                let mut runs = m.runs.clone();
-                let med = percentile(&mut runs, 50.0);
-                let x = tasks as f64;
-                points.push((x, med));
-                bars.push(ErrorBar::new_vertical(
-                    x,
-                    m.min(),
-                    med,
-                    m.max(),
-                    color(imp).filled(),
-                    6,
-                ));
-            }
-            if points.is_empty() {
-                continue;
-            }
-            let col = color(imp);
-            chart
-                .draw_series(LineSeries::new(points.clone(), col.stroke_width(2)))?
-                .label(imp.label())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2))
-                });
-            chart.draw_series(points.iter().map(|&p| Circle::new(p, 4, col.filled())))?;
-            chart.draw_series(bars)?;
+            let points: Vec<Spread> = sizes
+                .iter()
+                .enumerate()
+                .filter_map(|(index, &tasks)| {
+                    let m = r.get(family.scenario(index), imp, metric::CPU)?;
+                    let mut runs = m.runs.clone();
+                    let med = percentile(&mut runs, 50.0);
+                    Some((tasks as f64, med, m.min(), m.max()))
+                })
+                .collect();
+            draw_spread(&mut chart, imp, &points)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .draw()?;
+        draw_legend(&mut chart)?;
     }
     root.present()?;
     Ok(())
