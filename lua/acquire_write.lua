@@ -40,7 +40,7 @@ if upgrade then
   end
   if intent_ttl > 0 then
     local deadline = s.now + intent_ttl
-    s.upgrade = { deadline = deadline, first_lease = math.min(intent_ttl, lease) }
+    s.upgrade = { deadline = deadline, first_lease = min(intent_ttl, lease) }
     set(s, 'u:upgrade', int(deadline) .. ':' .. int(s.upgrade.first_lease))
   end
   settle(s)
@@ -60,7 +60,7 @@ if is_free(s) then
 end
 
 if intent_ttl > 0 then
-  join_queue(s, intent_ttl, math.min(intent_ttl, lease))
+  join_queue(s, intent_ttl, min(intent_ttl, lease))
 end
 settle(s)
 return { 0, retry_hint(s), refusal_fence(s) }

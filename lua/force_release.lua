@@ -11,7 +11,7 @@ local s = load('')
 local removed = s.nreaders
 if s.nreaders > 0 then
   -- Every reader's field becomes a leftover.
-  s.gone = math.max(s.gone, s.readers_until)
+  s.gone = max(s.gone, s.readers_until)
   set(s, 'readers_gone', int(s.gone))
   del(s, 'readers')
   del(s, 'readers_until')

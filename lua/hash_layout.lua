@@ -11,10 +11,10 @@
 layout.fields = { 'write', 'wstamp', 'read', 'rstamp', 'orig:read' }
 
 -- Finds the original clients' holds in `h` (the fields read): sets
--- s.original_writer_until and s.original_reader_until (deadlines, or nil) and lists
--- stale fields in `stale`. An original client holds while `now - stamp <= its
+-- s.original_writer_until and s.original_reader_until (deadlines, or nil) and
+-- deletes the stale stamps. An original client holds while `now - stamp <= its
 -- timeout`, so the deadlines are inclusive.
-function layout.original_holds(s, h, stale)
+function layout.original_holds(s, h)
   -- `write` is ours while it equals `wstamp`; another value is an original writer's
   -- stamp (also when our writer's lease ran out and an original writer came next).
   if h['write'] and h['write'] ~= h['wstamp'] then
@@ -22,24 +22,24 @@ function layout.original_holds(s, h, stale)
     if deadline >= s.now then
       s.original_writer_until = deadline
     else
-      stale[#stale + 1] = 'write'
+      del(s, 'write')
       s.freed_writer = true
     end
   end
   -- Original readers: a `read` stamp we did not write, or one we overwrote.
-  local reader_until = tonumber(h['orig:read'] or '0')
+  local reader_until = tonumber(h['orig:read']) or 0
   if h['read'] and h['read'] ~= h['rstamp'] then
-    reader_until = math.max(reader_until, tonumber(h['read']) + ORIGINAL_READ)
+    reader_until = max(reader_until, tonumber(h['read']) + ORIGINAL_READ)
   end
   if reader_until > 0 and reader_until >= s.now then
     s.original_reader_until = reader_until
   else
     if h['orig:read'] then
-      stale[#stale + 1] = 'orig:read'
+      del(s, 'orig:read')
     end
     if h['read'] and s.nreaders == 0 then
-      stale[#stale + 1] = 'read'
-      stale[#stale + 1] = 'rstamp'
+      del(s, 'read')
+      del(s, 'rstamp')
     end
   end
 end

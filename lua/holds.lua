@@ -60,34 +60,40 @@ local function end_upgradable(s)
   end_upgrade(s)
 end
 
+-- The fields every script reads after the token's own three (`load`): the
+-- summaries above and the queue's ends, then the layout's. Built once (in the
+-- function library, once per load of the library).
+local LOCK_FIELDS = { 'w:owner', 'w:until', 'readers', 'readers_until', 'readers_gone', 'fence',
+  'q:head', 'q:tail', 'queue_until', 'u:owner', 'u:until', 'u:upgrade', 'u:others', 'u:wanted' }
+for i = 1, #layout.fields do
+  LOCK_FIELDS[#LOCK_FIELDS + 1] = layout.fields[i]
+end
+
 -- Reads the lock for an operation of `token` ('' for none): the summaries, the
 -- token's own fields and the layout's. Expired holds are noted as changes (written
 -- by `settle`; a read-only script never writes them). Raises WRONGTYPE before any
 -- write.
 local function load(token)
   local now, now_us = server_time()
-  local names = { 'w:owner', 'w:until', 'readers', 'readers_until', 'readers_gone', 'fence',
-    'q:head', 'q:tail', 'queue_until', 'u:owner', 'u:until', 'u:upgrade', 'u:others',
-    'u:wanted',
-    'r:' .. token, 'wait:' .. token, 'wn:' .. token }
-  for _, field in ipairs(layout.fields) do
-    names[#names + 1] = field
-  end
-  local v = redis.call('HMGET', KEY, unpack(names))
-  local h = {}
-  for i, field in ipairs(names) do
-    h[field] = v[i] or nil
+  local read_field, wait_field, next_field = 'r:' .. token, 'wait:' .. token, 'wn:' .. token
+  local v = redis.call('HMGET', KEY, read_field, wait_field, next_field, unpack(LOCK_FIELDS))
+  -- `h`: the fields present, by name (most are absent: they are left out).
+  local h = { [read_field] = v[1] or nil, [wait_field] = v[2] or nil, [next_field] = v[3] or nil }
+  for i = 1, #LOCK_FIELDS do
+    if v[i + 3] then
+      h[LOCK_FIELDS[i]] = v[i + 3]
+    end
   end
   local s = { now = now, now_us = now_us, token = token, h = h, changes = {},
-    fence = tonumber(h['fence'] or '0'), nreaders = tonumber(h['readers'] or '0'),
-    readers_until = tonumber(h['readers_until'] or '0'), gone = tonumber(h['readers_gone'] or '0'),
-    others_until = tonumber(h['u:others'] or '0'),
-    head = h['q:head'], tail = h['q:tail'], queue_until = tonumber(h['queue_until'] or '0'),
+    fence = tonumber(h['fence']) or 0, nreaders = tonumber(h['readers']) or 0,
+    readers_until = tonumber(h['readers_until']) or 0, gone = tonumber(h['readers_gone']) or 0,
+    others_until = tonumber(h['u:others']) or 0,
+    head = h['q:head'], tail = h['q:tail'], queue_until = tonumber(h['queue_until']) or 0,
     freed_writer = false, dequeued = false, extended = false,
     upgradable_ended = false, upgrade_ended = false }
 
   if h['w:owner'] then
-    local deadline = tonumber(h['w:until'] or '0')
+    local deadline = tonumber(h['w:until']) or 0
     if deadline > now then
       s.writer, s.writer_until = h['w:owner'], deadline
     else
@@ -108,7 +114,7 @@ local function load(token)
   -- The upgradable reader (its deadline is its `r:` field's, so it expires with it)
   -- and its pending upgrade.
   if h['u:owner'] then
-    local deadline = tonumber(h['u:until'] or '0')
+    local deadline = tonumber(h['u:until']) or 0
     if deadline > now then
       s.upgradable, s.upgradable_until = h['u:owner'], deadline
       if h['u:upgrade'] then
@@ -124,23 +130,19 @@ local function load(token)
     end
   end
   -- The token's read hold (counted; live while its deadline is ahead), or its leftover.
-  local mine = tonumber(h['r:' .. token] or nil)
+  local mine = tonumber(h[read_field])
   if mine and mine > s.gone then
     s.mine = mine
   elseif mine then
     s.leftover = true
   end
   -- The token's place in the writers' queue.
-  if h['wait:' .. token] then
-    s.place = parse_place(h['wait:' .. token])
+  if h[wait_field] then
+    s.place = parse_place(h[wait_field])
   end
-  s.linked = token ~= '' and (h['wn:' .. token] ~= nil or s.head == token or s.tail == token)
+  s.linked = token ~= '' and (h[next_field] ~= nil or s.head == token or s.tail == token)
 
-  local stale = {}
-  layout.original_holds(s, h, stale)
-  for _, field in ipairs(stale) do
-    del(s, field)
-  end
+  layout.original_holds(s, h)
   return s
 end
 
@@ -169,19 +171,19 @@ local function holds_until(s)
   if s.nreaders > 0 then
     readers = s.readers_until
   end
-  return math.max(s.writer_until or 0, readers, s.original_writer_until or 0,
+  return max(s.writer_until or 0, readers, s.original_writer_until or 0,
     s.original_reader_until or 0)
 end
 
 -- Milliseconds a refused caller may sleep before the holds could have expired.
 local function retry_hint(s)
-  return math.max(holds_until(s) - s.now, 1)
+  return max(holds_until(s) - s.now, 1)
 end
 
 -- Milliseconds a reader that only the writers' queue keeps out may sleep before the
 -- queued places could have lapsed.
 local function queue_hint(s)
-  return math.max(s.queue_until - s.now, 1)
+  return max(s.queue_until - s.now, 1)
 end
 
 -- Grants (or renews) the token a read hold of `lease` ms (the upgradable hold's
@@ -233,12 +235,12 @@ end
 -- expired and took the counter with it (a new fence is at least the server time
 -- in µs, and a key expires only a second after its last hold).
 local function refusal_fence(s)
-  return math.max(s.fence, s.now_us)
+  return max(s.fence, s.now_us)
 end
 
 -- A new write hold: the next fencing token, returned.
 local function grant_write(s, token, lease)
-  s.fence = math.max(s.fence + 1, s.now_us)
+  s.fence = max(s.fence + 1, s.now_us)
   set(s, 'fence', int(s.fence))
   hold_write(s, token, lease)
   return s.fence
@@ -301,7 +303,7 @@ local function upgrade_to_write(s, lease)
   drop_reader(s, token)
   if s.nreaders > 0 then
     -- Only readers that expired without releasing are left: leftovers now.
-    s.gone = math.max(s.gone, others_until)
+    s.gone = max(s.gone, others_until)
     set(s, 'readers_gone', int(s.gone))
     s.nreaders, s.readers_until = 0, 0
     del(s, 'readers')
@@ -309,7 +311,7 @@ local function upgrade_to_write(s, lease)
     layout.clear_read(s)
     sweep_leftovers(s)
   end
-  return grant_write(s, token, math.max(lease, read_until - s.now))
+  return grant_write(s, token, max(lease, read_until - s.now))
 end
 
 -- Keeps the key alive at least IDLE / 2 ms past its longest deadline: when it would
@@ -320,7 +322,7 @@ local function set_expiry(s)
   if s.head then
     queue = s.queue_until
   end
-  local needed = math.max(math.max(holds_until(s), queue) - s.now, 0)
+  local needed = max(max(holds_until(s), queue) - s.now, 0)
   if redis.call('PTTL', KEY) < needed + IDLE / 2 then
     redis.call('PEXPIRE', KEY, int(needed + IDLE))
   end

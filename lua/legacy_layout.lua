@@ -40,7 +40,7 @@ local function string_or_none(key)
   end
 end
 
-function layout.original_holds(s, h, stale)
+function layout.original_holds(s, h)
   string_or_none(READ_KEY)
   string_or_none(WRITE_KEY)
   -- Our own writer's key (live or just expired) is not an original client's.
@@ -54,15 +54,15 @@ function layout.original_holds(s, h, stale)
   local reader = redis.call('GET', READ_KEY)
   local reader_until = 0
   if reader == MARK then
-    reader_until = tonumber(h['orig:read'] or '0')
+    reader_until = tonumber(h['orig:read']) or 0
   elseif reader then
-    reader_until = math.max(tonumber(h['orig:read'] or '0'),
+    reader_until = max(tonumber(h['orig:read']) or 0,
       key_deadline(s, READ_KEY, ORIGINAL_READ) or 0)
   end
   if reader_until > s.now then
     s.original_reader_until = reader_until
   elseif h['orig:read'] then
-    stale[#stale + 1] = 'orig:read'
+    del(s, 'orig:read')
   end
 end
 
@@ -70,7 +70,7 @@ end
 local function show_readers(s)
   local t = s.original_reader_until or 0
   if s.nreaders > 0 then
-    t = math.max(t, s.readers_until)
+    t = max(t, s.readers_until)
   end
   if t > s.now then
     redis.call('SET', READ_KEY, MARK, 'PX', int(t - s.now))

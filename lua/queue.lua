@@ -13,8 +13,8 @@
 
 -- "<deadline>:<first lease>" as two numbers.
 local function parse_place(value)
-  local colon = string.find(value, ':', 1, true)
-  return tonumber(string.sub(value, 1, colon - 1)), tonumber(string.sub(value, colon + 1))
+  local colon = find(value, ':', 1, true)
+  return tonumber(sub(value, 1, colon - 1)), tonumber(sub(value, colon + 1))
 end
 
 -- Whether a live place may exist: readers wait while one does (writer preference).

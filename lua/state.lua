@@ -22,8 +22,8 @@ local readers = {}
 if s.nreaders > 0 then
   for field, value in pairs(h) do
     local deadline = tonumber(value)
-    if string.sub(field, 1, 2) == 'r:' and deadline > s.gone and deadline > s.now then
-      readers[#readers + 1] = { string.sub(field, 3), deadline }
+    if sub(field, 1, 2) == 'r:' and deadline > s.gone and deadline > s.now then
+      readers[#readers + 1] = { sub(field, 3), deadline }
     end
   end
 end

@@ -368,8 +368,8 @@ fn flush(h: &mut Hash, s: &Loaded) {
 
 // ---- hash_layout.lua ----------------------------------------------------------------
 
-/// `layout.original_holds`: original-design clients' holds.
-fn layout_original_holds(s: &mut Loaded, h: &Hash, p: &Params, stale: &mut Vec<Field>) {
+/// `layout.original_holds`: original-design clients' holds; deletes stale stamps.
+fn layout_original_holds(s: &mut Loaded, h: &Hash, p: &Params) {
     // `write` is ours while it equals `wstamp`; original holds are inclusive.
     if let Some(write) = h.int(Field::Write)
         && Some(write) != h.int(Field::Wstamp)
@@ -378,7 +378,7 @@ fn layout_original_holds(s: &mut Loaded, h: &Hash, p: &Params, stale: &mut Vec<F
         if deadline >= s.now {
             s.original_writer_until = Some(deadline);
         } else {
-            stale.push(Field::Write);
+            del(s, Field::Write);
             s.freed_writer = true;
         }
     }
@@ -392,10 +392,11 @@ fn layout_original_holds(s: &mut Loaded, h: &Hash, p: &Params, stale: &mut Vec<F
         s.original_reader_until = Some(reader_until);
     } else {
         if h.get(Field::OrigRead).is_some() {
-            stale.push(Field::OrigRead);
+            del(s, Field::OrigRead);
         }
         if h.get(Field::Read).is_some() && s.nreaders == 0 {
-            stale.extend([Field::Read, Field::Rstamp]);
+            del(s, Field::Read);
+            del(s, Field::Rstamp);
         }
     }
 }
@@ -611,11 +612,7 @@ pub fn load(h: &mut Hash, p: &Params, now: Time, token: Tok) -> Loaded {
         s.place = Some(deadline);
     }
     s.linked = h.get(Field::Wn(token)).is_some() || s.head == Some(token) || s.tail == Some(token);
-    let mut stale = Vec::new();
-    layout_original_holds(&mut s, h, p, &mut stale);
-    for f in stale {
-        del(&mut s, f);
-    }
+    layout_original_holds(&mut s, h, p);
     s
 }
 
