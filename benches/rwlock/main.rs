@@ -11,7 +11,8 @@
 //! handoff, stream, waiting, contention_writers, contention_readers, at_scale,
 //! upgradable, sweep);
 //! `BENCH_IMPLS=redis_rwlock,original` likewise limits the implementations
-//! (redis_rwlock, original, rslock, rds_lock).
+//! (redis_rwlock, original, rslock, rds_lock); `BENCH_OUT=dir` writes the report
+//! there instead of `bench-results/`.
 //! The launcher runs `REDIS_SERVER` / `REDIS_CLI` when set, so
 //! `eval "$(bash cluster-compose/ensure-redis.sh --valkey)"` first benchmarks on the
 //! pinned Valkey; `redis-benchmark` (or `valkey-benchmark`, or `REDIS_BENCHMARK`) is
@@ -254,7 +255,9 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
     machine.loadavg_end = report::loadavg();
     eprintln!("done in {:.0} s", started.elapsed().as_secs_f64());
 
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench-results");
+    let dir = std::env::var_os("BENCH_OUT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench-results"));
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let markdown = report::markdown(&b, &machine);
     let json = report::json(&b, &machine);
