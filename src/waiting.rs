@@ -8,6 +8,11 @@
 //! re-check timer fires. The timer follows the current holds' deadline (a crashed
 //! holder publishes nothing) but fires at most about twice a second; each re-check
 //! of a waiting writer also refreshes its place in the queue.
+//!
+//! Plain readers of one client share what they learn: while one stands refused
+//! and no message that lets readers in has come since it asked, the others wait
+//! for that message without asking (a writer queued among many readers costs the
+//! server one refused read, not one per reader).
 
 use std::time::Duration;
 
@@ -21,7 +26,7 @@ use crate::live::{Kind, Registration};
 use crate::scripts::{Access, Acquired, LockMode};
 use crate::token::Token;
 use crate::wakeups::{Interest, Listener, RESUBSCRIBED};
-use crate::{Error, RwLock};
+use crate::{Error, Fairness, RwLock};
 
 /// The shortest re-check period: at most about two scripts per waiter per second.
 const MIN_RECHECK: Duration = Duration::from_millis(500);
@@ -114,59 +119,85 @@ async fn attempt_until_granted(
     } else {
         None
     };
+    // Plain readers that defer to writers share their refusals (module docs).
+    let shares_refusals =
+        wait && access == Access::Read && lock.options().fairness == Fairness::WriterPreferred;
     let mut attempts = 0u32;
     let mut unsettled_until: Option<Instant> = None;
-    // When the last refused attempt was sent, and the lock's fence it saw.
-    let mut refused: (Instant, u64);
+    // When the last refused attempt was sent, and the lock's fence it saw (none
+    // yet: no hand-over counts before a refusal).
+    let mut refused: (Instant, u64) = (started, u64::MAX);
     loop {
         if listener.as_mut().is_some_and(Listener::clear) {
             unsettled_until = Some(Instant::now() + UNSETTLED_FOR);
         }
-        let sent = Instant::now();
-        attempts += 1;
-        let reply = lock.acquire_token(&pending.token, access, wait).await?;
-        if live.is_closed() {
-            // Shut down while the request was out: undo whatever it got.
-            return pending.give_up(attempts, Error::Shutdown).await;
-        }
-        let holds_for = match reply {
-            Acquired::Granted { fence } => {
-                tracing::debug!(
-                    attempts,
-                    waited_ms = started.elapsed().as_millis() as u64,
-                    "acquired"
-                );
-                return Ok(Granted {
-                    token: pending.disarm(),
-                    fence,
-                    sent,
-                    lasts: lock.held_for(access.mode()),
-                });
-            }
-            Acquired::Lost => {
-                tracing::debug!("the upgradable hold is gone");
-                pending.disarm();
-                return Err(Error::LeaseLost);
-            }
-            Acquired::Refused { .. } if !wait => {
-                tracing::trace!("would block");
-                // A refused try_* queued nothing: there is nothing to clean up.
-                pending.disarm();
-                return Err(Error::WouldBlock);
-            }
-            Acquired::Refused { holds_for, fence } => {
-                refused = (sent, fence);
-                holds_for
-            }
-        };
-        let Some(listener) = listener.as_mut() else {
-            listener = Some(lock.listen(interest(&pending.token)).await?);
-            continue;
-        };
-        let pause = if unsettled_until.is_some_and(|until| Instant::now() < until) {
-            UNSETTLED_RECHECK
+        let shared = listener.as_ref().filter(|_| shares_refusals);
+        // Either another reader's refusal stands for this one (it waits for the
+        // same message, at most as long), or it asks.
+        let shut_out = shared.and_then(|listener| listener.readers_shut_out(MIN_RECHECK));
+        let pause = if let Some(shut_for) = shut_out {
+            tracing::trace!("another reader of this client was refused since the last wake-up");
+            shut_for + jitter()
         } else {
-            recheck_after(holds_for)
+            let wakeups = shared.and_then(Listener::reader_wakeups);
+            let sent = Instant::now();
+            attempts += 1;
+            let reply = lock.acquire_token(&pending.token, access, wait).await?;
+            if live.is_closed() {
+                // Shut down while the request was out: undo whatever it got.
+                return pending.give_up(attempts, Error::Shutdown).await;
+            }
+            let holds_for = match reply {
+                Acquired::Granted { fence } => {
+                    if let (Some(listener), Some(wakeups)) = (shared, wakeups) {
+                        listener.reader_granted(wakeups);
+                    }
+                    tracing::debug!(
+                        attempts,
+                        waited_ms = started.elapsed().as_millis() as u64,
+                        "acquired"
+                    );
+                    return Ok(Granted {
+                        token: pending.disarm(),
+                        fence,
+                        sent,
+                        lasts: lock.held_for(access.mode()),
+                    });
+                }
+                Acquired::Lost => {
+                    tracing::debug!("the upgradable hold is gone");
+                    pending.disarm();
+                    return Err(Error::LeaseLost);
+                }
+                Acquired::Refused { .. } if !wait => {
+                    tracing::trace!("would block");
+                    // A refused try_* queued nothing: there is nothing to clean up.
+                    pending.disarm();
+                    return Err(Error::WouldBlock);
+                }
+                Acquired::Refused { holds_for, fence } => {
+                    refused = (sent, fence);
+                    holds_for
+                }
+            };
+            let Some(listener) = listener.as_mut() else {
+                listener = Some(lock.listen(interest(&pending.token)).await?);
+                continue;
+            };
+            let pause = if unsettled_until.is_some_and(|until| Instant::now() < until) {
+                UNSETTLED_RECHECK
+            } else {
+                recheck_after(holds_for)
+            };
+            if let Some(wakeups) = wakeups {
+                listener.reader_refused(wakeups, holds_for, pause);
+            }
+            pause
+        };
+        // (Both ways above leave a listener: a shared refusal is read through one,
+        // and a refusal without one subscribed and went round again.)
+        let Some(listener) = listener.as_mut() else {
+            continue;
         };
         let mut recheck = Instant::now() + pause;
         if let Some(deadline) = deadline {
@@ -209,8 +240,12 @@ async fn attempt_until_granted(
 /// The re-check delay after a refusal: when the current holds would end, kept
 /// between [`MIN_RECHECK`] and [`MAX_RECHECK`], plus jitter.
 fn recheck_after(holds_for: Duration) -> Duration {
-    let jitter = rand::rng().random_range(Duration::ZERO..=RECHECK_JITTER);
-    holds_for.clamp(MIN_RECHECK, MAX_RECHECK) + jitter
+    holds_for.clamp(MIN_RECHECK, MAX_RECHECK) + jitter()
+}
+
+/// A random extra delay, so waiters do not re-check in step.
+fn jitter() -> Duration {
+    rand::rng().random_range(Duration::ZERO..=RECHECK_JITTER)
 }
 
 /// A token that may hold something on the server until the acquire returns it: if

@@ -10,6 +10,11 @@
 //! busy lock does not subscribe and unsubscribe for every wait.
 //!
 //! Messages are hints: pub/sub is at-most-once, so waiters also keep a re-check timer.
+//!
+//! A channel also remembers when one of its plain readers was refused and no
+//! message that lets readers in has come since that reader asked (see
+//! [`Listener::readers_shut_out`]): the client's other readers then wait for that
+//! message too instead of each sending an attempt the server would refuse.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +23,7 @@ use std::time::Duration;
 
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use crate::connection::Connection;
 use crate::error::Chain;
@@ -67,12 +73,41 @@ pub(crate) struct Wakeups {
 
 struct Hub {
     conn: Connection,
-    /// Channel -> its listeners, each with what it waits for and where to send it.
-    channels: Mutex<HashMap<String, HashMap<u64, Mailbox>>>,
+    /// Channel -> its listeners and what it remembers for its readers.
+    channels: Mutex<HashMap<String, Channel>>,
     /// The channels Redis confirmed; the lock also serializes (un)subscribe
     /// requests, so the last one always matches `channels`.
     subscribed: tokio::sync::Mutex<HashSet<String>>,
     next_id: AtomicU64,
+}
+
+/// One lock's channel, while anyone listens on it.
+#[derive(Default)]
+struct Channel {
+    /// Each listener's mailbox, by id.
+    listeners: HashMap<u64, Mailbox>,
+    /// How many messages that let plain readers in (`*`, `r`, a restored
+    /// subscription) arrived since the channel was first listened on.
+    reader_wakeups: u64,
+    /// The last refusal of a plain reader (writer preference) that no such
+    /// message has followed yet.
+    readers_refused: Option<ReadersRefused>,
+}
+
+/// A plain reader's attempt was refused.
+#[derive(Clone, Copy)]
+struct ReadersRefused {
+    /// [`Channel::reader_wakeups`] when the attempt was sent.
+    sent_at: u64,
+    /// When the holds that refused it may end without a message (a lease or a
+    /// queue place running out), capped by the re-check period.
+    until: Instant,
+}
+
+/// Whether a message may let plain readers (writer preference) in: `*`, `r`, or a
+/// restored subscription (messages may have been lost).
+fn lets_readers_in(payload: &str) -> bool {
+    matches!(payload, "*" | "r" | RESUBSCRIBED)
 }
 
 struct Mailbox {
@@ -138,7 +173,7 @@ impl Wakeups {
 }
 
 impl Hub {
-    fn channels(&self) -> MutexGuard<'_, HashMap<String, HashMap<u64, Mailbox>>> {
+    fn channels(&self) -> MutexGuard<'_, HashMap<String, Channel>> {
         self.channels.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -148,6 +183,7 @@ impl Hub {
         self.channels()
             .entry(channel.to_owned())
             .or_default()
+            .listeners
             .insert(id, Mailbox { interest, sender });
         Listener {
             hub: hub.clone(),
@@ -160,9 +196,13 @@ impl Hub {
     /// Hands `payload` to the listeners of `channel` it concerns (all of them for a
     /// restored subscription).
     fn deliver(&self, channel: &str, payload: &str) {
-        if let Some(listeners) = self.channels().get(channel) {
+        if let Some(channel) = self.channels().get_mut(channel) {
+            if lets_readers_in(payload) {
+                channel.reader_wakeups += 1;
+                channel.readers_refused = None;
+            }
             let payload: Arc<str> = Arc::from(payload);
-            for mailbox in listeners.values() {
+            for mailbox in channel.listeners.values() {
                 if payload.as_ref() == RESUBSCRIBED || mailbox.interest.wants(&payload) {
                     let _ = mailbox.sender.send(payload.clone());
                 }
@@ -274,6 +314,61 @@ impl Listener {
         resubscribed
     }
 
+    /// Where the channel's reader wake-ups stand, to pass to [`Self::reader_refused`]
+    /// or [`Self::reader_granted`] after the attempt about to be sent; `None` while
+    /// the channel is not known to be subscribed (a message may be missed then).
+    pub(crate) fn reader_wakeups(&self) -> Option<u64> {
+        let subscribed = self.hub.subscribed.try_lock().ok()?.contains(&self.channel);
+        let channels = self.hub.channels();
+        subscribed.then(|| channels.get(&self.channel).map(|c| c.reader_wakeups))?
+    }
+
+    /// A plain reader's attempt sent at `sent_at` was refused; the holds that refused
+    /// it may end unannounced after `holds_for`.
+    pub(crate) fn reader_refused(&self, sent_at: u64, holds_for: Duration, recheck: Duration) {
+        let until = Instant::now() + holds_for.min(recheck);
+        if let Some(channel) = self.hub.channels().get_mut(&self.channel)
+            && channel.reader_wakeups == sent_at
+        {
+            channel.readers_refused = Some(ReadersRefused { sent_at, until });
+        }
+    }
+
+    /// A plain reader's attempt sent at `sent_at` was granted: refusals before it
+    /// say nothing any more.
+    pub(crate) fn reader_granted(&self, sent_at: u64) {
+        if let Some(channel) = self.hub.channels().get_mut(&self.channel)
+            && channel
+                .readers_refused
+                .is_some_and(|r| r.sent_at <= sent_at)
+        {
+            channel.readers_refused = None;
+        }
+    }
+
+    /// While a plain reader of this client stands refused and no message that lets
+    /// readers in has come since it asked, another plain reader's attempt would be
+    /// refused too: how long that may last unannounced. The caller waits for the
+    /// message (this listener receives it: it was registered first) or the time.
+    ///
+    /// Once that time has passed, the first caller asks the server again (`None`)
+    /// and the others wait up to `probe` more for its answer (a refusal renews the
+    /// wait, a grant ends it), so the readers do not all ask at once.
+    pub(crate) fn readers_shut_out(&self, probe: Duration) -> Option<Duration> {
+        let mut channels = self.hub.channels();
+        let channel = channels.get_mut(&self.channel)?;
+        let refused = channel.readers_refused.as_mut()?;
+        if refused.sent_at != channel.reader_wakeups {
+            return None;
+        }
+        let now = Instant::now();
+        if now < refused.until {
+            return Some(refused.until - now);
+        }
+        refused.until = now + probe;
+        None
+    }
+
     /// The next message for this waiter (a closed hub reads as "re-check now").
     pub(crate) async fn recv(&mut self) -> Arc<str> {
         self.receiver
@@ -286,11 +381,11 @@ impl Listener {
 impl Drop for Listener {
     fn drop(&mut self) {
         let mut channels = self.hub.channels();
-        let Some(listeners) = channels.get_mut(&self.channel) else {
+        let Some(channel) = channels.get_mut(&self.channel) else {
             return;
         };
-        listeners.remove(&self.id);
-        if !listeners.is_empty() {
+        channel.listeners.remove(&self.id);
+        if !channel.listeners.is_empty() {
             return;
         }
         channels.remove(&self.channel);

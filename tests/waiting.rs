@@ -9,12 +9,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redis_rwlock::{Error, Fairness, LockOptions};
+use redis_rwlock::{Error, Fairness, LockClient, LockOptions};
 use tokio::time::{Instant, timeout};
 
 use common::{
-    assert_entered_when_the_lease_ended, cluster_client, raw_cluster, spawn_writer, unique_name,
-    until_subscribers, wait_for,
+    LocalRedis, assert_entered_when_the_lease_ended, cluster_client, raw_cluster, spawn_writer,
+    unique_name, until_subscribers, wait_for,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -305,4 +305,128 @@ async fn readers_kept_out_by_a_queued_writer_are_woken_when_the_queue_empties() 
     );
     second.release().await.unwrap();
     first.release().await.unwrap();
+}
+
+/// `n` plain readers of `client` that wait for `lock`, spawned now.
+fn spawn_readers(
+    lock: &redis_rwlock::RwLock,
+    n: usize,
+) -> Vec<tokio::task::JoinHandle<redis_rwlock::RwLockReadGuard>> {
+    (0..n)
+        .map(|_| {
+            let lock = lock.clone();
+            tokio::spawn(async move { lock.read().await.unwrap() })
+        })
+        .collect()
+}
+
+/// Script calls (`FCALL`) `server` has run since its statistics were reset.
+async fn script_calls(server: &Arc<LocalRedis>) -> u64 {
+    let server = server.clone();
+    tokio::task::spawn_blocking(move || {
+        let stats = server.commandstats(&server.nodes[0]);
+        stats.get("fcall").copied().unwrap_or(0)
+    })
+    .await
+    .unwrap()
+}
+
+/// Waits until the lock's wake-up channel on `server` has a subscriber, then 100 ms
+/// more (a waiter that subscribed tries once more at once).
+async fn until_subscribed(server: &Arc<LocalRedis>, lock: &redis_rwlock::RwLock) {
+    let channel = format!("{}:released", lock.key().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (server, asked) = (server.clone(), channel.clone());
+        let reply = tokio::task::spawn_blocking(move || {
+            server.raw(&server.nodes[0], &["PUBSUB", "NUMSUB", &asked])
+        })
+        .await
+        .unwrap();
+        let subscribed: Vec<redis::Value> = redis::from_redis_value(reply).unwrap();
+        if redis::from_redis_value::<u64>(subscribed[1].clone()).unwrap() > 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            return;
+        }
+        assert!(Instant::now() < deadline, "nobody subscribed to {channel}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A writer holds and 20 readers of one client wait behind it: once one of them
+/// has been refused, the others wait for the writer's release message without
+/// asking the server themselves (each would be refused, then re-check about once
+/// a second). Over 2 s the server runs a handful of scripts, not the 60 or so that
+/// 20 independent waiters send; the release still lets all 20 in at once. A private
+/// server, so the count is this test's alone.
+#[tokio::test]
+async fn readers_of_one_client_share_a_refusal() {
+    let server = Arc::new(LocalRedis::standalone());
+    let client = LockClient::standalone(server.url()).await.unwrap();
+    let lock = client.rwlock(unique_name("shared-refusal"));
+    let writer = lock.write().await.unwrap();
+    let mut readers = spawn_readers(&lock, 1);
+    until_subscribed(&server, &lock).await;
+    let before = script_calls(&server).await;
+    readers.extend(spawn_readers(&lock, 19));
+    // Time is what is measured here: the scripts a second of waiting costs.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let sent = script_calls(&server).await - before;
+    println!("20 waiting readers sent {sent} scripts in 2 s");
+    assert!(
+        sent <= 8,
+        "20 readers of one client sent {sent} scripts in 2 s behind a writer"
+    );
+    let released = Instant::now();
+    writer.release().await.unwrap();
+    let mut guards = Vec::new();
+    for reader in readers {
+        guards.push(
+            timeout(Duration::from_secs(5), reader)
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    let all_in = released.elapsed();
+    assert!(
+        all_in < Duration::from_millis(400),
+        "the readers got in {all_in:?} after the release"
+    );
+    assert_eq!(lock.state().await.unwrap().readers.len(), 20);
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+}
+
+/// The same readers behind a writer that vanished (no release, no message): the one
+/// that asks again once the shared refusal's time is up gets in when the lease
+/// ends, and the others follow within their re-check period.
+#[tokio::test]
+async fn readers_sharing_a_refusal_get_in_once_a_vanished_writers_lease_ends() {
+    let server = Arc::new(LocalRedis::standalone());
+    let client = LockClient::standalone(server.url()).await.unwrap();
+    let lease = Duration::from_secs(2);
+    let lock = client.rwlock_with(
+        unique_name("shared-refusal-vanished"),
+        LockOptions::default().write_lease(lease).auto_renew(false),
+    );
+    let acquired = Instant::now();
+    std::mem::forget(lock.write().await.unwrap());
+    let mut readers = spawn_readers(&lock, 1);
+    until_subscribed(&server, &lock).await;
+    readers.extend(spawn_readers(&lock, 19));
+    let mut guards = Vec::new();
+    for reader in readers {
+        guards.push(timeout(lease * 3, reader).await.unwrap().unwrap());
+    }
+    let waited = acquired.elapsed();
+    println!("20 readers in after {waited:?} (lease {lease:?})");
+    assert!(
+        waited < lease + Duration::from_millis(2500),
+        "the last reader got in {waited:?} after the writer's {lease:?} lease began"
+    );
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
 }
