@@ -9,10 +9,11 @@
 //! holder publishes nothing) but fires at most about twice a second; each re-check
 //! of a waiting writer also refreshes its place in the queue.
 //!
-//! Plain readers of one client share what they learn: while one stands refused
-//! and no message that lets readers in has come since it asked, the others wait
-//! for that message without asking (a writer queued among many readers costs the
-//! server one refused read, not one per reader).
+//! Plain readers of one client share what they learn: while one of them, or a
+//! writer of the same client that queued, stands refused and no message that lets
+//! readers in has come since it asked, the readers wait for that message without
+//! asking (a writer queued among many readers costs the server one refused read at
+//! most, not one per reader).
 
 use std::time::Duration;
 
@@ -119,9 +120,11 @@ async fn attempt_until_granted(
     } else {
         None
     };
-    // Plain readers that defer to writers share their refusals (module docs).
+    // Plain readers that defer to writers share their refusals, and a queued
+    // writer's refusal tells them they would be refused too (module docs).
     let shares_refusals =
         wait && access == Access::Read && lock.options().fairness == Fairness::WriterPreferred;
+    let tells_readers = shares_refusals || (wait && access == Access::Write);
     let mut attempts = 0u32;
     let mut unsettled_until: Option<Instant> = None;
     // When the last refused attempt was sent, and the lock's fence it saw (none
@@ -139,7 +142,10 @@ async fn attempt_until_granted(
             tracing::trace!("another reader of this client was refused since the last wake-up");
             shut_for + jitter()
         } else {
-            let wakeups = shared.and_then(Listener::reader_wakeups);
+            let wakeups = listener
+                .as_ref()
+                .filter(|_| tells_readers)
+                .and_then(Listener::reader_wakeups);
             let sent = Instant::now();
             attempts += 1;
             let reply = lock.acquire_token(&pending.token, access, wait).await?;
@@ -190,7 +196,7 @@ async fn attempt_until_granted(
                 recheck_after(holds_for)
             };
             if let Some(wakeups) = wakeups {
-                listener.reader_refused(wakeups, holds_for, pause);
+                listener.readers_refused(wakeups, holds_for, pause);
             }
             pause
         };

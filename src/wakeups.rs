@@ -11,10 +11,10 @@
 //!
 //! Messages are hints: pub/sub is at-most-once, so waiters also keep a re-check timer.
 //!
-//! A channel also remembers when one of its plain readers was refused and no
-//! message that lets readers in has come since that reader asked (see
-//! [`Listener::readers_shut_out`]): the client's other readers then wait for that
-//! message too instead of each sending an attempt the server would refuse.
+//! A channel also remembers when one of its plain readers, or a writer that
+//! queued, was refused and no message that lets readers in has come since it
+//! asked (see [`Listener::readers_shut_out`]): the client's plain readers then wait
+//! for that message instead of each sending an attempt the server would refuse.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -89,12 +89,12 @@ struct Channel {
     /// How many messages that let plain readers in (`*`, `r`, a restored
     /// subscription) arrived since the channel was first listened on.
     reader_wakeups: u64,
-    /// The last refusal of a plain reader (writer preference) that no such
-    /// message has followed yet.
+    /// The last refusal that keeps plain readers (writer preference) out, a plain
+    /// reader's or a queued writer's, that no such message has followed yet.
     readers_refused: Option<ReadersRefused>,
 }
 
-/// A plain reader's attempt was refused.
+/// An attempt was refused in a way that keeps plain readers out.
 #[derive(Clone, Copy)]
 struct ReadersRefused {
     /// [`Channel::reader_wakeups`] when the attempt was sent.
@@ -314,7 +314,7 @@ impl Listener {
         resubscribed
     }
 
-    /// Where the channel's reader wake-ups stand, to pass to [`Self::reader_refused`]
+    /// Where the channel's reader wake-ups stand, to pass to [`Self::readers_refused`]
     /// or [`Self::reader_granted`] after the attempt about to be sent; `None` while
     /// the channel is not known to be subscribed (a message may be missed then).
     pub(crate) fn reader_wakeups(&self) -> Option<u64> {
@@ -323,9 +323,11 @@ impl Listener {
         subscribed.then(|| channels.get(&self.channel).map(|c| c.reader_wakeups))?
     }
 
-    /// A plain reader's attempt sent at `sent_at` was refused; the holds that refused
-    /// it may end unannounced after `holds_for`.
-    pub(crate) fn reader_refused(&self, sent_at: u64, holds_for: Duration, recheck: Duration) {
+    /// An attempt sent at `sent_at` was refused in a way that keeps plain readers
+    /// out too: a plain reader's, or a waiting writer's (it queued, and a queued
+    /// writer keeps them out). The holds that refused it may end unannounced after
+    /// `holds_for`; the caller re-checks after `recheck`.
+    pub(crate) fn readers_refused(&self, sent_at: u64, holds_for: Duration, recheck: Duration) {
         let until = Instant::now() + holds_for.min(recheck);
         if let Some(channel) = self.hub.channels().get_mut(&self.channel)
             && channel.reader_wakeups == sent_at
@@ -346,7 +348,7 @@ impl Listener {
         }
     }
 
-    /// While a plain reader of this client stands refused and no message that lets
+    /// While a refusal that keeps plain readers out stands and no message that lets
     /// readers in has come since it asked, another plain reader's attempt would be
     /// refused too: how long that may last unannounced. The caller waits for the
     /// message (this listener receives it: it was registered first) or the time.

@@ -430,3 +430,46 @@ async fn readers_sharing_a_refusal_get_in_once_a_vanished_writers_lease_ends() {
         guard.release().await.unwrap();
     }
 }
+
+/// A writer of a client waits in the queue behind another client's reader: 20
+/// plain readers of the writer's client, started at once, would each be refused
+/// (writer preference) and each send that attempt, but the writer's refusal already
+/// told the client so: they wait for the writer's release without asking, and all
+/// get in after it.
+#[tokio::test]
+async fn a_queued_writer_keeps_its_clients_readers_from_asking() {
+    let server = Arc::new(LocalRedis::standalone());
+    let client = LockClient::standalone(server.url()).await.unwrap();
+    let other = LockClient::standalone(server.url()).await.unwrap();
+    let name = unique_name("writer-tells-readers");
+    let lock = client.rwlock(&name);
+    let reading = other.rwlock(&name).read().await.unwrap();
+    let writer = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.write().await.unwrap().release().await.unwrap() }
+    });
+    wait_for(&lock, |s| s.queued_writers.len() == 1).await;
+    until_subscribed(&server, &lock).await;
+    let before = script_calls(&server).await;
+    let readers = spawn_readers(&lock, 20);
+    // Time is what is measured here: the scripts a second of waiting costs.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let sent = script_calls(&server).await - before;
+    println!("20 readers behind their client's queued writer sent {sent} scripts in 2 s");
+    assert!(
+        sent <= 8,
+        "20 readers behind their own client's queued writer sent {sent} scripts in 2 s"
+    );
+    reading.release().await.unwrap();
+    timeout(Duration::from_secs(5), writer)
+        .await
+        .unwrap()
+        .unwrap();
+    for reader in readers {
+        let guard = timeout(Duration::from_secs(5), reader)
+            .await
+            .unwrap()
+            .unwrap();
+        guard.release().await.unwrap();
+    }
+}
