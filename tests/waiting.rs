@@ -320,6 +320,40 @@ fn spawn_readers(
         .collect()
 }
 
+/// The readers' guards, each within `limit`.
+async fn joined(
+    readers: Vec<tokio::task::JoinHandle<redis_rwlock::RwLockReadGuard>>,
+    limit: Duration,
+) -> Vec<redis_rwlock::RwLockReadGuard> {
+    let mut guards = Vec::new();
+    for reader in readers {
+        guards.push(timeout(limit, reader).await.unwrap().unwrap());
+    }
+    guards
+}
+
+async fn release_all(guards: Vec<redis_rwlock::RwLockReadGuard>) {
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+}
+
+/// Starts `n` plain readers of `lock` and counts the scripts `server` runs in the
+/// next 2 s (time is what is measured: the scripts a second of waiting costs).
+async fn readers_and_their_scripts(
+    server: &Arc<LocalRedis>,
+    lock: &redis_rwlock::RwLock,
+    n: usize,
+) -> (
+    Vec<tokio::task::JoinHandle<redis_rwlock::RwLockReadGuard>>,
+    u64,
+) {
+    let before = script_calls(server).await;
+    let readers = spawn_readers(lock, n);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    (readers, script_calls(server).await - before)
+}
+
 /// Script calls (`FCALL`) `server` has run since its statistics were reset.
 async fn script_calls(server: &Arc<LocalRedis>) -> u64 {
     let server = server.clone();
@@ -367,11 +401,8 @@ async fn readers_of_one_client_share_a_refusal() {
     let writer = lock.write().await.unwrap();
     let mut readers = spawn_readers(&lock, 1);
     until_subscribed(&server, &lock).await;
-    let before = script_calls(&server).await;
-    readers.extend(spawn_readers(&lock, 19));
-    // Time is what is measured here: the scripts a second of waiting costs.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let sent = script_calls(&server).await - before;
+    let (more, sent) = readers_and_their_scripts(&server, &lock, 19).await;
+    readers.extend(more);
     println!("20 waiting readers sent {sent} scripts in 2 s");
     assert!(
         sent <= 8,
@@ -379,24 +410,14 @@ async fn readers_of_one_client_share_a_refusal() {
     );
     let released = Instant::now();
     writer.release().await.unwrap();
-    let mut guards = Vec::new();
-    for reader in readers {
-        guards.push(
-            timeout(Duration::from_secs(5), reader)
-                .await
-                .unwrap()
-                .unwrap(),
-        );
-    }
+    let guards = joined(readers, Duration::from_secs(5)).await;
     let all_in = released.elapsed();
     assert!(
         all_in < Duration::from_millis(400),
         "the readers got in {all_in:?} after the release"
     );
     assert_eq!(lock.state().await.unwrap().readers.len(), 20);
-    for guard in guards {
-        guard.release().await.unwrap();
-    }
+    release_all(guards).await;
 }
 
 /// The same readers behind a writer that vanished (no release, no message): the one
@@ -416,19 +437,14 @@ async fn readers_sharing_a_refusal_get_in_once_a_vanished_writers_lease_ends() {
     let mut readers = spawn_readers(&lock, 1);
     until_subscribed(&server, &lock).await;
     readers.extend(spawn_readers(&lock, 19));
-    let mut guards = Vec::new();
-    for reader in readers {
-        guards.push(timeout(lease * 3, reader).await.unwrap().unwrap());
-    }
+    let guards = joined(readers, lease * 3).await;
     let waited = acquired.elapsed();
     println!("20 readers in after {waited:?} (lease {lease:?})");
     assert!(
         waited < lease + Duration::from_millis(2500),
         "the last reader got in {waited:?} after the writer's {lease:?} lease began"
     );
-    for guard in guards {
-        guard.release().await.unwrap();
-    }
+    release_all(guards).await;
 }
 
 /// A writer of a client waits in the queue behind another client's reader: 20
@@ -450,11 +466,7 @@ async fn a_queued_writer_keeps_its_clients_readers_from_asking() {
     });
     wait_for(&lock, |s| s.queued_writers.len() == 1).await;
     until_subscribed(&server, &lock).await;
-    let before = script_calls(&server).await;
-    let readers = spawn_readers(&lock, 20);
-    // Time is what is measured here: the scripts a second of waiting costs.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let sent = script_calls(&server).await - before;
+    let (readers, sent) = readers_and_their_scripts(&server, &lock, 20).await;
     println!("20 readers behind their client's queued writer sent {sent} scripts in 2 s");
     assert!(
         sent <= 8,
@@ -465,11 +477,5 @@ async fn a_queued_writer_keeps_its_clients_readers_from_asking() {
         .await
         .unwrap()
         .unwrap();
-    for reader in readers {
-        let guard = timeout(Duration::from_secs(5), reader)
-            .await
-            .unwrap()
-            .unwrap();
-        guard.release().await.unwrap();
-    }
+    release_all(joined(readers, Duration::from_secs(5)).await).await;
 }
