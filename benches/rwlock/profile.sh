@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# profile.sh - where Redis spends the time of one of the crate's script calls:
-# `perf` on the masters of a private local cluster while the benchmark's
-# uncontended scenario runs (redis-rwlock only), the samples sorted by
-# profile_stacks.py into what the server does for an FCALL.
+# profile.sh - where Redis spends the time of one of the crate's script calls, and
+# of one of the original design's: `perf` on the masters of a private local
+# cluster while the benchmark's server-cost scenario runs (uncontended acquire +
+# release, both designs, nothing else), the samples sorted by profile_stacks.py
+# into what the server does for an FCALL (ours) and an EVALSHA (the original's).
 #
 #   REDIS_SERVER=/path/to/redis-server bash benches/rwlock/profile.sh [runs]
 #
@@ -10,12 +11,13 @@
 # (`git clone https://github.com/redis/redis; cd redis; git checkout 7.0.15; make`)
 # and point REDIS_SERVER (and REDIS_CLI) at src/. Needs perf and python3. The
 # benchmark's report goes to a temporary directory (bench-results/ is left as
-# it is); the table is printed, with the FCALL count and commandstats' time per
-# call from the same window. BENCHMARKS.md ("Where the time goes") explains it.
+# it is); the two tables are printed, each with its call count and commandstats'
+# time per call from the same window. BENCHMARKS.md ("Where the time goes")
+# explains them.
 
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-runs=${1:-3}
+runs=${1:-5}
 for tool in perf python3; do
     command -v "$tool" >/dev/null || { echo "profile.sh: $tool is missing" >&2; exit 1; }
 done
@@ -44,20 +46,20 @@ masters=$(awk '$1 == "NODE" && $4 == "master" { print $2 }' "$dir/launcher")
 pids=$(awk '$1 == "NODE" && $4 == "master" { print $3 }' "$dir/launcher" | paste -sd,)
 
 cli() { "${REDIS_CLI:-redis-cli}" -u "$1" "${@:2}"; }
-fcalls() { # FCALL calls over all masters
+calls() { # calls of command $1 (commandstats' lower-case name) over all masters
     local total=0 url n
     for url in $masters; do
-        n=$(cli "$url" INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_fcall:calls=\([0-9]*\),.*/\1/p')
+        n=$(cli "$url" INFO commandstats | tr -d '\r' | sed -n "s/^cmdstat_$1:calls=\([0-9]*\),.*/\1/p")
         total=$((total + ${n:-0}))
     done
     echo "$total"
 }
-usec_per_fcall() { # commandstats' time per FCALL over all masters
+usec_per_call() { # commandstats' time per call of command $1 over all masters
     local calls=0 usec=0 url line
     for url in $masters; do
-        line=$(cli "$url" INFO commandstats | tr -d '\r' | grep '^cmdstat_fcall:' || true)
+        line=$(cli "$url" INFO commandstats | tr -d '\r' | grep "^cmdstat_$1:" || true)
         [[ -n $line ]] || continue
-        calls=$((calls + $(sed 's/^cmdstat_fcall:calls=\([0-9]*\),.*/\1/' <<<"$line")))
+        calls=$((calls + $(sed "s/^cmdstat_$1:calls=\([0-9]*\),.*/\1/" <<<"$line")))
         usec=$((usec + $(sed 's/.*,usec=\([0-9]*\),.*/\1/' <<<"$line")))
     done
     awk -v u="$usec" -v c="$calls" 'BEGIN { if (c) printf "%.1f", u / c; else print "-" }'
@@ -68,13 +70,18 @@ for url in $masters; do cli "$url" CONFIG RESETSTAT >/dev/null; done
 perf record -F 4000 --call-graph dwarf,16384 -p "$pids" -o "$dir/perf.data" >/dev/null 2>&1 &
 perf=$!
 sleep 1
-before=$(fcalls)
-REDIS_CLUSTER_NODES=$nodes BENCH_SCENARIOS=uncontended BENCH_IMPLS=redis_rwlock \
+REDIS_CLUSTER_NODES=$nodes BENCH_SCENARIOS=server_cost BENCH_IMPLS=redis_rwlock,original \
     BENCH_RUNS=$runs BENCH_OUT=$dir/report cargo bench --bench rwlock >/dev/null 2>"$dir/bench.err" ||
     { cat "$dir/bench.err" >&2; exit 1; }
-calls=$(($(fcalls) - before))
 kill -INT "$perf"
 wait "$perf" 2>/dev/null || true
-echo "FCALL calls while perf recorded: $calls; commandstats (under perf): $(usec_per_fcall) us per call"
-echo
-python3 benches/rwlock/profile_stacks.py "$dir/perf.data" fcall "$calls"
+for kind in fcall evalsha; do
+    case $kind in
+    fcall) who="redis-rwlock" ;;
+    evalsha) who="the original design" ;;
+    esac
+    echo "$who: $(calls $kind) ${kind^^} calls; commandstats (under perf): $(usec_per_call $kind) us per call"
+    echo
+    python3 benches/rwlock/profile_stacks.py "$dir/perf.data" "$kind" "$(calls $kind)"
+    echo
+done

@@ -5,7 +5,7 @@ master into what the server does for one kind of script call, as a markdown tabl
     python3 benches/rwlock/profile_stacks.py perf.data [fcall|evalsha] [calls]
 
 Only the samples whose stack holds the command's handler count (FCALL:
-`fcallCommandGeneric`; EVALSHA: `evalShaCommand`). `calls`, when given, is how many
+`fcallCommandGeneric`; EVALSHA: `evalGenericCommand`, as EVAL). `calls`, when given, is how many
 such calls ran while perf recorded (INFO commandstats), for a microseconds-per-call
 column. Needs a redis-server with symbols (a build from source; Debian's is
 stripped). benches/rwlock/profile.sh runs it; BENCHMARKS.md explains the rows.
@@ -16,7 +16,7 @@ import re
 import subprocess
 import sys
 
-HANDLER = {"fcall": "fcallCommandGeneric", "evalsha": "evalShaCommand"}
+HANDLER = {"fcall": "fcallCommandGeneric", "evalsha": "evalGenericCommand"}
 
 # The Lua functions that build and grow tables, and the interpreter's own loop.
 TABLES = {"luaH_new", "luaH_resize", "resize", "newkey", "luaH_set", "luaH_setnum",
