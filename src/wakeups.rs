@@ -90,14 +90,16 @@ struct Channel {
     /// subscription) arrived since the channel was first listened on.
     reader_wakeups: u64,
     /// The last refusal that keeps plain readers (writer preference) out, a plain
-    /// reader's or a queued writer's, that no such message has followed yet.
+    /// reader's or a queued writer's, sent since the last such message (each one
+    /// clears it).
     readers_refused: Option<ReadersRefused>,
 }
 
 /// An attempt was refused in a way that keeps plain readers out.
 #[derive(Clone, Copy)]
 struct ReadersRefused {
-    /// [`Channel::reader_wakeups`] when the attempt was sent.
+    /// [`Channel::reader_wakeups`] when the attempt was sent (its current value:
+    /// a later message clears the refusal).
     sent_at: u64,
     /// When the holds that refused it may end without a message (a lease or a
     /// queue place running out), capped by the re-check period.
@@ -360,9 +362,6 @@ impl Listener {
         let mut channels = self.hub.channels();
         let channel = channels.get_mut(&self.channel)?;
         let refused = channel.readers_refused.as_mut()?;
-        if refused.sent_at != channel.reader_wakeups {
-            return None;
-        }
         let now = Instant::now();
         if now < refused.until {
             return Some(refused.until - now);

@@ -14,7 +14,7 @@ use tokio::time::{Instant, timeout};
 
 use common::{
     LocalRedis, assert_entered_when_the_lease_ended, cluster_client, raw_cluster, spawn_writer,
-    unique_name, until_subscribers, wait_for,
+    unique_name, until_subscribers, until_subscribers_on, wait_for,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -365,28 +365,6 @@ async fn script_calls(server: &Arc<LocalRedis>) -> u64 {
     .unwrap()
 }
 
-/// Waits until the lock's wake-up channel on `server` has a subscriber, then 100 ms
-/// more (a waiter that subscribed tries once more at once).
-async fn until_subscribed(server: &Arc<LocalRedis>, lock: &redis_rwlock::RwLock) {
-    let channel = format!("{}:released", lock.key().unwrap());
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let (server, asked) = (server.clone(), channel.clone());
-        let reply = tokio::task::spawn_blocking(move || {
-            server.raw(&server.nodes[0], &["PUBSUB", "NUMSUB", &asked])
-        })
-        .await
-        .unwrap();
-        let subscribed: Vec<redis::Value> = redis::from_redis_value(reply).unwrap();
-        if redis::from_redis_value::<u64>(subscribed[1].clone()).unwrap() > 0 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            return;
-        }
-        assert!(Instant::now() < deadline, "nobody subscribed to {channel}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// A writer holds and 20 readers of one client wait behind it: once one of them
 /// has been refused, the others wait for the writer's release message without
 /// asking the server themselves (each would be refused, then re-check about once
@@ -400,7 +378,7 @@ async fn readers_of_one_client_share_a_refusal() {
     let lock = client.rwlock(unique_name("shared-refusal"));
     let writer = lock.write().await.unwrap();
     let mut readers = spawn_readers(&lock, 1);
-    until_subscribed(&server, &lock).await;
+    until_subscribers_on(&server, &lock, 1).await;
     let (more, sent) = readers_and_their_scripts(&server, &lock, 19).await;
     readers.extend(more);
     println!("20 waiting readers sent {sent} scripts in 2 s");
@@ -435,7 +413,7 @@ async fn readers_sharing_a_refusal_get_in_once_a_vanished_writers_lease_ends() {
     let acquired = Instant::now();
     std::mem::forget(lock.write().await.unwrap());
     let mut readers = spawn_readers(&lock, 1);
-    until_subscribed(&server, &lock).await;
+    until_subscribers_on(&server, &lock, 1).await;
     readers.extend(spawn_readers(&lock, 19));
     let guards = joined(readers, lease * 3).await;
     let waited = acquired.elapsed();
@@ -465,7 +443,7 @@ async fn a_queued_writer_keeps_its_clients_readers_from_asking() {
         async move { lock.write().await.unwrap().release().await.unwrap() }
     });
     wait_for(&lock, |s| s.queued_writers.len() == 1).await;
-    until_subscribed(&server, &lock).await;
+    until_subscribers_on(&server, &lock, 1).await;
     let (readers, sent) = readers_and_their_scripts(&server, &lock, 20).await;
     println!("20 readers behind their client's queued writer sent {sent} scripts in 2 s");
     assert!(

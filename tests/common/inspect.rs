@@ -281,16 +281,30 @@ impl LocalRedis {
 
     /// Subscribers of the sharded `channel` on `node` (`PUBSUB SHARDNUMSUB`).
     pub fn shard_subscribers(&self, node: &Node, channel: &str) -> u64 {
-        match self.raw(node, &["PUBSUB", "SHARDNUMSUB", channel]) {
+        self.count_subscribers(node, "SHARDNUMSUB", channel)
+    }
+
+    /// Subscribers of a lock's wake-up `channel` on `node`: sharded on a cluster,
+    /// plain (`PUBSUB NUMSUB`) on a standalone server, as the lock subscribes.
+    pub fn subscribers(&self, node: &Node, channel: &str) -> u64 {
+        if self.is_cluster() {
+            self.shard_subscribers(node, channel)
+        } else {
+            self.count_subscribers(node, "NUMSUB", channel)
+        }
+    }
+
+    fn count_subscribers(&self, node: &Node, numsub: &str, channel: &str) -> u64 {
+        match self.raw(node, &["PUBSUB", numsub, channel]) {
             Value::Array(items) => match items.as_slice() {
                 [_, Value::Int(n)] => *n as u64,
-                other => panic!("unexpected SHARDNUMSUB reply {other:?}"),
+                other => panic!("unexpected {numsub} reply {other:?}"),
             },
             Value::Map(pairs) => match pairs.as_slice() {
                 [(_, Value::Int(n))] => *n as u64,
-                other => panic!("unexpected SHARDNUMSUB reply {other:?}"),
+                other => panic!("unexpected {numsub} reply {other:?}"),
             },
-            other => panic!("unexpected SHARDNUMSUB reply {other:?}"),
+            other => panic!("unexpected {numsub} reply {other:?}"),
         }
     }
 

@@ -1,15 +1,15 @@
 //! Helpers for tests of the lock itself: clients on the shared servers, unique
 //! names, state polling and an in-process exclusion checker.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rand::RngExt;
 use redis_rwlock::{Error, LockClient, LockState, RwLock};
 use tokio::time::Instant;
 
-use super::{shared_cluster, shared_standalone};
+use super::{LocalRedis, shared_cluster, shared_standalone};
 
 /// A client on this test binary's shared cluster.
 pub async fn cluster_client() -> LockClient {
@@ -206,20 +206,34 @@ impl HoldChecker {
 pub async fn until_subscribers(lock: &RwLock, n: u64) {
     let key = lock.key().expect("a usable lock").to_owned();
     let channel = format!("{key}:released");
+    until_counted(n, move || {
+        let cluster = shared_cluster();
+        cluster.shard_subscribers(cluster.master_for_key(&key), &channel)
+    })
+    .await;
+}
+
+/// [`until_subscribers`] on a private standalone `server`.
+pub async fn until_subscribers_on(server: &Arc<LocalRedis>, lock: &RwLock, n: u64) {
+    let channel = format!("{}:released", lock.key().expect("a usable lock"));
+    let server = server.clone();
+    until_counted(n, move || server.subscribers(&server.nodes[0], &channel)).await;
+}
+
+/// Polls `subscribers` (on a blocking thread) until it reaches `n`, then waits
+/// 100 ms more; fails after 5 s.
+async fn until_counted(n: u64, subscribers: impl Fn() -> u64 + Clone + Send + 'static) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let (key, channel) = (key.clone(), channel.clone());
-        let subscribers = tokio::task::spawn_blocking(move || {
-            let cluster = shared_cluster();
-            cluster.shard_subscribers(cluster.master_for_key(&key), &channel)
-        })
-        .await
-        .expect("count the subscribers");
-        if subscribers >= n {
+        let count = subscribers.clone();
+        let subscribed = tokio::task::spawn_blocking(count)
+            .await
+            .expect("count the subscribers");
+        if subscribed >= n {
             tokio::time::sleep(Duration::from_millis(100)).await;
             return;
         }
-        assert!(Instant::now() < deadline, "{subscribers} of {n} subscribed");
+        assert!(Instant::now() < deadline, "{subscribed} of {n} subscribed");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
