@@ -9,11 +9,12 @@
 //! holder publishes nothing) but fires at most about twice a second; each re-check
 //! of a waiting writer also refreshes its place in the queue.
 //!
-//! Plain readers of one client share what they learn: while one of them, or a
-//! writer of the same client that queued, stands refused and no message that lets
-//! readers in has come since it asked, the readers wait for that message without
-//! asking (a writer queued among many readers costs the server one refused read at
-//! most, not one per reader).
+//! Plain readers of one client share what they learn: while one of them stands
+//! refused, or a waiting writer of the same client has asked (whatever the answer,
+//! it then holds or queues), and no message that lets readers in has come since,
+//! the readers wait for that message without asking (a writer among many readers
+//! costs the server one refused read at most, not one per reader, and none from
+//! the readers that start after the writer asked).
 
 use std::time::Duration;
 
@@ -146,6 +147,9 @@ async fn attempt_until_granted(
                 .as_ref()
                 .filter(|_| tells_readers)
                 .and_then(Listener::reader_wakeups);
+            if let (Some(listener), Some(wakeups), Access::Write) = (&listener, wakeups, access) {
+                listener.writer_asking(wakeups);
+            }
             let sent = Instant::now();
             attempts += 1;
             let reply = lock.acquire_token(&pending.token, access, wait).await?;
@@ -155,8 +159,13 @@ async fn attempt_until_granted(
             }
             let holds_for = match reply {
                 Acquired::Granted { fence } => {
-                    if let (Some(listener), Some(wakeups)) = (shared, wakeups) {
-                        listener.reader_granted(wakeups);
+                    if let (Some(listener), Some(wakeups)) = (&listener, wakeups) {
+                        if access == Access::Write {
+                            let lasts = lock.held_for(LockMode::Write);
+                            listener.readers_refused(wakeups, lasts, recheck_after(lasts));
+                        } else {
+                            listener.reader_granted(wakeups);
+                        }
                     }
                     tracing::debug!(
                         attempts,

@@ -11,10 +11,11 @@
 //!
 //! Messages are hints: pub/sub is at-most-once, so waiters also keep a re-check timer.
 //!
-//! A channel also remembers when one of its plain readers, or a writer that
-//! queued, was refused and no message that lets readers in has come since it
-//! asked (see [`Listener::readers_shut_out`]): the client's plain readers then wait
-//! for that message instead of each sending an attempt the server would refuse.
+//! A channel also remembers when one of its plain readers was refused, or one of
+//! its waiting writers asked (it holds or queues then), and no message that lets
+//! readers in has come since (see [`Listener::readers_shut_out`]): the client's
+//! plain readers then wait for that message instead of each sending an attempt the
+//! server would refuse.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,6 +38,10 @@ pub(crate) const RESUBSCRIBED: &str = "~resubscribed";
 
 /// How long a channel stays subscribed after its last listener left.
 const LINGER: Duration = Duration::from_secs(5);
+/// How long plain readers wait for the answer to a waiting writer's attempt
+/// without asking themselves (see [`Listener::writer_asking`]): far longer than
+/// a round trip, far shorter than a re-check.
+const WRITER_ASKING: Duration = Duration::from_millis(100);
 
 /// What a waiter waits for; decides which release messages concern it.
 pub(crate) struct Interest {
@@ -89,9 +94,10 @@ struct Channel {
     /// How many messages that let plain readers in (`*`, `r`, a restored
     /// subscription) arrived since the channel was first listened on.
     reader_wakeups: u64,
-    /// The last refusal that keeps plain readers (writer preference) out, a plain
-    /// reader's or a queued writer's, sent since the last such message (each one
-    /// clears it).
+    /// The last answer that keeps plain readers (writer preference) out, a plain
+    /// reader's refusal or a waiting writer's refusal or grant (or its attempt, while
+    /// the answer is on its way), sent since the last such message (each one clears
+    /// it).
     readers_refused: Option<ReadersRefused>,
 }
 
@@ -325,15 +331,32 @@ impl Listener {
         subscribed.then(|| channels.get(&self.channel).map(|c| c.reader_wakeups))?
     }
 
-    /// An attempt sent at `sent_at` was refused in a way that keeps plain readers
-    /// out too: a plain reader's, or a waiting writer's (it queued, and a queued
-    /// writer keeps them out). The holds that refused it may end unannounced after
-    /// `holds_for`; the caller re-checks after `recheck`.
+    /// An attempt sent at `sent_at` was answered in a way that keeps plain readers
+    /// out too: a plain reader's refusal, or a waiting writer's refusal (it queued,
+    /// and a queued writer keeps them out) or grant. The holds that keep them out
+    /// may end unannounced after `holds_for`; the caller re-checks after `recheck`.
     pub(crate) fn readers_refused(&self, sent_at: u64, holds_for: Duration, recheck: Duration) {
         let until = Instant::now() + holds_for.min(recheck);
         if let Some(channel) = self.hub.channels().get_mut(&self.channel)
             && channel.reader_wakeups == sent_at
         {
+            channel.readers_refused = Some(ReadersRefused { sent_at, until });
+        }
+    }
+
+    /// A waiting writer's attempt is about to be sent, at `sent_at`. Whatever the
+    /// answer, the writer then holds or queues, and either keeps plain readers out:
+    /// they wait for the answer rather than send attempts the server would refuse
+    /// right behind it, for at most [`WRITER_ASKING`] (an error or a dropped
+    /// attempt has no answer to tell them); the answer says how long after that.
+    pub(crate) fn writer_asking(&self, sent_at: u64) {
+        let until = Instant::now() + WRITER_ASKING;
+        if let Some(channel) = self.hub.channels().get_mut(&self.channel)
+            && channel.reader_wakeups == sent_at
+        {
+            let until = channel
+                .readers_refused
+                .map_or(until, |refused| refused.until.max(until));
             channel.readers_refused = Some(ReadersRefused { sent_at, until });
         }
     }

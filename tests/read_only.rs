@@ -10,7 +10,7 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use redis_rwlock::{Error, LockClient, LockOptions};
 
-use common::{read_only_user, shared_standalone, standalone_client, unique_name};
+use common::{read_only_user, shared_standalone, standalone_client, unique_name, wait_for};
 
 #[tokio::test]
 async fn state_only_reads_and_works_for_a_read_only_user() {
@@ -34,6 +34,9 @@ async fn state_only_reads_and_works_for_a_read_only_user() {
         .await
         .unwrap();
     std::mem::forget(reader);
+    // The guard gives up at its local deadline, which comes first: the server's
+    // is later by up to the grant's round trip.
+    wait_for(&lock, |state| state.is_free()).await;
     let before: Vec<(String, String)> = raw.hgetall(&key).await.unwrap();
     let ttl_before: i64 = raw.pttl(&key).await.unwrap();
     assert!(!before.is_empty());

@@ -365,6 +365,56 @@ async fn script_calls(server: &Arc<LocalRedis>) -> u64 {
     .unwrap()
 }
 
+/// Plain readers started while a waiting writer of their client has its attempt
+/// on the way would each be refused (their attempts reach the server right behind
+/// the writer's, which then holds or queues), but the writer asking already tells
+/// them so: they wait for the lock without asking. Here the writer queues behind
+/// another client's upgradable reader; an upgradable reader of this client, also
+/// waiting, keeps the lock's channel subscribed, so the writer asks subscribed.
+/// The test runs on one thread: the readers start after the writer's attempt is
+/// sent and before its answer is read.
+#[tokio::test]
+async fn readers_started_while_their_clients_writer_asks_do_not_ask() {
+    let server = Arc::new(LocalRedis::standalone());
+    let client = LockClient::standalone(server.url()).await.unwrap();
+    let other = LockClient::standalone(server.url()).await.unwrap();
+    let name = unique_name("writer-asking");
+    let lock = client.rwlock(&name);
+    let holding = other.rwlock(&name).upgradable_read().await.unwrap();
+    let waiting_upgradable = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.upgradable_read().await.unwrap() }
+    });
+    until_subscribers_on(&server, &lock, 1).await;
+    let before = script_calls(&server).await;
+    let writer = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.write().await.unwrap().release().await.unwrap() }
+    });
+    tokio::task::yield_now().await; // the writer sends its attempt
+    let readers = spawn_readers(&lock, 20);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let sent = script_calls(&server).await - before;
+    println!("a queueing writer and 20 readers started while it asked sent {sent} scripts in 2 s");
+    assert!(
+        sent <= 8,
+        "a queueing writer and 20 readers started while it asked sent {sent} scripts in 2 s"
+    );
+    holding.release().await.unwrap();
+    timeout(Duration::from_secs(5), writer)
+        .await
+        .unwrap()
+        .unwrap();
+    release_all(joined(readers, Duration::from_secs(5)).await).await;
+    timeout(Duration::from_secs(5), waiting_upgradable)
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
 /// A writer holds and 20 readers of one client wait behind it: once one of them
 /// has been refused, the others wait for the writer's release message without
 /// asking the server themselves (each would be refused, then re-check about once

@@ -507,17 +507,42 @@ where
 }
 
 /// What MONITOR showed on the masters during a window.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Sent {
     /// Script calls (FCALL, EVALSHA, EVAL and their `_RO` forms) sent by clients.
     pub scripts: u64,
+    /// The `FCALL`s among them by the library function's operation: `acquire_read`
+    /// for `rwlock_<hash>_acquire_read`.
+    pub functions: BTreeMap<String, u64>,
     /// Every other command sent by clients (INFO, MONITOR and the end marker excluded).
     pub other: u64,
     /// Commands run inside scripts (not sent over the network; for information).
     pub in_scripts: u64,
 }
 
+impl Sent {
+    fn add(&mut self, other: Sent) {
+        self.scripts += other.scripts;
+        self.other += other.other;
+        self.in_scripts += other.in_scripts;
+        for (function, calls) in other.functions {
+            *self.functions.entry(function).or_default() += calls;
+        }
+    }
+
+    /// `FCALL`s of the library function for `operation`.
+    pub fn calls(&self, operation: &str) -> u64 {
+        self.functions.get(operation).copied().unwrap_or(0)
+    }
+}
+
 const MONITOR_END: &str = "bench-monitor-end";
+
+/// The operation a library function is for: `rwlock_<hash>_acquire_read` ->
+/// `acquire_read`.
+fn operation(function: &str) -> &str {
+    function.splitn(3, '_').nth(2).unwrap_or(function)
+}
 
 /// Counts, with MONITOR on every master, the commands clients send during
 /// `window` (the window ends with an ECHO marker each monitor waits for).
@@ -526,6 +551,17 @@ pub async fn monitor_window(
     masters: &mut Masters,
     window: Duration,
 ) -> Result<Sent, String> {
+    let (sent, ()) = monitor_during(topology, masters, tokio::time::sleep(window)).await?;
+    Ok(sent)
+}
+
+/// Counts, with MONITOR on every master, the commands clients send while `work`
+/// runs: it starts once every monitor listens, and the window ends when it is done.
+pub async fn monitor_during<F: Future>(
+    topology: &Topology,
+    masters: &mut Masters,
+    work: F,
+) -> Result<(Sent, F::Output), String> {
     let mut watchers = Vec::new();
     let mut ready = Vec::new();
     for master in &topology.masters {
@@ -552,15 +588,16 @@ pub async fn monitor_window(
                     if command.contains(MONITOR_END) {
                         return Ok(sent);
                     }
-                    let name = command
-                        .split('"')
-                        .nth(1)
-                        .unwrap_or_default()
-                        .to_ascii_uppercase();
+                    let mut quoted = command.split('"').skip(1).step_by(2);
+                    let name = quoted.next().unwrap_or_default().to_ascii_uppercase();
                     if source.ends_with(" lua") {
                         sent.in_scripts += 1;
                     } else if is_script(&name.to_ascii_lowercase()) {
                         sent.scripts += 1;
+                        if name.starts_with("FCALL") {
+                            let function = operation(quoted.next().unwrap_or_default());
+                            *sent.functions.entry(function.to_owned()).or_default() += 1;
+                        }
                     } else if name != "INFO" && name != "MONITOR" {
                         sent.other += 1;
                     }
@@ -572,7 +609,7 @@ pub async fn monitor_window(
         r.await
             .map_err(|_| "a MONITOR connection failed".to_owned())?;
     }
-    tokio::time::sleep(window).await;
+    let output = work.await;
     for index in 0..topology.masters.len() {
         let _: String = masters
             .query(index, redis::cmd("ECHO").arg(MONITOR_END))
@@ -580,12 +617,9 @@ pub async fn monitor_window(
     }
     let mut total = Sent::default();
     for watcher in watchers {
-        let sent = watcher.await.map_err(|e| e.to_string())??;
-        total.scripts += sent.scripts;
-        total.other += sent.other;
-        total.in_scripts += sent.in_scripts;
+        total.add(watcher.await.map_err(|e| e.to_string())??);
     }
-    Ok(total)
+    Ok((total, output))
 }
 
 /// The rows of `INFO commandstats`: command name, calls, microseconds.

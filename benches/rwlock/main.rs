@@ -28,6 +28,7 @@ mod at_scale;
 mod cluster;
 mod contention;
 mod locks;
+mod read_heavy;
 mod report;
 /// The at-scale run, shared with `tests/at_scale.rs`.
 #[path = "../../tests/common/scale.rs"]
@@ -190,6 +191,10 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
                 b.read_heavy(run, imp, TASKS, 64, secs, Some(READ_HEAVY_64))
                     .await;
             }
+        }
+        if on("read_heavy_scripts") && use_impl(Impl::Ours) {
+            eprintln!("  read-heavy: scripts by kind (MONITOR)");
+            b.read_heavy_scripts(run, cfg.throughput_secs).await;
         }
         if on("server_cost") {
             eprintln!("  server cost per acquisition");

@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 
 use crate::contention::{CONTENTION_HOLD, CONTENTION_WRITE_PERCENT, Family};
 use crate::locks::{Impl, Original};
+use crate::read_heavy::metric as mix;
 use crate::scenarios::{
     Bench, HANDOFF_HOLD, STREAM_READ_HOLD, STREAM_READERS, STREAM_WRITER_EVERY, SWEEP_TASKS,
     ServerCostNames, TASKS, UncontendedNames, WAITERS, WRITE_PERCENT, WRITERS, names::*,
@@ -694,6 +695,38 @@ fn read_heavy_tables(o: &mut String, b: &Bench) {
             at(r, REDIS_BENCHMARK, Impl::Ours, "server_us_per_script")
         );
         let _ = writeln!(o, "```\n{}\n```", b.redis_benchmarks[0].command_line);
+    }
+    if r.get(READ_HEAVY_SCRIPTS, Impl::Ours, mix::SCRIPTS)
+        .is_some()
+    {
+        let _ = writeln!(
+            o,
+            "\n{}'s scripts per acquisition in the one-lock mix, by kind (a separate run watched with MONITOR on every master; counts only, MONITOR slows the server):\n",
+            Impl::Ours.label()
+        );
+        header(
+            o,
+            &[
+                "scripts/acq",
+                "read attempts per read",
+                "write attempts per write",
+                "refused reads/acq",
+                "write attempts beyond one per write/acq",
+                "releases/acq",
+                "other scripts/acq",
+            ],
+        );
+        let cells = [
+            mix::SCRIPTS,
+            mix::READ_ATTEMPTS,
+            mix::WRITE_ATTEMPTS,
+            mix::REFUSED_READS,
+            mix::EXTRA_WRITES,
+            mix::RELEASES,
+            mix::OTHER,
+        ]
+        .map(|metric| at(r, READ_HEAVY_SCRIPTS, Impl::Ours, metric));
+        row(o, &cells);
     }
     let _ = writeln!(
         o,

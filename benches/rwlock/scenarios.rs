@@ -6,8 +6,6 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use rand::rngs::SmallRng;
-use rand::{RngExt, SeedableRng};
 use redis_rwlock::redis::{
     self,
     cluster_async::ClusterConnection,
@@ -157,6 +155,7 @@ pub mod names {
     pub const UNCONTENDED: &str = "uncontended";
     pub const READ_HEAVY_1: &str = "read_heavy_1_lock";
     pub const READ_HEAVY_64: &str = "read_heavy_64_locks";
+    pub const READ_HEAVY_SCRIPTS: &str = "read_heavy_scripts";
     pub const HANDOFF: &str = "writer_handoff";
     pub const STREAM: &str = "writer_behind_readers";
     pub const WAITING: &str = "waiting_cost";
@@ -598,123 +597,6 @@ impl Bench {
             r.record(UNCONTENDED, imp, m.p50, "us", percentile(&mut pair, 50.0));
             r.record(UNCONTENDED, imp, m.p99, "us", percentile(&mut pair, 99.0));
         }
-    }
-
-    /// The lock names of the read-heavy scenario: one lock on master 0, or 64 spread
-    /// round robin over the masters.
-    fn read_heavy_names(&self, run: usize, locks: usize, tag: &str) -> Vec<String> {
-        if locks == 1 {
-            vec![self.name_on(0, &format!("{tag}-{run}"))]
-        } else {
-            self.topology.names_spread(&format!("{tag}-{run}"), locks)
-        }
-    }
-
-    /// `tasks` tasks, 95% reads / 5% writes, holds of one `yield_now`, on `locks`
-    /// locks (a random one per operation). Returns acquisitions per second.
-    pub async fn read_heavy(
-        &mut self,
-        run: usize,
-        imp: Impl,
-        tasks: usize,
-        locks: usize,
-        seconds: f64,
-        scenario: Option<&'static str>,
-    ) -> f64 {
-        let tag = format!("rh{locks}x{tasks}");
-        let names = self.read_heavy_names(run, locks, &tag);
-        let locks: Arc<Vec<(Lock, Exclusion)>> = Arc::new(
-            names
-                .iter()
-                .map(|n| (self.clients.lock(imp, n, LONG_WAIT), Exclusion::default()))
-                .collect(),
-        );
-        let before = self.masters.commandstats().await.ok();
-        let start = Instant::now();
-        let end = start + secs(seconds);
-        let acquired = Arc::new(AtomicU64::new(0));
-        let failures = Arc::new(AtomicU64::new(0));
-        let mut set = JoinSet::new();
-        for task in 0..tasks {
-            let clients = self.clients.clone();
-            let locks = locks.clone();
-            let acquired = acquired.clone();
-            let failures = failures.clone();
-            set.spawn(async move {
-                // Deterministic per run and task; each task its own, no locking.
-                let mut rng = SmallRng::seed_from_u64((run * 1000 + task) as u64);
-                while Instant::now() < end {
-                    let (lock, exclusion) = &locks[rng.random_range(0..locks.len())];
-                    let mode = if rng.random_range(0..100) < WRITE_PERCENT {
-                        Mode::Write
-                    } else {
-                        Mode::Read
-                    };
-                    match clients.acquire(lock, mode, Wait::Upto(LONG_WAIT)).await {
-                        Ok(held) => {
-                            let granted = Instant::now();
-                            exclusion.enter(mode);
-                            tokio::task::yield_now().await;
-                            exclusion.leave(mode);
-                            if clients.release(held).await.is_err() {
-                                failures.fetch_add(1, Ordering::Relaxed);
-                            }
-                            if granted < end {
-                                acquired.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                        Err(_) => {
-                            failures.fetch_add(1, Ordering::Relaxed);
-                            sleep(Duration::from_millis(10)).await;
-                        }
-                    }
-                }
-            });
-        }
-        while set.join_next().await.is_some() {}
-        let after = self.masters.commandstats().await.ok();
-        let rate = acquired.load(Ordering::Relaxed) as f64 / seconds;
-        let violations: u64 = locks.iter().map(|(_, e)| e.violations()).sum();
-        let failures = failures.load(Ordering::Relaxed);
-        if failures > 0 {
-            self.note(format!(
-                "{}: {failures} failed/timed-out acquires or releases in read-heavy ({} locks, {tasks} tasks)",
-                imp.label(),
-                locks.len()
-            ));
-        }
-        if let Some(scenario) = scenario {
-            let r = &mut self.results;
-            r.record(scenario, imp, "acquisitions_per_s", "1/s", rate);
-            r.record(scenario, imp, "violations", "count", violations as f64);
-            if let (Some(before), Some(after)) = (before, after) {
-                let d = delta(&before, &after);
-                if d.scripts > 0 {
-                    r.record(
-                        scenario,
-                        imp,
-                        "server_us_per_script",
-                        "us",
-                        d.script_usec as f64 / d.scripts as f64,
-                    );
-                    r.record(
-                        scenario,
-                        imp,
-                        "scripts_per_acquisition",
-                        "count",
-                        d.scripts as f64 / (acquired.load(Ordering::Relaxed).max(1)) as f64,
-                    );
-                }
-                r.record(
-                    scenario,
-                    imp,
-                    "subscriptions_per_acquisition",
-                    "count",
-                    d.subscriptions as f64 / (acquired.load(Ordering::Relaxed).max(1)) as f64,
-                );
-            }
-        }
-        rate
     }
 
     /// 20 writers, each holding 1 ms, on one lock.
