@@ -354,6 +354,25 @@ async fn readers_and_their_scripts(
     (readers, script_calls(server).await - before)
 }
 
+/// What a test started sent at most 8 scripts in its 2 s (printed either way).
+fn few_scripts(sent: u64, what: &str) {
+    println!("{what} sent {sent} scripts in 2 s");
+    assert!(sent <= 8, "{what} sent {sent} scripts in 2 s");
+}
+
+/// The waiting writer gets the lock (what kept it out is gone) and releases it;
+/// then every reader gets in, and releases.
+async fn writer_then_readers(
+    writer: tokio::task::JoinHandle<()>,
+    readers: Vec<tokio::task::JoinHandle<redis_rwlock::RwLockReadGuard>>,
+) {
+    timeout(Duration::from_secs(5), writer)
+        .await
+        .unwrap()
+        .unwrap();
+    release_all(joined(readers, Duration::from_secs(5)).await).await;
+}
+
 /// Script calls (`FCALL`) `server` has run since its statistics were reset.
 async fn script_calls(server: &Arc<LocalRedis>) -> u64 {
     let server = server.clone();
@@ -395,17 +414,9 @@ async fn readers_started_while_their_clients_writer_asks_do_not_ask() {
     let readers = spawn_readers(&lock, 20);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let sent = script_calls(&server).await - before;
-    println!("a queueing writer and 20 readers started while it asked sent {sent} scripts in 2 s");
-    assert!(
-        sent <= 8,
-        "a queueing writer and 20 readers started while it asked sent {sent} scripts in 2 s"
-    );
+    few_scripts(sent, "a queueing writer and 20 readers started while it asked");
     holding.release().await.unwrap();
-    timeout(Duration::from_secs(5), writer)
-        .await
-        .unwrap()
-        .unwrap();
-    release_all(joined(readers, Duration::from_secs(5)).await).await;
+    writer_then_readers(writer, readers).await;
     timeout(Duration::from_secs(5), waiting_upgradable)
         .await
         .unwrap()
@@ -431,11 +442,7 @@ async fn readers_of_one_client_share_a_refusal() {
     until_subscribers_on(&server, &lock, 1).await;
     let (more, sent) = readers_and_their_scripts(&server, &lock, 19).await;
     readers.extend(more);
-    println!("20 waiting readers sent {sent} scripts in 2 s");
-    assert!(
-        sent <= 8,
-        "20 readers of one client sent {sent} scripts in 2 s behind a writer"
-    );
+    few_scripts(sent, "20 readers of one client behind a writer");
     let released = Instant::now();
     writer.release().await.unwrap();
     let guards = joined(readers, Duration::from_secs(5)).await;
@@ -495,15 +502,7 @@ async fn a_queued_writer_keeps_its_clients_readers_from_asking() {
     wait_for(&lock, |s| s.queued_writers.len() == 1).await;
     until_subscribers_on(&server, &lock, 1).await;
     let (readers, sent) = readers_and_their_scripts(&server, &lock, 20).await;
-    println!("20 readers behind their client's queued writer sent {sent} scripts in 2 s");
-    assert!(
-        sent <= 8,
-        "20 readers behind their own client's queued writer sent {sent} scripts in 2 s"
-    );
+    few_scripts(sent, "20 readers behind their own client's queued writer");
     reading.release().await.unwrap();
-    timeout(Duration::from_secs(5), writer)
-        .await
-        .unwrap()
-        .unwrap();
-    release_all(joined(readers, Duration::from_secs(5)).await).await;
+    writer_then_readers(writer, readers).await;
 }
