@@ -121,11 +121,10 @@ async fn attempt_until_granted(
     } else {
         None
     };
-    // Plain readers that defer to writers share their refusals, and a queued
-    // writer's refusal tells them they would be refused too (module docs).
+    // Plain readers that defer to writers share their refusals, and a waiting
+    // writer's attempt tells them they would be refused too (module docs).
     let shares_refusals =
         wait && access == Access::Read && lock.options().fairness == Fairness::WriterPreferred;
-    let tells_readers = shares_refusals || (wait && access == Access::Write);
     let mut attempts = 0u32;
     let mut unsettled_until: Option<Instant> = None;
     // When the last refused attempt was sent, and the lock's fence it saw (none
@@ -140,16 +139,15 @@ async fn attempt_until_granted(
         // same message, at most as long), or it asks.
         let shut_out = shared.and_then(|listener| listener.readers_shut_out(MIN_RECHECK));
         let pause = if let Some(shut_for) = shut_out {
-            tracing::trace!("another reader of this client was refused since the last wake-up");
+            tracing::trace!("a refusal or a writer's attempt of this client keeps readers out");
             shut_for + jitter()
         } else {
-            let wakeups = listener
+            let wakeups = shared.and_then(Listener::reader_wakeups);
+            // A waiting writer's attempt keeps readers out once it has run.
+            let asking = listener
                 .as_ref()
-                .filter(|_| tells_readers)
-                .and_then(Listener::reader_wakeups);
-            if let (Some(listener), Some(wakeups), Access::Write) = (&listener, wakeups, access) {
-                listener.writer_asking(wakeups);
-            }
+                .filter(|_| wait && access == Access::Write)
+                .map(Listener::writer_asking);
             let sent = Instant::now();
             attempts += 1;
             let reply = lock.acquire_token(&pending.token, access, wait).await?;
@@ -159,13 +157,11 @@ async fn attempt_until_granted(
             }
             let holds_for = match reply {
                 Acquired::Granted { fence } => {
-                    if let (Some(listener), Some(wakeups)) = (&listener, wakeups) {
-                        if access == Access::Write {
-                            let lasts = lock.held_for(LockMode::Write);
-                            listener.readers_refused(wakeups, lasts, recheck_after(lasts));
-                        } else {
-                            listener.reader_granted(wakeups);
-                        }
+                    if let Some(listener) = listener.as_ref().filter(|_| asking.is_some()) {
+                        let lasts = lock.held_for(LockMode::Write);
+                        listener.writer_answered(lasts, recheck_after(lasts));
+                    } else if let (Some(listener), Some(wakeups)) = (shared, wakeups) {
+                        listener.reader_granted(wakeups);
                     }
                     tracing::debug!(
                         attempts,
@@ -204,7 +200,9 @@ async fn attempt_until_granted(
             } else {
                 recheck_after(holds_for)
             };
-            if let Some(wakeups) = wakeups {
+            if asking.is_some() {
+                listener.writer_answered(holds_for, pause);
+            } else if let Some(wakeups) = wakeups {
                 listener.readers_refused(wakeups, holds_for, pause);
             }
             pause

@@ -38,9 +38,10 @@ pub(crate) const RESUBSCRIBED: &str = "~resubscribed";
 
 /// How long a channel stays subscribed after its last listener left.
 const LINGER: Duration = Duration::from_secs(5);
-/// How long plain readers wait for the answer to a waiting writer's attempt
-/// without asking themselves (see [`Listener::writer_asking`]): far longer than
-/// a round trip, far shorter than a re-check.
+/// How long plain readers wait before they look again while a waiting writer's
+/// attempt is on its way (see [`Listener::writer_asking`]): far longer than a
+/// round trip, far shorter than a re-check. Its answer, or a message, usually
+/// wakes them first.
 const WRITER_ASKING: Duration = Duration::from_millis(100);
 
 /// What a waiter waits for; decides which release messages concern it.
@@ -95,10 +96,12 @@ struct Channel {
     /// subscription) arrived since the channel was first listened on.
     reader_wakeups: u64,
     /// The last answer that keeps plain readers (writer preference) out, a plain
-    /// reader's refusal or a waiting writer's refusal or grant (or its attempt, while
-    /// the answer is on its way), sent since the last such message (each one clears
-    /// it).
+    /// reader's refusal or a waiting writer's refusal or grant, since the last such
+    /// message (each one clears it).
     readers_refused: Option<ReadersRefused>,
+    /// Waiting writers' attempts on their way: each keeps plain readers out once it
+    /// has run, whatever its answer (see [`Listener::writer_asking`]).
+    writers_asking: usize,
 }
 
 /// An attempt was refused in a way that keeps plain readers out.
@@ -344,20 +347,32 @@ impl Listener {
         }
     }
 
-    /// A waiting writer's attempt is about to be sent, at `sent_at`. Whatever the
-    /// answer, the writer then holds or queues, and either keeps plain readers out:
-    /// they wait for the answer rather than send attempts the server would refuse
-    /// right behind it, for at most [`WRITER_ASKING`] (an error or a dropped
-    /// attempt has no answer to tell them); the answer says how long after that.
-    pub(crate) fn writer_asking(&self, sent_at: u64) {
-        let until = Instant::now() + WRITER_ASKING;
-        if let Some(channel) = self.hub.channels().get_mut(&self.channel)
-            && channel.reader_wakeups == sent_at
-        {
-            let until = channel
-                .readers_refused
-                .map_or(until, |refused| refused.until.max(until));
-            channel.readers_refused = Some(ReadersRefused { sent_at, until });
+    /// A waiting writer's attempt is about to be sent. Once it has run, the writer
+    /// holds or queues, and either keeps plain readers out: until the returned
+    /// [`Asking`] is dropped (when its answer has been recorded with
+    /// [`Self::writer_answered`], or the attempt failed or was dropped), the
+    /// client's plain readers do not send attempts the server would refuse right
+    /// behind it. A message that lets readers in meanwhile changes nothing: it was
+    /// published before the attempt ran, or the writer would hold or queue.
+    pub(crate) fn writer_asking(&self) -> Asking {
+        if let Some(channel) = self.hub.channels().get_mut(&self.channel) {
+            channel.writers_asking += 1;
+        }
+        Asking {
+            hub: self.hub.clone(),
+            channel: self.channel.clone(),
+        }
+    }
+
+    /// A waiting writer's attempt (see [`Self::writer_asking`]) was answered: it
+    /// holds or queued, which keeps plain readers out until a message lets them in
+    /// or the holds end unannounced after `holds_for` (the writer re-checks after
+    /// `recheck`). Counted from now, not from when it was sent: a message received
+    /// meanwhile was published before the attempt ran. Only while the channel is
+    /// known to be subscribed (the message could be missed otherwise).
+    pub(crate) fn writer_answered(&self, holds_for: Duration, recheck: Duration) {
+        if let Some(now) = self.reader_wakeups() {
+            self.readers_refused(now, holds_for, recheck);
         }
     }
 
@@ -373,9 +388,10 @@ impl Listener {
         }
     }
 
-    /// While a refusal that keeps plain readers out stands and no message that lets
-    /// readers in has come since it asked, another plain reader's attempt would be
-    /// refused too: how long that may last unannounced. The caller waits for the
+    /// While a waiting writer's attempt is on its way, or a refusal that keeps
+    /// plain readers out stands and no message that lets readers in has come since
+    /// it asked, another plain reader's attempt would be refused too: how long that
+    /// may last unannounced. The caller waits for the
     /// message (this listener receives it: it was registered first) or the time.
     ///
     /// Once that time has passed, the first caller asks the server again (`None`)
@@ -384,6 +400,9 @@ impl Listener {
     pub(crate) fn readers_shut_out(&self, probe: Duration) -> Option<Duration> {
         let mut channels = self.hub.channels();
         let channel = channels.get_mut(&self.channel)?;
+        if channel.writers_asking > 0 {
+            return Some(WRITER_ASKING);
+        }
         let refused = channel.readers_refused.as_mut()?;
         let now = Instant::now();
         if now < refused.until {
@@ -399,6 +418,20 @@ impl Listener {
             .recv()
             .await
             .unwrap_or_else(|| Arc::from(RESUBSCRIBED))
+    }
+}
+
+/// A waiting writer's attempt on its way (see [`Listener::writer_asking`]).
+pub(crate) struct Asking {
+    hub: Arc<Hub>,
+    channel: String,
+}
+
+impl Drop for Asking {
+    fn drop(&mut self) {
+        if let Some(channel) = self.hub.channels().get_mut(&self.channel) {
+            channel.writers_asking = channel.writers_asking.saturating_sub(1);
+        }
     }
 }
 

@@ -414,7 +414,10 @@ async fn readers_started_while_their_clients_writer_asks_do_not_ask() {
     let readers = spawn_readers(&lock, 20);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let sent = script_calls(&server).await - before;
-    few_scripts(sent, "a queueing writer and 20 readers started while it asked");
+    few_scripts(
+        sent,
+        "a queueing writer and 20 readers started while it asked",
+    );
     holding.release().await.unwrap();
     writer_then_readers(writer, readers).await;
     timeout(Duration::from_secs(5), waiting_upgradable)
