@@ -354,6 +354,49 @@ async fn readers_and_their_scripts(
     (readers, script_calls(server).await - before)
 }
 
+/// Another client's upgradable reader holds `lock` (readers may enter, a writer
+/// would queue), and an upgradable reader of `lock`'s client waits behind it, which
+/// keeps the lock's channel subscribed in that client.
+struct UpgradableReaders {
+    holding: redis_rwlock::RwLockUpgradableReadGuard,
+    waiting: tokio::task::JoinHandle<redis_rwlock::RwLockUpgradableReadGuard>,
+}
+
+impl UpgradableReaders {
+    async fn subscribe(
+        server: &Arc<LocalRedis>,
+        lock: &redis_rwlock::RwLock,
+        other: &LockClient,
+    ) -> Self {
+        let holding = other.rwlock(lock.name()).upgradable_read().await.unwrap();
+        let waiting = tokio::spawn({
+            let lock = lock.clone();
+            async move { lock.upgradable_read().await.unwrap() }
+        });
+        until_subscribers_on(server, lock, 1).await;
+        UpgradableReaders { holding, waiting }
+    }
+
+    /// Releases the holder; the waiting one, which gets in next (after any writer
+    /// queued meanwhile), is the caller's to join.
+    async fn release_holder(
+        self,
+    ) -> tokio::task::JoinHandle<redis_rwlock::RwLockUpgradableReadGuard> {
+        self.holding.release().await.unwrap();
+        self.waiting
+    }
+}
+
+async fn release_upgradable(
+    waiting: tokio::task::JoinHandle<redis_rwlock::RwLockUpgradableReadGuard>,
+) {
+    let guard = timeout(Duration::from_secs(5), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    guard.release().await.unwrap();
+}
+
 /// What a test started sent at most 8 scripts in its 2 s (printed either way).
 fn few_scripts(sent: u64, what: &str) {
     println!("{what} sent {sent} scripts in 2 s");
@@ -399,12 +442,7 @@ async fn readers_started_while_their_clients_writer_asks_do_not_ask() {
     let other = LockClient::standalone(server.url()).await.unwrap();
     let name = unique_name("writer-asking");
     let lock = client.rwlock(&name);
-    let holding = other.rwlock(&name).upgradable_read().await.unwrap();
-    let waiting_upgradable = tokio::spawn({
-        let lock = lock.clone();
-        async move { lock.upgradable_read().await.unwrap() }
-    });
-    until_subscribers_on(&server, &lock, 1).await;
+    let upgradables = UpgradableReaders::subscribe(&server, &lock, &other).await;
     let before = script_calls(&server).await;
     let writer = tokio::spawn({
         let lock = lock.clone();
@@ -418,15 +456,35 @@ async fn readers_started_while_their_clients_writer_asks_do_not_ask() {
         sent,
         "a queueing writer and 20 readers started while it asked",
     );
-    holding.release().await.unwrap();
+    let waiting_upgradable = upgradables.release_holder().await;
     writer_then_readers(writer, readers).await;
-    timeout(Duration::from_secs(5), waiting_upgradable)
+    release_upgradable(waiting_upgradable).await;
+}
+
+/// A waiting writer dropped while its attempt is on its way keeps its client's
+/// readers out no longer than that: a reader started right after asks, and gets in
+/// (at once, or once the writer's queue place, if the attempt got one, is
+/// withdrawn in the background).
+#[tokio::test]
+async fn a_writer_dropped_while_asking_does_not_keep_its_clients_readers_out() {
+    let server = Arc::new(LocalRedis::standalone());
+    let client = LockClient::standalone(server.url()).await.unwrap();
+    let other = LockClient::standalone(server.url()).await.unwrap();
+    let name = unique_name("writer-dropped-asking");
+    let lock = client.rwlock(&name);
+    let upgradables = UpgradableReaders::subscribe(&server, &lock, &other).await;
+    let writer = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.write().await.unwrap().release().await.unwrap() }
+    });
+    tokio::task::yield_now().await; // the writer sends its attempt
+    writer.abort();
+    let reader = timeout(Duration::from_secs(3), lock.read())
         .await
-        .unwrap()
-        .unwrap()
-        .release()
-        .await
+        .expect("a reader kept out by a writer dropped while it asked")
         .unwrap();
+    reader.release().await.unwrap();
+    release_upgradable(upgradables.release_holder().await).await;
 }
 
 /// A writer holds and 20 readers of one client wait behind it: once one of them
