@@ -45,6 +45,22 @@ pub(crate) struct Hold {
     /// Redis's deadline is never earlier, nor is the moment an original client may
     /// judge the hold's stamp stale.
     deadline: Mutex<Instant>,
+    /// Whether an upgrade of this hold is on its way, or done.
+    moving: Mutex<Moving>,
+}
+
+/// An upgradable hold's upgrade, as its renewals see it: a renewal that finds the
+/// read hold gone while the upgrade is on its way may be seeing the upgrade done,
+/// so the upgrade's outcome decides whether the lease was lost.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Moving {
+    Staying,
+    /// `gone`: a renewal found the read hold gone meanwhile.
+    Upgrading {
+        gone: bool,
+    },
+    /// The hold became the write hold: it is no longer this lease's to renew.
+    Moved,
 }
 
 impl Hold {
@@ -61,6 +77,19 @@ impl Hold {
 
     pub(crate) fn mark_lost(&self) {
         self.lost.send_replace(true);
+    }
+
+    fn moving(&self) -> std::sync::MutexGuard<'_, Moving> {
+        self.moving.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// An upgrade of this hold is about to be sent; see [`Upgrading`].
+    fn upgrading(&self) -> Upgrading<'_> {
+        *self.moving() = Moving::Upgrading { gone: false };
+        Upgrading {
+            hold: self,
+            moved: false,
+        }
     }
 
     /// The server's answer to a request that needs the hold: `Ok` if it still held,
@@ -103,9 +132,29 @@ impl Hold {
                 tracing::trace!(lock = lock.name(), ?mode, "renewed");
                 Ok(())
             }
-            Ok(Ok(false)) => lost(
-                "at renewal the hold was gone, or a client of the original design held beside it",
-            ),
+            Ok(Ok(false)) => {
+                let mut moving = self.moving();
+                match *moving {
+                    Moving::Staying => {
+                        drop(moving);
+                        lost(
+                            "at renewal the hold was gone, or a client of the original design held beside it",
+                        )
+                    }
+                    Moving::Upgrading { .. } | Moving::Moved => {
+                        // Not marked lost yet: see `Upgrading`.
+                        if *moving != Moving::Moved {
+                            *moving = Moving::Upgrading { gone: true };
+                        }
+                        tracing::debug!(
+                            lock = lock.name(),
+                            ?mode,
+                            "at renewal the read hold was gone, with an upgrade on its way"
+                        );
+                        Err(Error::LeaseLost)
+                    }
+                }
+            }
             Ok(Err(err)) => Err(err),
             Err(_) => lost("Redis unreachable until the lease ended"),
         }
@@ -124,6 +173,7 @@ impl Lease {
     ) -> Self {
         let hold = Arc::new(Hold {
             deadline: Mutex::new(sent + lasts),
+            moving: Mutex::new(Moving::Staying),
             lost: watch::channel(false).0,
             runtime: Handle::current(),
             lock,
@@ -279,6 +329,7 @@ impl Lease {
     /// the mode it is asked for), so the write hold is never re-leased as a read.
     pub(crate) async fn upgrade(&mut self, wait: bool) -> Result<(Lease, u64), Error> {
         let hold = self.believed()?.clone();
+        let mut upgrading = hold.upgrading();
         let granted = match upgrade(&hold.lock, &hold.token, wait).await {
             Ok(granted) => granted,
             Err(err @ (Error::LeaseLost | Error::NotReplicated { .. })) => {
@@ -288,6 +339,8 @@ impl Lease {
             }
             Err(err) => return Err(err),
         };
+        upgrading.moved = true;
+        drop(upgrading);
         if let Some(held) = self.held.take() {
             held.renewal.stop();
         }
@@ -307,6 +360,32 @@ impl Lease {
         let hold = self.believed()?;
         let from = Access::UpgradableRead;
         hold.confirm(hold.lock.downgrade_token(&hold.token, from).await?)
+    }
+}
+
+/// An upgrade on its way. A renewal that finds the read hold gone meanwhile leaves
+/// the verdict to it: once dropped, the hold either moved to the write hold (later
+/// renewal answers about the read hold are stale: nothing is lost), or it stays,
+/// and then the lease is lost if a renewal found it gone.
+struct Upgrading<'a> {
+    hold: &'a Hold,
+    moved: bool,
+}
+
+impl Drop for Upgrading<'_> {
+    fn drop(&mut self) {
+        let mut moving = self.hold.moving();
+        let gone = *moving == Moving::Upgrading { gone: true };
+        *moving = if self.moved {
+            Moving::Moved
+        } else {
+            Moving::Staying
+        };
+        drop(moving);
+        if gone && !self.moved {
+            tracing::warn!(lock = self.hold.lock.name(), mode = ?self.hold.mode, "lease lost: at renewal the hold was gone");
+            self.hold.mark_lost();
+        }
     }
 }
 

@@ -11,8 +11,8 @@ use redis_rwlock::{Error, LockOptions};
 use tokio::time::{Instant, sleep, timeout};
 
 use common::{
-    OriginalHash, cluster_client, raw_cluster, spawn_writer, standalone_client, unique_name,
-    until_subscribers, wait_for,
+    LocalRedis, OriginalHash, capture_warnings, cluster_client, raw_cluster, spawn_writer,
+    standalone_client, unique_name, until_subscribers, wait_for, warnings_about,
 };
 
 /// Far below the re-check timer (at least 500 ms): only a message wakes a waiter
@@ -398,4 +398,46 @@ async fn an_upgrade_is_not_held_up_by_a_reader_that_vanished() {
     writer.release().await.unwrap();
     let state = lock.state().await.unwrap();
     assert!(state.is_free(), "{state:?}");
+}
+
+/// A renewal of the upgradable hold that reaches Redis right behind the upgrade
+/// finds the read hold gone: that is the upgrade done, not a lost lease, and
+/// nothing warns. CLIENT PAUSE holds the upgrade until the renewal (due a third
+/// of the lease after the grant) is sent too; both answers then come back
+/// together, and on two worker threads the renewal's may be read while the
+/// upgrade's is. A few rounds, since that order is up to the scheduler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_answered_right_after_the_upgrade_is_no_lost_lease() {
+    capture_warnings();
+    let server = LocalRedis::standalone();
+    let client = redis_rwlock::LockClient::standalone(server.url())
+        .await
+        .unwrap();
+    let mut raw = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let lease = Duration::from_millis(1200);
+    for round in 0..10 {
+        let name = unique_name(&format!("renewal-behind-upgrade-{round}"));
+        let lock = client.rwlock_with(&name, LockOptions::default().read_lease(lease));
+        let upgradable = lock.upgradable_read().await.unwrap();
+        let granted = Instant::now();
+        let () = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(700)
+            .arg("WRITE")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        let writer = upgradable.upgrade().await.unwrap();
+        assert!(
+            granted.elapsed() > lease / 3,
+            "the upgrade was answered before the renewal was due"
+        );
+        assert!(writer.is_held());
+        writer.release().await.unwrap();
+        assert_eq!(warnings_about(&name), Vec::<String>::new());
+    }
 }

@@ -42,6 +42,7 @@ mod faults;
 mod inspect;
 mod launcher;
 mod locks;
+mod logs;
 mod original;
 mod panics;
 mod process;
@@ -57,6 +58,8 @@ pub use inspect::*;
 pub use launcher::*;
 #[allow(unused_imports)]
 pub use locks::*;
+#[allow(unused_imports)]
+pub use logs::*;
 #[allow(unused_imports)]
 pub use original::*;
 #[allow(unused_imports)]
