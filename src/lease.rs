@@ -326,7 +326,8 @@ impl Lease {
     ///
     /// The read renewals go on while the upgrade waits. Once it is granted they stop;
     /// one already sent finds no read hold and changes nothing (the script renews only
-    /// the mode it is asked for), so the write hold is never re-leased as a read.
+    /// the mode it is asked for), so the write hold is never re-leased as a read, and
+    /// its answer is not taken for a lost lease ([`Upgrading`]).
     pub(crate) async fn upgrade(&mut self, wait: bool) -> Result<(Lease, u64), Error> {
         let hold = self.believed()?.clone();
         let mut upgrading = hold.upgrading();
