@@ -354,6 +354,15 @@ async fn readers_and_their_scripts(
     (readers, script_calls(server).await - before)
 }
 
+/// A private server, a lock named after `prefix` through one client, and another
+/// client of the same server.
+async fn two_clients(prefix: &str) -> (Arc<LocalRedis>, redis_rwlock::RwLock, LockClient) {
+    let server = Arc::new(LocalRedis::standalone());
+    let client = LockClient::standalone(server.url()).await.unwrap();
+    let other = LockClient::standalone(server.url()).await.unwrap();
+    (server, client.rwlock(unique_name(prefix)), other)
+}
+
 /// Another client's upgradable reader holds `lock` (readers may enter, a writer
 /// would queue), and an upgradable reader of `lock`'s client waits behind it, which
 /// keeps the lock's channel subscribed in that client.
@@ -406,7 +415,7 @@ fn few_scripts(sent: u64, what: &str) {
 /// The waiting writer gets the lock (what kept it out is gone) and releases it;
 /// then every reader gets in, and releases.
 async fn writer_then_readers(
-    writer: tokio::task::JoinHandle<()>,
+    writer: tokio::task::JoinHandle<Instant>,
     readers: Vec<tokio::task::JoinHandle<redis_rwlock::RwLockReadGuard>>,
 ) {
     timeout(Duration::from_secs(5), writer)
@@ -437,17 +446,10 @@ async fn script_calls(server: &Arc<LocalRedis>) -> u64 {
 /// sent and before its answer is read.
 #[tokio::test]
 async fn readers_started_while_their_clients_writer_asks_do_not_ask() {
-    let server = Arc::new(LocalRedis::standalone());
-    let client = LockClient::standalone(server.url()).await.unwrap();
-    let other = LockClient::standalone(server.url()).await.unwrap();
-    let name = unique_name("writer-asking");
-    let lock = client.rwlock(&name);
+    let (server, lock, other) = two_clients("writer-asking").await;
     let upgradables = UpgradableReaders::subscribe(&server, &lock, &other).await;
     let before = script_calls(&server).await;
-    let writer = tokio::spawn({
-        let lock = lock.clone();
-        async move { lock.write().await.unwrap().release().await.unwrap() }
-    });
+    let writer = spawn_writer(&lock);
     tokio::task::yield_now().await; // the writer sends its attempt
     let readers = spawn_readers(&lock, 20);
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -467,16 +469,9 @@ async fn readers_started_while_their_clients_writer_asks_do_not_ask() {
 /// withdrawn in the background).
 #[tokio::test]
 async fn a_writer_dropped_while_asking_does_not_keep_its_clients_readers_out() {
-    let server = Arc::new(LocalRedis::standalone());
-    let client = LockClient::standalone(server.url()).await.unwrap();
-    let other = LockClient::standalone(server.url()).await.unwrap();
-    let name = unique_name("writer-dropped-asking");
-    let lock = client.rwlock(&name);
+    let (server, lock, other) = two_clients("writer-dropped-asking").await;
     let upgradables = UpgradableReaders::subscribe(&server, &lock, &other).await;
-    let writer = tokio::spawn({
-        let lock = lock.clone();
-        async move { lock.write().await.unwrap().release().await.unwrap() }
-    });
+    let writer = spawn_writer(&lock);
     tokio::task::yield_now().await; // the writer sends its attempt
     writer.abort();
     let reader = timeout(Duration::from_secs(3), lock.read())
@@ -550,16 +545,9 @@ async fn readers_sharing_a_refusal_get_in_once_a_vanished_writers_lease_ends() {
 /// get in after it.
 #[tokio::test]
 async fn a_queued_writer_keeps_its_clients_readers_from_asking() {
-    let server = Arc::new(LocalRedis::standalone());
-    let client = LockClient::standalone(server.url()).await.unwrap();
-    let other = LockClient::standalone(server.url()).await.unwrap();
-    let name = unique_name("writer-tells-readers");
-    let lock = client.rwlock(&name);
-    let reading = other.rwlock(&name).read().await.unwrap();
-    let writer = tokio::spawn({
-        let lock = lock.clone();
-        async move { lock.write().await.unwrap().release().await.unwrap() }
-    });
+    let (server, lock, other) = two_clients("writer-tells-readers").await;
+    let reading = other.rwlock(lock.name()).read().await.unwrap();
+    let writer = spawn_writer(&lock);
     wait_for(&lock, |s| s.queued_writers.len() == 1).await;
     until_subscribers_on(&server, &lock, 1).await;
     let (readers, sent) = readers_and_their_scripts(&server, &lock, 20).await;
