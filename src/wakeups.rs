@@ -40,8 +40,8 @@ pub(crate) const RESUBSCRIBED: &str = "~resubscribed";
 const LINGER: Duration = Duration::from_secs(5);
 /// How long plain readers wait before they look again while a waiting writer's
 /// attempt is on its way (see [`Listener::writer_asking`]): far longer than a
-/// round trip, far shorter than a re-check. Its answer, or a message, usually
-/// wakes them first.
+/// round trip, far shorter than a re-check. By then its answer has usually been
+/// recorded, and keeps them waiting for a message.
 const WRITER_ASKING: Duration = Duration::from_millis(100);
 
 /// What a waiter waits for; decides which release messages concern it.
