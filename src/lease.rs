@@ -142,9 +142,10 @@ impl Hold {
                         )
                     }
                     Moving::Upgrading { .. } | Moving::Moved => {
-                        // Not marked lost yet: see `Upgrading`.
-                        if *moving != Moving::Moved {
-                            *moving = Moving::Upgrading { gone: true };
+                        // The upgrade's outcome decides (see `Upgrading`); once
+                        // moved, this answer is stale.
+                        if let Moving::Upgrading { gone } = &mut *moving {
+                            *gone = true;
                         }
                         tracing::debug!(
                             lock = lock.name(),

@@ -104,11 +104,12 @@ struct Channel {
     writers_asking: usize,
 }
 
-/// An attempt was refused in a way that keeps plain readers out.
+/// An attempt was answered in a way that keeps plain readers out.
 #[derive(Clone, Copy)]
 struct ReadersRefused {
-    /// [`Channel::reader_wakeups`] when the attempt was sent (its current value:
-    /// a later message clears the refusal).
+    /// [`Channel::reader_wakeups`] when the attempt was sent, or for a waiting
+    /// writer when its answer came (its current value: a later message clears the
+    /// refusal).
     sent_at: u64,
     /// When the holds that refused it may end without a message (a lease or a
     /// queue place running out), capped by the re-check period.
@@ -391,8 +392,8 @@ impl Listener {
     /// While a waiting writer's attempt is on its way, or a refusal that keeps
     /// plain readers out stands and no message that lets readers in has come since
     /// it asked, another plain reader's attempt would be refused too: how long that
-    /// may last unannounced. The caller waits for the
-    /// message (this listener receives it: it was registered first) or the time.
+    /// may last unannounced. The caller waits for the message (this listener
+    /// receives it: it was registered first) or the time.
     ///
     /// Once that time has passed, the first caller asks the server again (`None`)
     /// and the others wait up to `probe` more for its answer (a refusal renews the

@@ -119,6 +119,15 @@ impl Bench {
         }
     }
 
+    /// `imp`'s locks of those names, each with its exclusion checker.
+    fn read_heavy_locks(&self, imp: Impl, names: &[String]) -> Arc<Vec<(Lock, Exclusion)>> {
+        let locks = names
+            .iter()
+            .map(|n| (self.clients.lock(imp, n, LONG_WAIT), Exclusion::default()))
+            .collect();
+        Arc::new(locks)
+    }
+
     /// `tasks` tasks, 95% reads / 5% writes, holds of one `yield_now`, on `locks`
     /// locks (a random one per operation). Returns acquisitions per second.
     pub async fn read_heavy(
@@ -132,12 +141,9 @@ impl Bench {
     ) -> f64 {
         let tag = format!("rh{locks}x{tasks}");
         let names = self.read_heavy_names(run, locks, &tag);
-        let locks: Vec<(Lock, Exclusion)> = names
-            .iter()
-            .map(|n| (self.clients.lock(imp, n, LONG_WAIT), Exclusion::default()))
-            .collect();
+        let locks = self.read_heavy_locks(imp, &names);
         let before = self.masters.commandstats().await.ok();
-        let mix = run_mix(&self.clients, run, tasks, Arc::new(locks), seconds).await;
+        let mix = run_mix(&self.clients, run, tasks, locks, seconds).await;
         let after = self.masters.commandstats().await.ok();
         let (acquired, failures, violations) = (mix.in_window, mix.failures, mix.violations);
         let rate = acquired as f64 / seconds;
@@ -188,11 +194,8 @@ impl Bench {
     pub async fn read_heavy_scripts(&mut self, run: usize, seconds: f64) {
         let imp = Impl::Ours;
         let names = self.read_heavy_names(run, 1, "rh-scripts");
-        let locks: Vec<(Lock, Exclusion)> = names
-            .iter()
-            .map(|n| (self.clients.lock(imp, n, LONG_WAIT), Exclusion::default()))
-            .collect();
-        let work = run_mix(&self.clients, run, TASKS, Arc::new(locks), seconds);
+        let locks = self.read_heavy_locks(imp, &names);
+        let work = run_mix(&self.clients, run, TASKS, locks, seconds);
         let (sent, mix) = match monitor_during(&self.topology, &mut self.masters, work).await {
             Ok(watched) => watched,
             Err(err) => {
