@@ -187,9 +187,11 @@ local function queue_hint(s)
 end
 
 -- Grants (or renews) the token a read hold of `lease` ms (the upgradable hold's
--- deadline moves with it).
+-- deadline moves with it). A renewal never shortens the hold: a resent or late
+-- command with a shorter lease leaves the later deadline, which its holder may
+-- count on.
 local function hold_read(s, lease)
-  local deadline = s.now + lease
+  local deadline = max(s.now + lease, s.mine or 0)
   if not s.mine then
     s.nreaders = s.nreaders + 1
     set(s, 'readers', s.nreaders)
@@ -223,9 +225,15 @@ local function hold_upgradable(s, others_until)
   end
 end
 
--- Grants (or renews) the write hold of `lease` ms to `token`.
+-- Grants (or renews) the write hold of `lease` ms to `token`. Renewing never
+-- shortens it: an upgrade's hold lasts at least as long as the read hold it
+-- replaced, and a resent upgrade or acquire (the write lease only) must not cut that.
 local function hold_write(s, token, lease)
-  s.writer, s.writer_until = token, s.now + lease
+  local deadline = s.now + lease
+  if s.writer == token then
+    deadline = max(deadline, s.writer_until)
+  end
+  s.writer, s.writer_until = token, deadline
   layout.stamp_write(s)
   s.extended = true
 end
@@ -348,15 +356,20 @@ local function settle(s)
   if s.dequeued then
     first_writer(s) -- takes out withdrawn places at the head: is the queue empty?
   end
+  -- A handed hold lasts its first lease but never outlives the place it was handed
+  -- to: a waiter that died just before its place lapsed blocks nobody longer than
+  -- the place would have.
   local handed
   if s.upgrade and upgrade_ready(s) then
-    local token = s.upgradable
-    handed = token .. ':' .. int(upgrade_to_write(s, s.upgrade.first_lease))
+    local token, upgrade = s.upgradable, s.upgrade
+    local lease = min(upgrade.first_lease, upgrade.deadline - s.now)
+    handed = token .. ':' .. int(upgrade_to_write(s, lease))
   elseif is_free(s) then
-    local first, first_lease = first_writer(s)
+    local first, first_lease, deadline = first_writer(s)
     if first then
       serve_head(s)
-      handed = first .. ':' .. int(grant_write(s, first, first_lease))
+      local lease = min(first_lease, deadline - s.now)
+      handed = first .. ':' .. int(grant_write(s, first, lease))
     end
   end
   -- An upgradable waiter was refused by the hold that ended: it is told below.

@@ -77,7 +77,8 @@ local function unlink_head(s, next)
 end
 
 -- The first queued writer with a live place, after taking out the withdrawn and
--- lapsed places in front of it. Returns its token and first lease, or nil.
+-- lapsed places in front of it. Returns its token, first lease and the place's
+-- deadline, or nil.
 local function first_writer(s)
   while s.head do
     local v = fields(s, { 'wait:' .. s.head, 'wn:' .. s.head })
@@ -85,7 +86,7 @@ local function first_writer(s)
       local deadline, first_lease = parse_place(v[1])
       if deadline > s.now then
         s.head_next = v[2]
-        return s.head, first_lease
+        return s.head, first_lease, deadline
       end
       s.dequeued = true -- its waiter is gone
     end

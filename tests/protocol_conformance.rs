@@ -30,6 +30,9 @@ const TICK: i64 = 286;
 /// How late after its nominal instant a script may run.
 const SLACK: i64 = 60;
 const READ_LEASE: i64 = 2 * TICK + 71;
+/// The read lease of odd-numbered tokens: holders' leases differ, and this one is
+/// longer than the write lease (an upgrade's write hold takes over what is left).
+const LONG_READ_LEASE: i64 = 5 * TICK + 71;
 const WRITE_LEASE: i64 = 3 * TICK + 71;
 const INTENT_TTL: i64 = 2 * TICK + 71;
 /// Original-design clients' read and write timeouts, shorter than our leases (as in a
@@ -58,6 +61,7 @@ struct Scripts {
     renew: Script,
     downgrade: Script,
     fenced_write: Script,
+    force_release: Script,
     original_read: Script,
     original_write: Script,
     original_release: Script,
@@ -72,6 +76,7 @@ impl Scripts {
             renew: script(include_str!("../lua/renew.lua")),
             downgrade: script(include_str!("../lua/downgrade.lua")),
             fenced_write: script(include_str!("../lua/fenced_write.lua")),
+            force_release: script(include_str!("../lua/force_release.lua")),
             original_read: Script::new(include_str!("original/hash_acquire_read.lua")),
             original_write: Script::new(include_str!("original/hash_acquire_write.lua")),
             original_release: Script::new(include_str!("original/hash_release.lua")),
@@ -94,6 +99,8 @@ enum Step {
     /// Downgrades the write hold (true) or the upgradable hold.
     Downgrade(usize, bool),
     FencedWrite(usize),
+    /// An operator ends every hold.
+    ForceRelease,
     /// An original-design client acquires (read / write), with its own clock: the
     /// original design's script from tests/original/.
     OriginalAcquire(bool),
@@ -135,10 +142,20 @@ fn random_step(rng: &mut StdRng, view: &lua::View) -> Step {
         59..61 => Step::Downgrade(t, true),
         61..66 => Step::Downgrade(upgrader, false),
         66..68 => Step::FencedWrite(t),
+        68 if rng.random_bool(0.5) => Step::ForceRelease,
         68..71 => Step::OriginalAcquire(rng.random_bool(0.5)),
         71..72 => Step::OriginalRelease(rng.random_bool(0.5)),
         72..98 => Step::Wait(1),
         _ => Step::Wait(4),
+    }
+}
+
+/// The read lease token `i` asks for.
+fn read_lease(i: usize) -> i64 {
+    if i % 2 == 1 {
+        LONG_READ_LEASE
+    } else {
+        READ_LEASE
     }
 }
 
@@ -297,13 +314,13 @@ impl Run<'_> {
                     &p,
                     now,
                     tok(t),
-                    READ_LEASE,
+                    read_lease(t),
                     true,
                     upgradable,
                 );
                 let args = [
                     self.tokens[t].clone(),
-                    READ_LEASE.to_string(),
+                    read_lease(t).to_string(),
                     "1".into(),
                     flag(upgradable),
                 ];
@@ -331,7 +348,7 @@ impl Run<'_> {
                 (Some(out), Some(self.call(&s.release, &args)?))
             }
             Step::Renew(t, write) => {
-                let lease = if write { WRITE_LEASE } else { READ_LEASE };
+                let lease = if write { WRITE_LEASE } else { read_lease(t) };
                 let out = lua::renew(&mut self.model, &p, now, tok(t), lease, write);
                 let mode = if write { "write" } else { "read" };
                 let args = [self.tokens[t].clone(), lease.to_string(), mode.into()];
@@ -339,9 +356,10 @@ impl Run<'_> {
                 (Some(out), Some(self.call(&s.renew, &args)?))
             }
             Step::Downgrade(t, from_write) => {
-                let out = lua::downgrade(&mut self.model, &p, now, tok(t), READ_LEASE, from_write);
+                let lease = read_lease(t);
+                let out = lua::downgrade(&mut self.model, &p, now, tok(t), lease, from_write);
                 let from = if from_write { "write" } else { "upgradable" };
-                let args = [self.tokens[t].clone(), READ_LEASE.to_string(), from.into()];
+                let args = [self.tokens[t].clone(), lease.to_string(), from.into()];
                 let s = self.scripts;
                 (Some(out), Some(self.call(&s.downgrade, &args)?))
             }
@@ -351,15 +369,21 @@ impl Run<'_> {
                 let s = self.scripts;
                 (Some(out), Some(self.call(&s.fenced_write, &args)?))
             }
+            Step::ForceRelease => {
+                let out = lua::force_release(&mut self.model, &p, now);
+                let s = self.scripts;
+                (Some(out), Some(self.call(&s.force_release, &[])?))
+            }
         };
         if let Some(out) = expected {
-            self.note(step, &before, out);
+            let after = lua::live_view(&self.model, &p, now);
+            self.note(step, &before, &after, out);
         }
         let mut line = format!("t={:>5} {step:?}", now - self.start);
         if let (Some(out), Some(real)) = (expected, real) {
             let _ = write!(line, " -> model {:?}, real {real:?}", out.reply);
             self.log.push(line);
-            self.compare_reply(out, &real)?;
+            self.compare_reply(step, out, &real)?;
             self.compare_messages(out.published, pubsub)?;
         } else {
             self.log.push(line);
@@ -368,16 +392,22 @@ impl Run<'_> {
     }
 
     /// Counts the states worth reaching that `step` reached.
-    fn note(&mut self, step: Step, before: &lua::View, out: Outcome) {
-        for what in reached(step, before, out) {
+    fn note(&mut self, step: Step, before: &lua::View, after: &lua::View, out: Outcome) {
+        for what in reached(step, self.now, before, after, out) {
             *self.reached.entry(what).or_default() += 1;
         }
     }
 }
 
-/// The states worth reaching that `step` (with outcome `out`, on a lock that
-/// looked like `before`) reached.
-fn reached(step: Step, before: &lua::View, out: Outcome) -> Vec<&'static str> {
+/// The states worth reaching that `step` (at `now`, with outcome `out`, on a lock
+/// that looked like `before` and then like `after`) reached.
+fn reached(
+    step: Step,
+    now: Time,
+    before: &lua::View,
+    after: &lua::View,
+    out: Outcome,
+) -> Vec<&'static str> {
     let free_but_for_readers = before.writer.is_none()
         && before.original_writer_until.is_none()
         && before.queue.is_empty();
@@ -393,6 +423,34 @@ fn reached(step: Step, before: &lua::View, out: Outcome) -> Vec<&'static str> {
     }
     if out.published == Some(Wake::Upgradable) {
         reached.push("a 'u' wake-up");
+    }
+    // A hand-over to a queued writer whose place ends before its first lease
+    // would: the hold ends with the place.
+    if let (Some(Wake::Handed(t, _)), Some((_, until))) = (out.published, after.writer)
+        && upgrader != Some(t)
+        && before
+            .queue
+            .iter()
+            .any(|&(q, deadline)| q == t && deadline == until && deadline < now + INTENT_TTL)
+    {
+        reached.push("a hand-over cut to its place's end");
+    }
+    if matches!(step, Step::ForceRelease) && !before.readers.is_empty() {
+        reached.push("a forced release of readers");
+    }
+    // A write hold renewed (or granted again to its holder) whose deadline was
+    // later than the write lease from now: it keeps that deadline.
+    let renews_write = matches!(
+        step,
+        Step::Renew(_, true) | Step::AcquireWrite(..) | Step::Upgrade(..)
+    );
+    if let (true, Some((holder, until)), Some((_, kept))) =
+        (renews_write, before.writer, after.writer)
+        && step_token(step) == Some(holder)
+        && until > now + WRITE_LEASE
+        && kept == until
+    {
+        reached.push("a write renewal that keeps a later deadline");
     }
     reached.extend(match (step, out.reply) {
         (Step::AcquireRead(t, true), Reply::Granted(_))
@@ -427,10 +485,12 @@ fn reached(step: Step, before: &lua::View, out: Outcome) -> Vec<&'static str> {
 impl Run<'_> {
     /// The reply the script gave must be the model's (time-valued parts within
     /// `SLACK`; fencing tokens by their order).
-    fn compare_reply(&mut self, out: Outcome, real: &Value) -> Result<(), Stop> {
+    fn compare_reply(&mut self, step: Step, out: Outcome, real: &Value) -> Result<(), Stop> {
         let array: Option<Vec<i64>> = redis::from_redis_value(real.clone()).ok();
         let int: Option<i64> = redis::from_redis_value(real.clone()).ok();
         let ok = match (out.reply, array.as_deref(), int) {
+            // force_release returns how many holds it ended.
+            (Reply::Int(n), _, Some(real)) if matches!(step, Step::ForceRelease) => n == real,
             (Reply::Granted(0), Some([1, 0]), _) => true,
             (Reply::Granted(fence), Some(&[1, real]), _) => self.same_fence(fence, real)?,
             // Readers: no fence.
@@ -723,8 +783,22 @@ fn run_seed(url: &str, scripts: &Scripts, seed: u64) -> Result<Ran, Stop> {
     })
 }
 
+/// The token a step acts for, if any.
+fn step_token(step: Step) -> Option<Tok> {
+    match step {
+        Step::AcquireRead(t, _)
+        | Step::AcquireWrite(t, _)
+        | Step::Upgrade(t, _)
+        | Step::Release(t)
+        | Step::Renew(t, _)
+        | Step::Downgrade(t, _)
+        | Step::FencedWrite(t) => Some(tok(t)),
+        _ => None,
+    }
+}
+
 /// The states the seeds together must reach, or the test proves less than it says.
-const MUST_REACH: [&str; 10] = [
+const MUST_REACH: [&str; 13] = [
     "an upgrade handed over by a reader's release",
     "a 'u' wake-up",
     "an upgradable read granted beside a reader",
@@ -735,6 +809,9 @@ const MUST_REACH: [&str; 10] = [
     "a try_upgrade refused",
     "an upgrade lost",
     "an upgradable hold downgraded",
+    "a hand-over cut to its place's end",
+    "a forced release of readers",
+    "a write renewal that keeps a later deadline",
 ];
 
 /// The spans are far enough from multiples of a tick that a script running up to
@@ -743,10 +820,12 @@ const MUST_REACH: [&str; 10] = [
 fn spans_keep_expiry_decisions_exact() {
     for span in [
         READ_LEASE,
+        LONG_READ_LEASE,
         WRITE_LEASE,
         INTENT_TTL,
         IDLE,
         READ_LEASE + IDLE,
+        LONG_READ_LEASE + IDLE,
         WRITE_LEASE + IDLE,
         INTENT_TTL + IDLE,
         ORIGINAL_READ - 1,

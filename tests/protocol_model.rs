@@ -30,6 +30,7 @@ fn base(name: &'static str) -> Config {
         original_inclusive: true,
         read_lease: 2,
         write_lease: 2,
+        read_leases: Vec::new(),
         intent_ttl: 2,
         recheck: (1, 1),
         max_hold: 2,
@@ -409,6 +410,47 @@ fn an_upgrade_is_served_when_a_reader_crashes() {
     check(cfg);
 }
 
+/// Replies lost once or more, after which the driver resends the script or the
+/// caller gets an error although the script ran, with read leases longer than the
+/// write lease (an upgrade takes over what is left of its read hold): a resent
+/// upgrade or acquire never shortens a hold its caller may still count on.
+#[test]
+fn lost_replies_resent_or_failed_with_a_long_read_lease() {
+    let mut cfg = base("1U+1W, replies lost twice, an error, read lease 4 > write lease 1");
+    cfg.readers = 0;
+    cfg.writers = 1;
+    cfg.upgraders = 1;
+    cfg.read_lease = 4;
+    cfg.write_lease = 1;
+    cfg.intent_ttl = 1;
+    cfg.params.original_read = 4;
+    cfg.params.original_write = 1;
+    cfg.max_hold = 4;
+    cfg.horizon = 5;
+    cfg.downgrade = false;
+    cfg.faults.lost_replies = 2;
+    cfg.faults.errors = 1;
+    cfg.examples = vec!["an upgrader holds the write hold", "a writer holds"];
+    check(cfg);
+}
+
+/// An operator's forced release among readers whose leases differ (one 5 ticks,
+/// one 2) and a writer: the evicted holders learn it at their next renewal and never
+/// come back, and a reader that comes after is counted like any other.
+#[test]
+fn a_forced_release_among_leases_that_differ() {
+    let mut cfg = base("2R+1W, a forced release, read leases 5 and 2");
+    cfg.writers = 1;
+    cfg.read_leases = vec![5, 2];
+    cfg.read_lease = 5;
+    cfg.params.original_read = 5;
+    cfg.max_hold = 4;
+    cfg.horizon = 5;
+    cfg.faults.forced_releases = 1;
+    cfg.examples = vec!["a writer holds", "a holder learns its lease is lost"];
+    check(cfg);
+}
+
 fn env(name: &str, default: i64) -> i64 {
     std::env::var(name)
         .ok()
@@ -435,6 +477,8 @@ fn explore() {
         lost_messages: env("MODEL_FM", 0) as u8,
         failovers: env("MODEL_FF", 0) as u8,
         late_renewals: env("MODEL_FL", 0) as u8,
+        errors: env("MODEL_FE", 0) as u8,
+        forced_releases: env("MODEL_FX", 0) as u8,
     };
     cfg.read_lease = env("MODEL_RL", d.read_lease);
     cfg.write_lease = env("MODEL_WL", d.write_lease);

@@ -431,6 +431,19 @@ fn clear_write(s: &mut Loaded) {
     }
 }
 
+/// `layout.clear_all`: every hold ends (force release), original clients' too.
+fn clear_all(s: &mut Loaded) {
+    for field in [
+        Field::Write,
+        Field::Wstamp,
+        Field::Read,
+        Field::Rstamp,
+        Field::OrigRead,
+    ] {
+        del(s, field);
+    }
+}
+
 // ---- queue.lua ------------------------------------------------------------------------
 
 fn queued(s: &Loaded) -> bool {
@@ -486,8 +499,8 @@ fn unlink_head(s: &mut Loaded, next: Option<Tok>) {
     set_head(s, next);
 }
 
-/// `first_writer`: the first live place's token and first lease.
-fn first_writer(h: &Hash, s: &mut Loaded) -> Option<(Tok, Time)> {
+/// `first_writer`: the first live place's token, first lease and deadline.
+fn first_writer(h: &Hash, s: &mut Loaded) -> Option<(Tok, Time, Time)> {
     while let Some(head) = s.head {
         let place = field(h, s, Field::Wait(head));
         let next = match field(h, s, Field::Wn(head)) {
@@ -497,7 +510,7 @@ fn first_writer(h: &Hash, s: &mut Loaded) -> Option<(Tok, Time)> {
         if let Some(Val::Place(deadline, first_lease)) = place {
             if deadline > s.now {
                 s.head_next = next;
-                return Some((head, first_lease));
+                return Some((head, first_lease, deadline));
             }
             s.dequeued = true;
         }
@@ -673,8 +686,9 @@ fn queue_hint(s: &Loaded) -> Time {
     (s.queue_until - s.now).max(1)
 }
 
+/// `hold_read`: never shortens the token's hold.
 fn hold_read(s: &mut Loaded, lease: Time) {
-    let deadline = s.now + lease;
+    let deadline = (s.now + lease).max(s.mine.unwrap_or(0));
     if s.mine.is_none() {
         s.nreaders += 1;
         let n = s.nreaders;
@@ -709,8 +723,13 @@ fn hold_upgradable(s: &mut Loaded, others_until: Time) {
     }
 }
 
+/// `hold_write`: never shortens the token's own write hold.
 fn hold_write(s: &mut Loaded, token: Tok, lease: Time) {
-    s.writer = Some((token, s.now + lease));
+    let deadline = match s.writer {
+        Some((owner, until)) if owner == token => (s.now + lease).max(until),
+        _ => s.now + lease,
+    };
+    s.writer = Some((token, deadline));
     stamp_write(s);
     s.extended = true;
 }
@@ -812,17 +831,20 @@ fn settle(h: &mut Hash, s: &mut Loaded, p: &Params) -> Option<Wake> {
     if s.dequeued {
         first_writer(h, s);
     }
+    // A handed hold never outlives the place it was handed to.
     let mut handed = None;
-    if let Some((_, first_lease)) = s.upgrade
+    if let Some((deadline, first_lease)) = s.upgrade
         && upgrade_ready(s)
     {
         let token = s.upgradable.expect("an upgradable reader");
-        handed = Some(Wake::Handed(token, upgrade_to_write(h, s, first_lease)));
+        let lease = first_lease.min(deadline - s.now);
+        handed = Some(Wake::Handed(token, upgrade_to_write(h, s, lease)));
     } else if is_free(s)
-        && let Some((first, first_lease)) = first_writer(h, s)
+        && let Some((first, first_lease, deadline)) = first_writer(h, s)
     {
         serve_head(s);
-        handed = Some(Wake::Handed(first, grant_write(s, first, first_lease)));
+        let lease = first_lease.min(deadline - s.now);
+        handed = Some(Wake::Handed(first, grant_write(s, first, lease)));
     }
     // An upgradable waiter was refused by the hold that ended: it is told below.
     let wanted = s.upgradable_ended && s.wanted_was_stored;
@@ -948,7 +970,7 @@ pub fn acquire_write(
     }
     if is_free(&s) {
         let first = first_writer(h, &mut s);
-        if first.is_none_or(|(t, _)| t == token) {
+        if first.is_none_or(|(t, _, _)| t == token) {
             if first.is_some() {
                 serve_head(&mut s);
             }
@@ -982,6 +1004,49 @@ pub fn release(h: &mut Hash, p: &Params, now: Time, token: Tok) -> Outcome {
     if s.place.is_some() {
         leave_queue(&mut s);
     }
+    let published = settle(h, &mut s, p);
+    done(Reply::Int(removed), published)
+}
+
+/// force_release.lua: an operator ends every hold, whoever owns it; queued writers
+/// keep their places and the fencing counter is kept.
+pub fn force_release(h: &mut Hash, p: &Params, now: Time) -> Outcome {
+    let operator = Tok {
+        client: OUTSIDER,
+        generation: 3,
+    };
+    let mut s = load(h, p, now, operator);
+    let removed = s.nreaders;
+    // Every `r:` field goes, counted or not (the HSCAN pages).
+    let readers: Vec<Field> = h
+        .fields
+        .keys()
+        .filter(|f| matches!(f, Field::R(_)))
+        .copied()
+        .collect();
+    for field in readers {
+        h.fields.remove(&field);
+    }
+    del(&mut s, Field::Readers);
+    del(&mut s, Field::ReadersUntil);
+    del(&mut s, Field::ReadersGone);
+    if s.upgradable.is_some() {
+        end_upgradable(&mut s);
+    }
+    let mut removed = removed;
+    if s.writer.is_some() || s.original_writer_until.is_some() {
+        removed += 1;
+        s.freed_writer = true;
+    }
+    if s.original_reader_until.is_some() {
+        removed += 1;
+    }
+    del(&mut s, Field::WOwner);
+    del(&mut s, Field::WUntil);
+    clear_all(&mut s);
+    (s.nreaders, s.readers_until, s.gone, s.writer) = (0, 0, 0, None);
+    (s.mine, s.leftover) = (None, false);
+    (s.original_writer_until, s.original_reader_until) = (None, None);
     let published = settle(h, &mut s, p);
     done(Reply::Int(removed), published)
 }

@@ -5,8 +5,8 @@ use stateright::Property;
 
 use super::lua::{self, Reply, Tok};
 use super::system::{
-    Access, FENCE_NOT_RISING, FENCED_WRITE_WENT_BACK, Lock, Mode, Phase,
-    READER_PASSED_WAITING_WRITER, STRAY_RELEASE_CHANGED, State, WRITER_BEFORE_UPGRADE,
+    Access, EVICTED_CAME_BACK, FENCE_NOT_RISING, FENCED_WRITE_WENT_BACK, HANDED_PAST_PLACE, Lock,
+    Mode, Phase, READER_PASSED_WAITING_WRITER, STRAY_RELEASE_CHANGED, State, WRITER_BEFORE_UPGRADE,
     WRITER_JUMPED_QUEUE,
 };
 
@@ -49,6 +49,14 @@ impl Lock {
             Property::always(
                 "no writer is granted between an upgradable hold's grant and its upgrade",
                 |_: &Lock, s: &State| s.violations & WRITER_BEFORE_UPGRADE == 0,
+            ),
+            Property::always(
+                "a hand-over's hold ends no later than the place it was handed to",
+                |_: &Lock, s: &State| s.violations & HANDED_PAST_PLACE == 0,
+            ),
+            Property::always(
+                "a hold ended by a forced release is never renewed, upgraded or downgraded",
+                |_: &Lock, s: &State| s.violations & EVICTED_CAME_BACK == 0,
             ),
             Property::always(
                 "the readers' and the queue's summaries bound their entries",
@@ -226,7 +234,7 @@ impl Lock {
                 |_: &Lock, s: &State| {
                     s.clients
                         .iter()
-                        .filter(|c| c.believes_upgradable(s.now))
+                        .filter(|c| c.believes_upgradable(s.now) && !c.evicted)
                         .count()
                         <= 1
                 },
@@ -251,8 +259,14 @@ impl Lock {
     }
 }
 
+/// A hold a forced release ended does not count: the operator chose to let others
+/// in (the `evicted` property checks that it never comes back).
 fn exclusion_holds(_: &Lock, s: &State) -> bool {
-    let beliefs: Vec<Mode> = s.clients.iter().filter_map(|c| c.believes(s.now)).collect();
+    let beliefs: Vec<Mode> = s
+        .clients
+        .iter()
+        .filter_map(|c| c.believes_unevicted(s.now))
+        .collect();
     beliefs.len() < 2 || !beliefs.contains(&Mode::Write)
 }
 

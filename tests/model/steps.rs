@@ -5,9 +5,9 @@ use std::fmt::Write as _;
 
 use super::lua::{self, Outcome, Reply, Time, Tok, Wake};
 use super::system::{
-    Access, Action, Client, FENCE_NOT_RISING, FENCED_WRITE_WENT_BACK, Inflight, Late, Lock, Mode,
-    Op, Phase, READER_PASSED_WAITING_WRITER, STRAY_RELEASE_CHANGED, State, Upgradable,
-    WRITER_BEFORE_UPGRADE, WRITER_JUMPED_QUEUE, Wait,
+    Access, Action, Client, EVICTED_CAME_BACK, FENCE_NOT_RISING, FENCED_WRITE_WENT_BACK,
+    HANDED_PAST_PLACE, Inflight, Late, Lock, Mode, Op, Phase, READER_PASSED_WAITING_WRITER,
+    STRAY_RELEASE_CHANGED, State, Upgradable, WRITER_BEFORE_UPGRADE, WRITER_JUMPED_QUEUE, Wait,
 };
 use super::traces::describe;
 
@@ -77,10 +77,11 @@ impl Lock {
         let cfg = &self.cfg;
         let p = &cfg.params;
         let ttl = if wait { cfg.intent_ttl } else { 0 };
+        let read_lease = cfg.lease(cfg.index(token.client), Mode::Read);
         match access {
             Access::Read | Access::UpgradableRead => {
                 let upgradable = access == Access::UpgradableRead;
-                lua::acquire_read(h, p, now, token, cfg.read_lease, true, upgradable)
+                lua::acquire_read(h, p, now, token, read_lease, true, upgradable)
             }
             Access::Write | Access::Upgrade => {
                 let upgrade = access == Access::Upgrade;
@@ -102,6 +103,7 @@ impl Lock {
             lua::live_view(&h, p, s.now)
         };
         let now = s.now;
+        let i = cfg.index(token.client);
         let out = match op {
             Op::Acquire { access, wait } => self.acquire(&mut s.hash, now, token, access, wait),
             Op::Renew => lua::renew(
@@ -109,13 +111,14 @@ impl Lock {
                 p,
                 now,
                 token,
-                cfg.lease(mode),
+                cfg.lease(i, mode),
                 mode == Mode::Write,
             ),
             Op::Release => lua::release(&mut s.hash, p, now, token),
             Op::Downgrade => {
                 let from_write = mode == Mode::Write;
-                lua::downgrade(&mut s.hash, p, now, token, cfg.read_lease, from_write)
+                let read_lease = cfg.lease(i, Mode::Read);
+                lua::downgrade(&mut s.hash, p, now, token, read_lease, from_write)
             }
             Op::FencedWrite => lua::fenced_write(&mut s.hash, p, now, token),
         };
@@ -149,6 +152,31 @@ impl Lock {
                 .is_none_or(|&(t, _)| t != grantee)
         {
             s.violations |= WRITER_JUMPED_QUEUE;
+        }
+        // A hand-over's hold ends no later than the place it was handed to (a dead
+        // waiter blocks nobody past its place's lifetime); an upgrade's, no later
+        // than its read hold or its pending upgrade, whichever lasts longer. (A
+        // script of the grantee's own, e.g. its renewal, may have extended those.)
+        if let Some(Wake::Handed(grantee, _)) = out.published
+            && grantee != token
+        {
+            let place = if upgrader == Some(grantee) && view_before.upgrade.is_some() {
+                view_before
+                    .upgrade
+                    .zip(view_before.upgradable)
+                    .map(|(upgrade, (_, read_until))| upgrade.max(read_until))
+            } else {
+                queued
+                    .iter()
+                    .find(|&&(t, _)| t == grantee)
+                    .map(|&(_, deadline)| deadline)
+            };
+            let until = lua::live_view(&s.hash, p, s.now)
+                .writer
+                .map(|(_, until)| until);
+            if until.zip(place).is_none_or(|(until, place)| until > place) {
+                s.violations |= HANDED_PAST_PLACE;
+            }
         }
         let new_fence = match (out.new_grant, out.reply, out.published) {
             (true, Reply::Granted(fence), _) => Some((token, fence)),
@@ -230,7 +258,7 @@ impl Lock {
     /// otherwise the message only wakes it. An upgrade's read hold ends with it.
     fn take_handed(&self, s: &mut State, i: u8) -> Option<()> {
         let now = s.now;
-        let handed_lease = self.cfg.handed_lease();
+        let handed_lease = self.cfg.handed_lease(i as usize);
         let c = &mut s.clients[i as usize];
         let fence = c.handed.take()?;
         let wait = c.wait()?;
@@ -284,6 +312,24 @@ impl Lock {
         let now = s.now;
         let max_fence = s.max_fence;
         let c = &mut s.clients[i];
+        // An evicted hold may only learn that it is gone.
+        let continues = matches!(
+            op,
+            Op::Renew
+                | Op::Downgrade
+                | Op::FencedWrite
+                | Op::Acquire {
+                    access: Access::Upgrade,
+                    ..
+                }
+        );
+        let succeeded = matches!(out.reply, Reply::Granted(_) | Reply::Int(1..));
+        if c.evicted && continues && succeeded {
+            s.violations |= EVICTED_CAME_BACK;
+        }
+        if !continues {
+            c.evicted = false;
+        }
         match (op, out.reply, c.phase) {
             (Op::Acquire { access, .. }, Reply::Granted(fence), _) => {
                 let mode = access.mode();
@@ -291,7 +337,7 @@ impl Lock {
                     token,
                     mode,
                     since: now,
-                    until: sent + cfg.held_for(mode),
+                    until: sent + cfg.held_for(i, mode),
                     fence,
                     lost: false,
                     upgradable: (access == Access::UpgradableRead).then_some(Upgradable {
@@ -367,9 +413,11 @@ impl Lock {
             ) => {
                 let ok = reply != Reply::Int(0);
                 let (mode, until, upgradable) = match (op, ok) {
-                    (Op::Renew, true) => (mode, until.max(sent + cfg.held_for(mode)), upgradable),
+                    (Op::Renew, true) => {
+                        (mode, until.max(sent + cfg.held_for(i, mode)), upgradable)
+                    }
                     (Op::Downgrade, true) if mode == Mode::Write => {
-                        (Mode::Read, sent + cfg.held_for(Mode::Read), None)
+                        (Mode::Read, sent + cfg.held_for(i, Mode::Read), None)
                     }
                     // An upgradable hold becomes a plain one; its lease goes on.
                     (Op::Downgrade, true) => (mode, until, None),
@@ -479,7 +527,9 @@ impl Lock {
         let now = s.now;
         match action {
             Action::Call(i, op, lose_reply) => self.call(&mut s, i, op, lose_reply, note)?,
-            Action::Resend(i) => self.resend(&mut s, i, note)?,
+            Action::Resend(i, lose_reply) => self.resend(&mut s, i, lose_reply, note)?,
+            Action::Fail(i) => self.fail(&mut s, i, note)?,
+            Action::ForceRelease => self.force_release(&mut s, note),
             Action::GiveUp(i) => self.give_up(&mut s, i, note)?,
             Action::Crash(i) => {
                 s.budget.crashes -= 1;
@@ -492,7 +542,11 @@ impl Lock {
             Action::Pause(i) => {
                 s.budget.pauses -= 1;
                 let c = &mut s.clients[i as usize];
-                c.paused_until = now + self.cfg.read_lease.max(self.cfg.write_lease) + 1;
+                let longest = (0..self.cfg.clients() as usize)
+                    .flat_map(|i| [self.cfg.lease(i, Mode::Read), self.cfg.write_lease])
+                    .max()
+                    .unwrap_or(0);
+                c.paused_until = now + longest + 1;
                 if let Some(wait) = c.wait_mut() {
                     wait.paused = true;
                 }
@@ -561,8 +615,15 @@ impl Lock {
         Some(())
     }
 
-    /// The driver resends a request whose reply was lost; the client takes this reply.
-    fn resend(&self, s: &mut State, i: u8, note: Option<&mut String>) -> Option<()> {
+    /// The driver resends a request whose reply was lost; the client takes this
+    /// reply, unless it is lost again (`lose_reply`: the request stays in flight).
+    fn resend(
+        &self,
+        s: &mut State,
+        i: u8,
+        lose_reply: bool,
+        note: Option<&mut String>,
+    ) -> Option<()> {
         let i = i as usize;
         let inflight = s.clients[i].inflight.take()?;
         s.clients[i].acted = true;
@@ -574,9 +635,80 @@ impl Lock {
         let out = self.exec(s, inflight.op, inflight.token, mode);
         if let Some(note) = note {
             let _ = write!(note, "{}", describe(inflight.op, &out));
+            if lose_reply {
+                note.push_str(" (reply lost)");
+            }
         }
-        self.take_reply(s, i, inflight.op, inflight.token, inflight.sent, out);
+        if lose_reply {
+            s.budget.lost_replies -= 1;
+            s.clients[i].inflight = Some(inflight);
+        } else {
+            self.take_reply(s, i, inflight.op, inflight.token, inflight.sent, out);
+        }
         Some(())
+    }
+
+    /// A request whose reply was lost (its script ran once or more) ends in an error,
+    /// and the client does what the crate does then: a failed acquire withdraws its
+    /// token (`Pending`); a failed `try_upgrade` keeps the upgradable guard as it
+    /// was, a failed `upgrade` or `downgrade` drops the guard, which releases it; a
+    /// failed renewal is tried again by the renewal task; a failed release leaves
+    /// the hold to its lease; a failed fenced write changes nothing.
+    fn fail(&self, s: &mut State, i: u8, note: Option<&mut String>) -> Option<()> {
+        let i = i as usize;
+        let inflight = s.clients[i].inflight.take()?;
+        s.budget.errors -= 1;
+        s.clients[i].acted = true;
+        let drops_guard = match inflight.op {
+            Op::Acquire {
+                access: Access::Upgrade,
+                wait,
+            } => wait,
+            Op::Acquire { .. } | Op::Downgrade => true,
+            Op::Release => {
+                s.clients[i].phase = Phase::Idle;
+                false
+            }
+            Op::Renew | Op::FencedWrite => false,
+        };
+        if drops_guard {
+            let out = self.exec(s, Op::Release, inflight.token, Mode::Read);
+            if let Some(note) = note {
+                let _ = write!(note, "releases its token: {}", describe(Op::Release, &out));
+            }
+            let c = &mut s.clients[i];
+            (c.phase, c.woken, c.handed) = (Phase::Idle, false, None);
+        }
+        Some(())
+    }
+
+    /// An operator ends every hold (`force_release`).
+    fn force_release(&self, s: &mut State, note: Option<&mut String>) {
+        s.budget.forced_releases -= 1;
+        let p = self.cfg.params;
+        let before = s.hash.clone();
+        let out = lua::force_release(&mut s.hash, &p, s.now);
+        // Holders, and waiters the lock was handed to that have not taken the message.
+        for c in &mut s.clients {
+            if matches!(c.phase, Phase::Holding { .. }) || c.handed.is_some() {
+                c.evicted = true;
+            }
+        }
+        if let Some(note) = note {
+            let _ = write!(note, "{}", describe(Op::Release, &out));
+        }
+        if self.cfg.faults.failovers > 0 && s.hash != before {
+            s.unreplicated = Some(before);
+        }
+        if let Some(Wake::Handed(_, fence)) = out.published {
+            if fence <= s.max_fence {
+                s.violations |= FENCE_NOT_RISING;
+            }
+            s.max_fence = s.max_fence.max(fence);
+        }
+        if let Some(wake) = out.published {
+            self.deliver(s, wake);
+        }
     }
 
     /// A waiter times out and withdraws its request; an upgrade that times out
@@ -687,6 +819,10 @@ impl Lock {
         if let Some(note) = note {
             let _ = write!(note, "{}", describe(Op::Renew, &out));
         }
+        let c = &s.clients[i];
+        if out.reply == Reply::Int(1) && c.evicted && c.token() == Some(late.token) {
+            s.violations |= EVICTED_CAME_BACK;
+        }
         // The renewal task still awaits it only if the guard holds in that
         // mode; it gave up (lease lost) at the local deadline.
         if let Phase::Holding {
@@ -701,7 +837,7 @@ impl Lock {
         {
             if out.reply == Reply::Int(1) && now < *until {
                 // Two renewals may finish out of order: the later send decides.
-                *until = (*until).max(late.sent + self.cfg.held_for(late.mode));
+                *until = (*until).max(late.sent + self.cfg.held_for(i, late.mode));
             } else {
                 *lost = true;
             }

@@ -5,11 +5,12 @@ use super::lua::{self, Hash, Tok};
 use super::system::{Lock, Phase, State};
 
 /// A renaming of clients: `perm[i]` is the new index of client `i` (readers map to
-/// readers, writers to writers, upgraders to upgraders).
+/// readers, writers to writers, upgraders to upgraders, each to one with the same
+/// lease).
 pub type Perm = Vec<usize>;
 
 impl Lock {
-    /// Every renaming that keeps roles.
+    /// Every renaming that keeps roles and leases.
     fn perms(&self) -> Vec<Perm> {
         fn all(items: &[usize]) -> Vec<Vec<usize>> {
             if items.len() <= 1 {
@@ -33,18 +34,25 @@ impl Lock {
         let writers: Vec<usize> = (r..w).collect();
         let upgraders: Vec<usize> = (w..n).collect();
         let originals: Vec<usize> = (n..self.cfg.all_clients() as usize).collect();
+        // Clients with different leases are not interchangeable.
+        let same_leases = |perm: &Perm| {
+            let read = |i: usize| self.cfg.lease(i, super::system::Mode::Read);
+            (0..n).all(|i| read(perm[i]) == read(i))
+        };
         let mut out = Vec::new();
         for pr in all(&readers) {
             for pw in all(&writers) {
                 for pu in all(&upgraders) {
-                    out.push(
-                        pr.iter()
-                            .chain(&pw)
-                            .chain(&pu)
-                            .chain(&originals)
-                            .copied()
-                            .collect(),
-                    );
+                    let perm: Perm = pr
+                        .iter()
+                        .chain(&pw)
+                        .chain(&pu)
+                        .chain(&originals)
+                        .copied()
+                        .collect();
+                    if same_leases(&perm) {
+                        out.push(perm);
+                    }
                 }
             }
         }

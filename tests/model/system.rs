@@ -68,8 +68,14 @@ pub struct Faults {
     pub crashes: u8,
     /// A client stops (GC, VM migration) for longer than its lease, then goes on.
     pub pauses: u8,
-    /// A reply is lost; the driver resends the same script with the same token.
+    /// A reply is lost; the driver resends the same script with the same token
+    /// (whose reply may be lost again, from the same budget).
     pub lost_replies: u8,
+    /// After a lost reply the caller gets an error instead (the driver gave up, or
+    /// did not resend): the script ran once or more, and the caller does not know.
+    pub errors: u8,
+    /// An operator ends every hold (`force_release`).
+    pub forced_releases: u8,
     /// A wake-up message is lost (pub/sub is at-most-once).
     pub lost_messages: u8,
     /// The master fails and the promoted replica lacks the last script's writes.
@@ -101,6 +107,9 @@ pub struct Config {
     pub original_inclusive: bool,
     pub read_lease: Time,
     pub write_lease: Time,
+    /// Read leases per client (by index), for holders whose leases differ; a client
+    /// past the end takes `read_lease`.
+    pub read_leases: Vec<Time>,
     /// `INTENT_TTL` of src/waiting.rs.
     pub intent_ttl: Time,
     /// `MIN_RECHECK`, `MAX_RECHECK`: the re-check timer is the retry hint clamped to these.
@@ -132,28 +141,29 @@ pub struct Config {
 }
 
 impl Config {
-    pub(super) fn lease(&self, mode: Mode) -> Time {
+    /// Client `i`'s lease in `mode` (its lock's options).
+    pub(super) fn lease(&self, i: usize, mode: Mode) -> Time {
         match mode {
-            Mode::Read => self.read_lease,
+            Mode::Read => self.read_leases.get(i).copied().unwrap_or(self.read_lease),
             Mode::Write => self.write_lease,
         }
     }
 
-    /// How long a client believes a hold after sending the request that granted or
-    /// renewed it (`RwLock::held_for`): the lease, cut to the original clients'
+    /// How long client `i` believes a hold after sending the request that granted
+    /// or renewed it (`RwLock::held_for`): the lease, cut to the original clients'
     /// timeout for the stamp they judge that mode by, since after it they may enter.
-    pub(super) fn held_for(&self, mode: Mode) -> Time {
+    pub(super) fn held_for(&self, i: usize, mode: Mode) -> Time {
         let original = match mode {
             Mode::Read => self.params.original_read,
             Mode::Write => self.params.original_write,
         };
-        self.lease(mode).min(original)
+        self.lease(i, mode).min(original)
     }
 
     /// How long a write hold handed over by a release counts from the waiter's last
     /// refused attempt (`handed_lease` in src/waiting.rs).
-    pub(super) fn handed_lease(&self) -> Time {
-        self.held_for(Mode::Write).min(self.intent_ttl)
+    pub(super) fn handed_lease(&self, i: usize) -> Time {
+        self.held_for(i, Mode::Write).min(self.intent_ttl)
     }
 
     pub(super) fn clients(&self) -> u8 {
@@ -320,6 +330,10 @@ pub struct Client {
     pub gave_up: bool,
     /// Since when the client has been waiting although its acquire would be granted.
     pub grantable_since: Option<Time>,
+    /// Its hold was ended by a forced release: it may believe until it learns (at
+    /// its next renewal, downgrade, upgrade or fenced write), but none of those may
+    /// succeed, and its belief does not count for exclusion.
+    pub evicted: bool,
 }
 
 /// Violations recorded when they happen (bits of `State::violations`).
@@ -329,6 +343,8 @@ pub const FENCED_WRITE_WENT_BACK: u8 = 4;
 pub const WRITER_JUMPED_QUEUE: u8 = 8;
 pub const READER_PASSED_WAITING_WRITER: u8 = 16;
 pub const WRITER_BEFORE_UPGRADE: u8 = 32;
+pub const HANDED_PAST_PLACE: u8 = 64;
+pub const EVICTED_CAME_BACK: u8 = 128;
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct State {
@@ -349,8 +365,13 @@ pub struct State {
 pub enum Action {
     /// Client runs a script; with `lose_reply` the script runs but the reply is lost.
     Call(u8, Op, bool),
-    /// The driver resends the request whose reply was lost.
-    Resend(u8),
+    /// The driver resends the request whose reply was lost (that reply lost again
+    /// when true).
+    Resend(u8, bool),
+    /// The request whose reply was lost ends with an error to the caller.
+    Fail(u8),
+    /// An operator runs `force_release`.
+    ForceRelease,
     /// `wait_timeout` passed: the acquire gives up and withdraws its token (an
     /// upgrade: releases the upgradable hold).
     GiveUp(u8),
@@ -435,6 +456,11 @@ impl Client {
         }
     }
 
+    /// Believes it holds, and no forced release ended that hold.
+    pub(super) fn believes_unevicted(&self, now: Time) -> Option<Mode> {
+        self.believes(now).filter(|_| !self.evicted)
+    }
+
     /// Holds an upgradable read hold it believes in.
     pub(super) fn believes_upgradable(&self, now: Time) -> bool {
         matches!(
@@ -483,6 +509,7 @@ impl Model for Lock {
             acted: false,
             gave_up: false,
             grantable_since: None,
+            evicted: false,
         };
         vec![State {
             now: 0,
@@ -514,7 +541,13 @@ impl Model for Lock {
                 continue;
             }
             if c.paused_until <= s.now && c.inflight.is_some() && !c.acted {
-                actions.push(Action::Resend(id));
+                actions.push(Action::Resend(id, false));
+                if s.budget.lost_replies > 0 {
+                    actions.push(Action::Resend(id, true));
+                }
+                if s.budget.errors > 0 {
+                    actions.push(Action::Fail(id));
+                }
             } else if c.paused_until <= s.now && c.inflight.is_none() {
                 calls.clear();
                 self.calls(s, i, &mut calls);
@@ -561,6 +594,9 @@ impl Model for Lock {
         if s.now < self.cfg.horizon {
             if s.budget.failovers > 0 && s.unreplicated.is_some() {
                 actions.push(Action::Failover);
+            }
+            if s.budget.forced_releases > 0 {
+                actions.push(Action::ForceRelease);
             }
             if !s.clients.iter().any(|c| self.owes_step(s, c)) {
                 actions.push(Action::Tick);

@@ -5,9 +5,9 @@ use std::fmt::Write as _;
 
 use super::lua::{Outcome, Reply};
 use super::system::{
-    Access, Action, FENCE_NOT_RISING, FENCED_WRITE_WENT_BACK, Lock, Op, Phase,
-    READER_PASSED_WAITING_WRITER, STRAY_RELEASE_CHANGED, State, Upgradable, WRITER_BEFORE_UPGRADE,
-    WRITER_JUMPED_QUEUE,
+    Access, Action, EVICTED_CAME_BACK, FENCE_NOT_RISING, FENCED_WRITE_WENT_BACK, HANDED_PAST_PLACE,
+    Lock, Op, Phase, READER_PASSED_WAITING_WRITER, STRAY_RELEASE_CHANGED, State, Upgradable,
+    WRITER_BEFORE_UPGRADE, WRITER_JUMPED_QUEUE,
 };
 
 impl Lock {
@@ -27,7 +27,8 @@ impl Lock {
             let map = |i: u8| to_concrete[i as usize] as u8;
             let action = match action {
                 Action::Call(i, op, lost) => Action::Call(map(i), op, lost),
-                Action::Resend(i) => Action::Resend(map(i)),
+                Action::Resend(i, lost) => Action::Resend(map(i), lost),
+                Action::Fail(i) => Action::Fail(map(i)),
                 Action::GiveUp(i) => Action::GiveUp(map(i)),
                 Action::Crash(i) => Action::Crash(map(i)),
                 Action::Pause(i) => Action::Pause(map(i)),
@@ -66,10 +67,24 @@ impl Lock {
         let who = |i: u8| self.cfg.name(i as usize);
         let what = match action {
             Action::Call(i, op, _) => format!("{} {}", who(i), op_name(op)),
-            Action::Resend(i) => {
+            Action::Resend(i, lost) => {
                 let op = last.clients[i as usize].inflight.map(|f| f.op);
-                format!("{} resends {}", who(i), op.map_or("?".into(), op_name))
+                let lost = if lost { " (reply lost again)" } else { "" };
+                format!(
+                    "{} resends {}{lost}",
+                    who(i),
+                    op.map_or("?".into(), op_name)
+                )
             }
+            Action::Fail(i) => {
+                let op = last.clients[i as usize].inflight.map(|f| f.op);
+                format!(
+                    "{}'s {} ends in an error",
+                    who(i),
+                    op.map_or("?".into(), op_name)
+                )
+            }
+            Action::ForceRelease => "an operator forces a release".into(),
             Action::GiveUp(i) => format!("{} times out", who(i)),
             Action::Crash(i) => format!("{} crashes", who(i)),
             Action::Pause(i) => format!("{} pauses past its lease", who(i)),
@@ -115,6 +130,14 @@ impl Lock {
             (
                 WRITER_BEFORE_UPGRADE,
                 "a writer was granted between an upgradable hold and its upgrade",
+            ),
+            (
+                HANDED_PAST_PLACE,
+                "a hand-over's hold outlasts the place it was handed to",
+            ),
+            (
+                EVICTED_CAME_BACK,
+                "a hold ended by a forced release was renewed, upgraded or downgraded",
             ),
         ] {
             if s.violations & bit != 0 {
