@@ -345,8 +345,10 @@ impl RwLock {
     /// An operator's break-glass: ends every hold on the lock, whoever owns it, and
     /// wakes the waiters. Queued writers keep their places and fencing tokens keep
     /// rising. The evicted holders find out at their next renewal (their guards
-    /// report the lease lost); until then they may still act, so use this only
-    /// when the holders are known to be gone or stuck. Returns how many holds ended.
+    /// report the lease lost, and never hold again); until then they may still act,
+    /// so use this only when the holders are known to be gone or stuck. Readers
+    /// that come afterwards hold like any others. It deletes every reader's entry,
+    /// so its work grows with the number of readers. Returns how many holds ended.
     ///
     /// # Errors
     ///

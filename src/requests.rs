@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use crate::error::Chain;
 use crate::scripts::{Access, Acquired, LockMode, Replicas};
 use crate::token::Token;
-use crate::waiting::INTENT_TTL;
+use crate::waiting::intent_ttl;
 use crate::wakeups::{Interest, Listener};
 use crate::{Error, Fairness, FencedWrites, RwLock};
 
@@ -65,7 +65,11 @@ impl RwLock {
             timeout: options.replica_timeout,
         });
         let lease = self.lease(access.mode());
-        let intent = if wait { INTENT_TTL } else { Duration::ZERO };
+        let intent = if wait {
+            intent_ttl(options.write_lease)
+        } else {
+            Duration::ZERO
+        };
         let conn = self.conn();
         let (reply, acknowledged) = match access {
             Access::Read | Access::UpgradableRead => {

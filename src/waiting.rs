@@ -42,9 +42,35 @@ const UNSETTLED_RECHECK: Duration = Duration::from_millis(200);
 const UNSETTLED_FOR: Duration = Duration::from_secs(2);
 /// Random extra delay per re-check, so waiters do not re-check in step.
 const RECHECK_JITTER: Duration = Duration::from_millis(100);
-/// How long a queued writer's intent lives without a re-check: a few periods, so it
-/// outlives the gaps between re-checks and dies soon after its waiter is gone.
-pub(crate) const INTENT_TTL: Duration = Duration::from_millis(3 * 1100);
+/// The longest a queued writer's place (or a pending upgrade) lives without a
+/// re-check: three of the longest re-check periods with their jitter.
+const LONGEST_INTENT: Duration = Duration::from_millis(3 * 1100);
+/// The shortest: three of the shortest re-check periods.
+const SHORTEST_INTENT: Duration = Duration::from_millis(3 * 500);
+
+/// How long a waiting writer's place in the queue (or a pending upgrade) lives
+/// without a re-check: the write lease, kept between [`SHORTEST_INTENT`] and
+/// [`LONGEST_INTENT`]. So a crashed waiter blocks others no longer than a crashed
+/// writer would (unless the write lease is under 1.5 s), and the place outlives the
+/// gaps between its waiter's re-checks, which come at least three times per
+/// lifetime ([`recheck_limit`]).
+pub(crate) fn intent_ttl(write_lease: Duration) -> Duration {
+    write_lease.clamp(SHORTEST_INTENT, LONGEST_INTENT)
+}
+
+/// The longest re-check period of a waiter asking for `access`: a writer or an
+/// upgrade re-checks at least three times per place lifetime (jitter included).
+fn recheck_limit(lock: &RwLock, access: Access) -> Duration {
+    match access {
+        Access::Write | Access::Upgrade => {
+            let intent = intent_ttl(lock.options().write_lease);
+            (intent / 3)
+                .saturating_sub(RECHECK_JITTER)
+                .clamp(MIN_RECHECK, MAX_RECHECK)
+        }
+        Access::Read | Access::UpgradableRead => MAX_RECHECK,
+    }
+}
 
 /// A hold the server granted.
 pub(crate) struct Granted {
@@ -58,11 +84,13 @@ pub(crate) struct Granted {
 }
 
 /// How long a write hold handed over by another client's release counts, from the
-/// send of this waiter's last refused attempt: the script grants it for the queue
-/// place's lifetime (capped by the write lease) from the moment of the hand-over,
-/// which came after that refusal ran.
+/// send of this waiter's last refused attempt: the script grants it the place's
+/// lifetime (capped by the write lease) from the moment of the hand-over, but never
+/// past the place's own deadline, which that refusal set to its arrival plus the
+/// place's lifetime. Both ends are later than the send plus this.
 fn handed_lease(lock: &RwLock) -> Duration {
-    lock.held_for(LockMode::Write).min(INTENT_TTL)
+    lock.held_for(LockMode::Write)
+        .min(intent_ttl(lock.options().write_lease))
 }
 
 /// The fencing token of a hand-over message for `token` (`"<token>:<fence>"`).
@@ -159,7 +187,7 @@ async fn attempt_until_granted(
                 Acquired::Granted { fence } => {
                     if let Some(listener) = listener.as_ref().filter(|_| asking.is_some()) {
                         let lasts = lock.held_for(LockMode::Write);
-                        listener.writer_answered(lasts, recheck_after(lasts));
+                        listener.writer_answered(lasts, recheck_after(lasts, MAX_RECHECK));
                     } else if let (Some(listener), Some(wakeups)) = (shared, wakeups) {
                         listener.reader_granted(wakeups);
                     }
@@ -198,7 +226,7 @@ async fn attempt_until_granted(
             let pause = if unsettled_until.is_some_and(|until| Instant::now() < until) {
                 UNSETTLED_RECHECK
             } else {
-                recheck_after(holds_for)
+                recheck_after(holds_for, recheck_limit(lock, access))
             };
             if asking.is_some() {
                 listener.writer_answered(holds_for, pause);
@@ -251,9 +279,9 @@ async fn attempt_until_granted(
 }
 
 /// The re-check delay after a refusal: when the current holds would end, kept
-/// between [`MIN_RECHECK`] and [`MAX_RECHECK`], plus jitter.
-fn recheck_after(holds_for: Duration) -> Duration {
-    holds_for.clamp(MIN_RECHECK, MAX_RECHECK) + jitter()
+/// between [`MIN_RECHECK`] and `longest` (at most [`MAX_RECHECK`]), plus jitter.
+fn recheck_after(holds_for: Duration, longest: Duration) -> Duration {
+    holds_for.clamp(MIN_RECHECK, longest) + jitter()
 }
 
 /// A random extra delay, so waiters do not re-check in step.
@@ -337,10 +365,26 @@ mod tests {
     #[test]
     fn recheck_stays_between_half_a_second_and_a_second() {
         for holds_for in [0, 1, 300, 700, 5_000, 60_000] {
-            let delay = recheck_after(Duration::from_millis(holds_for));
+            let delay = recheck_after(Duration::from_millis(holds_for), MAX_RECHECK);
             assert!(delay >= MIN_RECHECK && delay <= MAX_RECHECK + RECHECK_JITTER);
         }
-        assert!(INTENT_TTL >= 3 * MAX_RECHECK);
+    }
+
+    #[test]
+    fn a_place_lives_the_write_lease_and_outlives_three_rechecks() {
+        let ms = Duration::from_millis;
+        for (lease, intent) in [(1, 1_500), (1_500, 1_500), (2_000, 2_000), (10_000, 3_300)] {
+            assert_eq!(intent_ttl(ms(lease)), ms(intent), "write lease {lease} ms");
+            let longest = (ms(intent) / 3)
+                .saturating_sub(RECHECK_JITTER)
+                .clamp(MIN_RECHECK, MAX_RECHECK);
+            // Three re-checks, jitter included, fit in a place's lifetime (the
+            // shortest lifetime allows 0.6 s periods: two and a half).
+            assert!(
+                3 * (longest + RECHECK_JITTER) <= ms(intent) || longest == MIN_RECHECK,
+                "write lease {lease} ms"
+            );
+        }
     }
 
     #[test]
