@@ -131,12 +131,14 @@ fn two_readers_two_writers_crash_and_pause() {
     check(cfg);
 }
 
-/// The same properties when a reply is lost and the driver resends the script.
+/// The same properties when a reply is lost and the driver resends the script, or
+/// the caller gets an error although the script ran.
 #[test]
 fn two_readers_two_writers_resent_command() {
-    let mut cfg = base("2R+2W, a resent command");
+    let mut cfg = base("2R+2W, a resent command, an error");
     cfg.horizon = 3;
     cfg.faults.lost_replies = 1;
+    cfg.faults.errors = 1;
     cfg.examples = vec!["a writer holds", "two readers hold at once"];
     check(cfg);
 }

@@ -27,6 +27,8 @@
 //! * `inspect.rs`: commands, statistics and the cluster's view of itself;
 //! * `faults.rs`: failover, slot migration, script flushes, connection kills;
 //! * `process.rs`: pausing, resuming and killing processes by pid;
+//! * `proxy.rs`: [`Proxy`], a loopback relay that loses a chosen reply and resets
+//!   the connection, and [`Proxied`] servers (a relay in front of every node);
 //! * `panics.rs`: counting panics in background tasks;
 //! * `locks.rs`: clients, unique names and an exclusion checker for lock tests;
 //! * `original.rs`: clients of the original design (`tests/original/`);
@@ -46,6 +48,7 @@ mod logs;
 mod original;
 mod panics;
 mod process;
+mod proxy;
 pub mod scale;
 mod scripts;
 
@@ -66,5 +69,7 @@ pub use original::*;
 pub use panics::*;
 #[allow(unused_imports)]
 pub use process::*;
+#[allow(unused_imports)]
+pub use proxy::*;
 #[allow(unused_imports)]
 pub use scripts::*;

@@ -1,0 +1,177 @@
+//! `force_release` (the operator's break-glass) ends every hold at once; the evicted
+//! holders learn it at their next renewal. What it leaves behind must not confuse
+//! the readers that come after it: an evicted reader never comes back (its renewal
+//! finds its hold gone, whatever other readers did meanwhile), and a reader that
+//! arrives after the forced release holds, renews and releases like any other.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use redis_rwlock::LockOptions;
+use tokio::time::{Instant, sleep_until, timeout};
+
+use common::{cluster_client, unique_name};
+
+/// The evicted reader's lease: it renews every 2 s.
+const EVICTED_LEASE: Duration = Duration::from_secs(6);
+/// A few of its renewal periods: by then a renewal has told it.
+const EVICTED_LEARNS_WITHIN: Duration = Duration::from_secs(6);
+/// The lease of the reader that comes after the forced release (shorter than what
+/// the evicted reader had left).
+const NEXT_LEASE: Duration = Duration::from_secs(1);
+
+/// What the reader that comes after the forced release does with its hold.
+#[derive(Clone, Copy, Debug)]
+enum Then {
+    /// Releases it at once.
+    Releases,
+    /// Never renews it and lets it run out.
+    LetsItLapse,
+}
+
+/// Reader A holds (6 s lease), an operator forces the lock free, reader B (another
+/// client, 1 s lease) takes a read hold and then releases it or lets it lapse. A's
+/// next renewal must find its hold gone: A's guard reports the lease lost within a
+/// few renewal periods, and a writer (a third client) is never granted the lock while
+/// A still believes it holds.
+async fn an_evicted_reader_stays_evicted(then: Then) {
+    let (a, b, c) = (
+        cluster_client().await,
+        cluster_client().await,
+        cluster_client().await,
+    );
+    let name = unique_name("evicted");
+    let evicted = a.rwlock_with(&name, LockOptions::default().read_lease(EVICTED_LEASE));
+    let reader_a = evicted.read().await.unwrap();
+    let forced = Instant::now();
+    assert_eq!(evicted.force_release().await.unwrap(), 1, "A's hold ended");
+
+    let next = b.rwlock_with(
+        &name,
+        LockOptions::default()
+            .read_lease(NEXT_LEASE)
+            .auto_renew(matches!(then, Then::Releases)),
+    );
+    let reader_b = next.read().await.unwrap();
+    // Kept until the end when it lapses: dropping it would release it.
+    let mut lapsing = None;
+    let b_did = match then {
+        Then::Releases => format!("released: {:?}", reader_b.release().await),
+        Then::LetsItLapse => {
+            // Past its local deadline, and then past the server's (never earlier).
+            sleep_until(Instant::from_std(reader_b.deadline()) + Duration::from_millis(300)).await;
+            lapsing = Some(reader_b);
+            "lapsed".to_owned()
+        }
+    };
+
+    let learned = timeout(EVICTED_LEARNS_WITHIN, reader_a.lost())
+        .await
+        .is_ok();
+    let waited = forced.elapsed();
+    let writer = c.rwlock(&name).try_write().await;
+    let a_believes = reader_a.is_held();
+    let state = evicted.state().await.unwrap();
+    println!(
+        "B {b_did}; {waited:?} after the forced release A's guard learned it was evicted: \
+         {learned}, believes it holds: {a_believes}; C's try_write: {}; the lock: readers \
+         {:?}, writer {:?}",
+        match &writer {
+            Ok(_) => "granted".to_owned(),
+            Err(err) => format!("{err:?}"),
+        },
+        state.readers,
+        state.writer
+    );
+    let granted = writer.is_ok();
+    if let Ok(writer) = writer {
+        writer.release().await.unwrap();
+    }
+    assert!(
+        !(granted && a_believes),
+        "C was granted the write lock while the evicted reader A still believes it holds \
+         ({waited:?} after the forced release, after its renewals; B {b_did})"
+    );
+    assert!(
+        learned,
+        "the evicted reader A never learned it was evicted: its renewals kept succeeding for \
+         {EVICTED_LEARNS_WITHIN:?} (B {b_did})"
+    );
+    assert!(
+        granted,
+        "the lock is free once its evicted reader knows and B is gone, yet C's try_write was refused"
+    );
+    drop(lapsing);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_evicted_by_force_release_does_not_come_back_after_the_next_reader_released() {
+    an_evicted_reader_stays_evicted(Then::Releases).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_evicted_by_force_release_does_not_come_back_after_the_next_reader_lapsed() {
+    an_evicted_reader_stays_evicted(Then::LetsItLapse).await;
+}
+
+/// Reader A holds (6 s lease), an operator forces the lock free, reader B (another
+/// client, 1.5 s lease: renewals every 0.5 s) takes a read hold: it must stay held
+/// across its renewals, its release must succeed, and then the lock has no readers
+/// and a writer (a third client) is granted it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_after_a_forced_release_holds_renews_and_releases_like_any_other() {
+    let (a, b, c) = (
+        cluster_client().await,
+        cluster_client().await,
+        cluster_client().await,
+    );
+    let name = unique_name("after-forced");
+    let evicted = a.rwlock_with(&name, LockOptions::default().read_lease(EVICTED_LEASE));
+    let _reader_a = evicted.read().await.unwrap();
+    assert_eq!(evicted.force_release().await.unwrap(), 1, "A's hold ended");
+
+    let lease = Duration::from_millis(1500);
+    let next = b.rwlock_with(&name, LockOptions::default().read_lease(lease));
+    let reader_b = next.read().await.unwrap();
+    let granted = Instant::now();
+    // Three renewals (every third of the lease), and a little more.
+    let renewals = lease + Duration::from_millis(200);
+    let lost_after = timeout(renewals, reader_b.lost())
+        .await
+        .ok()
+        .map(|()| granted.elapsed());
+    let held = reader_b.is_held();
+    let released = reader_b.release().await;
+    let state = next.state().await.unwrap();
+    let writer = c.rwlock(&name).try_write().await;
+    println!(
+        "B: lost after {lost_after:?}, held after {renewals:?}: {held}, release: {released:?}; \
+         then the lock's readers {:?}; C's try_write: {}",
+        state.readers,
+        match &writer {
+            Ok(_) => "granted".to_owned(),
+            Err(err) => format!("{err:?}"),
+        }
+    );
+    let writer_granted = writer.is_ok();
+    if let Ok(writer) = writer {
+        writer.release().await.unwrap();
+    }
+    assert!(
+        lost_after.is_none() && held,
+        "B's hold was lost at a renewal ({lost_after:?} after its grant): the reader that came \
+         after the forced release was taken for one of the evicted"
+    );
+    assert!(released.is_ok(), "B's release failed: {released:?}");
+    assert!(
+        state.readers.is_empty(),
+        "readers left after B's release: {:?}",
+        state.readers
+    );
+    assert!(
+        writer_granted,
+        "C's try_write was refused right after B, the only reader, released"
+    );
+}
