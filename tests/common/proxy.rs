@@ -19,7 +19,7 @@
 //!   port of that view to a node.
 //!
 //! * [`Proxy::sever`]: the relay closes every connection and refuses new ones, for
-//!   good: to the server, the client's process died (tests/queue_bounds.rs).
+//!   good: to the server, the client's process died.
 //!
 //! Each relay runs on a runtime of its own (one worker thread), so it works under any
 //! test runtime, also one blocked in harness code; dropping the [`Proxy`] stops it
