@@ -48,7 +48,7 @@ if upgrade then
 end
 
 if is_free(s) then
-  local first = first_writer(s)
+  local first = first_in_line(s)
   if not first or first == s.token then
     if first then
       serve_head(s)
@@ -60,7 +60,8 @@ if is_free(s) then
 end
 
 if intent_ttl > 0 then
-  join_queue(s, intent_ttl, min(intent_ttl, lease))
+  s.place = join_queue(s, s.token, s.linked, intent_ttl, min(intent_ttl, lease))
+  s.linked = true
 end
 settle(s)
 return { 0, retry_hint(s), refusal_fence(s) }

@@ -5,30 +5,42 @@
 -- KEYS[1]  the lock's state hash
 -- ARGV[1..3] common (see helpers.lua)
 -- Returns the number of holds removed (readers, the writer, original-design stamps).
--- Every reader's `r:` field is deleted, counted or not, so no evicted reader can
--- come back and no later reader is mistaken for one of them. This is the one
--- script whose work grows with the number of readers (a page of fields at a time);
--- it is meant for rare manual use.
+-- Every reader's `r:` field and every batch's grant (`rg:`, `rn:`) is deleted,
+-- counted or not, so no evicted reader can come back and no later reader is
+-- mistaken for one of them; batches still waiting in line keep their places. This
+-- is the one script whose work grows with the number of readers (a page of fields
+-- at a time); it is meant for rare manual use.
 bind(KEYS, ARGV)
-local s = load('')
+local s = load('', true) -- batches waiting in line are served after, not before
 
 -- One page of `r:` fields per HSCAN call, deleted as it comes (an HDEL per page
 -- keeps every call's arguments bounded, however many readers there are).
 local PAGE = 1000
 
+-- Deletes every field matching `pattern`, with `also(name)` for each (or nil).
+local function delete_all(pattern, also)
+  local cursor = '0'
+  repeat
+    local page = redis.call('HSCAN', KEY, cursor, 'MATCH', pattern, 'COUNT', PAGE)
+    cursor = page[1]
+    local found, names = page[2], {}
+    for i = 1, #found, 2 do
+      names[#names + 1] = found[i]
+      if also then
+        names[#names + 1] = also(found[i])
+      end
+    end
+    if #names > 0 then
+      redis.call('HDEL', KEY, unpack(names))
+    end
+  until cursor == '0'
+end
+
 local removed = s.nreaders
-local cursor = '0'
-repeat
-  local page = redis.call('HSCAN', KEY, cursor, 'MATCH', 'r:*', 'COUNT', PAGE)
-  cursor = page[1]
-  local found, names = page[2], {}
-  for i = 1, #found, 2 do
-    names[#names + 1] = found[i]
-  end
-  if #names > 0 then
-    redis.call('HDEL', KEY, unpack(names))
-  end
-until cursor == '0'
+delete_all('r:*')
+delete_all('rg:*', function(name)
+  return 'rn:' .. sub(name, 4)
+end)
 del(s, 'readers')
 del(s, 'readers_until')
 del(s, 'readers_gone')
@@ -47,6 +59,6 @@ del(s, 'w:until')
 layout.clear_all(s)
 s.nreaders, s.readers_until, s.gone, s.writer, s.writer_until = 0, 0, 0, nil, nil
 s.original_writer_until, s.original_reader_until = nil, nil
-s.mine, s.leftover = nil, nil
+s.mine, s.leftover, s.grouped = nil, nil, nil
 settle(s)
 return removed

@@ -19,7 +19,18 @@
 --                     held, so the end of that hold is announced ('u')
 --   fence             last fencing token issued: max(fence + 1, server time in
 --                     microseconds), so tokens keep rising after the key expired
---   the writers' queue (queue.lua) and the layout's stamps (hash_layout.lua)
+--   rw:<token>        the batch a reader waits in (writer preference: readers that
+--                     find writers ahead wait in line, in batches), until its share
+--                     of the batch's grant becomes its own `r:` field
+--   rn:<batch>        how many readers wait in the batch, or (once granted) hold by
+--                     it without an `r:` field of their own yet
+--   rg:<batch>        the deadline of a granted batch's readers (ms): they are
+--                     counted in `readers`; each one's hold ends there unless it
+--                     renews (its next script turns its share into an `r:` field)
+--   rseq              the last batch number: max(rseq + 1, server time in µs), so
+--                     a batch's name is never used twice, also after the key expired
+--   the line of writers and reader batches (queue.lua) and the layout's stamps
+--   (hash_layout.lua)
 -- Scripts read only named fields (HMGET), never the whole hash, so no operation
 -- costs more when more readers hold or more writers wait. Readers are judged by
 -- their count and latest deadline: once `readers_until` has passed, every counted
@@ -29,14 +40,52 @@
 -- a small hash is scanned whole).
 local SWEEP = 100
 
--- Deletes the `r:` fields that readers which never released left behind, as far as
--- one bounded HSCAN finds them (rare: only when every counted reader has expired).
+-- Deletes the `r:` fields that readers which never released left behind, and the
+-- grants of batches whose readers all expired, as far as one bounded HSCAN each
+-- finds them (rare: only when every counted reader has expired). A dead batch
+-- reader's `rw:` field stays until it would act or the key expires: it names a
+-- batch that no longer exists, which counts as nothing.
 local function sweep_leftovers(s)
   local found = redis.call('HSCAN', KEY, 0, 'MATCH', 'r:*', 'COUNT', SWEEP)[2]
   for i = 1, #found, 2 do
     if tonumber(found[i + 1]) <= s.gone then
       del(s, found[i])
     end
+  end
+  found = redis.call('HSCAN', KEY, 0, 'MATCH', 'rg:*', 'COUNT', SWEEP)[2]
+  for i = 1, #found, 2 do
+    if tonumber(found[i + 1]) <= s.gone then
+      del(s, found[i])
+      del(s, 'rn:' .. sub(found[i], 4))
+    end
+  end
+end
+
+-- Readers waiting in line, in batches (one table: a function library's chunk may
+-- hold no more than 60 locals): `leave`, `join`, `grant`, `serve` below.
+local batches = {}
+
+-- The caller's reader leaves its batch (`granted`: it held by the batch's grant):
+-- the batch counts one reader less, and goes when none is left (a waiting batch's
+-- place is then withdrawn).
+function batches.leave(s, batch, granted)
+  del(s, 'rw:' .. s.token)
+  local n = (tonumber(fields(s, { 'rn:' .. batch })[1]) or 1) - 1
+  if n > 0 then
+    set(s, 'rn:' .. batch, n)
+  else
+    del(s, 'rn:' .. batch)
+    if granted then
+      del(s, 'rg:' .. batch)
+    else
+      del(s, 'wait:' .. batch)
+      s.dequeued = true
+    end
+  end
+  if granted then
+    s.grouped = nil
+  else
+    s.batch = nil
   end
 end
 
@@ -60,6 +109,55 @@ local function end_upgradable(s)
   end_upgrade(s)
 end
 
+-- The readers of batch `batch` (just returned by `first_in_line`: its first lease
+-- and its place's deadline) all hold from now, in one step whatever their number:
+-- counted as readers until the batch's deadline, the first lease from now but never
+-- past the place (a batch whose readers died blocks nobody longer than its place
+-- would have). Each reader learns it from the batch's message, or finds it at its
+-- next script, which turns its share into its own `r:` field.
+function batches.grant(s, batch, first_lease, place_deadline)
+  local n = tonumber(fields(s, { 'rn:' .. batch })[1]) or 0
+  serve_head(s)
+  if n == 0 then
+    return
+  end
+  local deadline = min(s.now + first_lease, place_deadline)
+  s.nreaders = s.nreaders + n
+  set(s, 'readers', s.nreaders)
+  if deadline > s.readers_until then
+    s.readers_until = deadline
+    set(s, 'readers_until', int(deadline))
+  end
+  if s.upgradable and deadline > s.others_until then
+    s.others_until = deadline
+    set(s, 'u:others', int(deadline))
+  end
+  set(s, 'rg:' .. batch, int(deadline))
+  layout.stamp_read(s)
+  s.extended, s.granted = true, batch
+  if s.batch == batch then
+    s.grouped, s.mine, s.batch = batch, deadline, nil
+  end
+end
+
+-- Lets in the batch of readers first in line when nothing keeps readers out: no
+-- writer (ours or an original client's) and no pending upgrade. Looks at the line
+-- only when its head is a batch, or the lock is free, or an entry left it (so a
+-- reader's script on a lock whose next writer waits for the readers costs nothing).
+function batches.serve(s)
+  if not s.head or s.writer or s.original_writer_until or s.upgrade then
+    return
+  end
+  local free = s.nreaders == 0 and not s.original_reader_until
+  if not (is_batch(s.head) or free or s.dequeued) then
+    return
+  end
+  local first, first_lease, deadline = first_in_line(s)
+  if first and is_batch(first) then
+    batches.grant(s, first, first_lease, deadline)
+  end
+end
+
 -- The fields every script reads after the token's own three (`load`): the
 -- summaries above and the queue's ends, then the layout's. Built once (in the
 -- function library, once per load of the library).
@@ -71,17 +169,21 @@ end
 
 -- Reads the lock for an operation of `token` ('' for none): the summaries, the
 -- token's own fields and the layout's. Expired holds are noted as changes (written
--- by `settle`; a read-only script never writes them). Raises WRONGTYPE before any
--- write.
-local function load(token)
+-- by `settle`; a read-only script never writes them), and so is the grant of a
+-- batch of readers that nothing keeps out any more (unless `as_found`). Raises
+-- WRONGTYPE before any write.
+local function load(token, as_found)
   local now, now_us = server_time()
   local read_field, wait_field, next_field = 'r:' .. token, 'wait:' .. token, 'wn:' .. token
-  local v = redis.call('HMGET', KEY, read_field, wait_field, next_field, unpack(LOCK_FIELDS))
+  local member_field = 'rw:' .. token
+  local v = redis.call('HMGET', KEY, read_field, wait_field, next_field, member_field,
+    unpack(LOCK_FIELDS))
   -- `h`: the fields present, by name (most are absent: they are left out).
-  local h = { [read_field] = v[1] or nil, [wait_field] = v[2] or nil, [next_field] = v[3] or nil }
+  local h = { [read_field] = v[1] or nil, [wait_field] = v[2] or nil, [next_field] = v[3] or nil,
+    [member_field] = v[4] or nil }
   for i = 1, #LOCK_FIELDS do
-    if v[i + 3] then
-      h[LOCK_FIELDS[i]] = v[i + 3]
+    if v[i + 4] then
+      h[LOCK_FIELDS[i]] = v[i + 4]
     end
   end
   local s = { now = now, now_us = now_us, token = token, h = h, changes = {},
@@ -141,8 +243,30 @@ local function load(token)
     s.place = parse_place(h[wait_field])
   end
   s.linked = token ~= '' and (h[next_field] ~= nil or s.head == token or s.tail == token)
+  -- The batch the token's reader waits in, or holds by (`mine`: its share counts).
+  if h[member_field] then
+    local batch = h[member_field]
+    local b = redis.call('HMGET', KEY, 'rg:' .. batch, 'wait:' .. batch)
+    if b[1] then
+      s.grouped = batch
+      if tonumber(b[1]) > s.gone then
+        s.mine = tonumber(b[1])
+      end
+    elseif b[2] then
+      local deadline, first_lease = parse_place(b[2])
+      s.batch, s.batch_place = batch, { deadline = deadline, first_lease = first_lease }
+      if deadline <= now then
+        batches.leave(s, batch, false) -- its place lapsed: it waits in line no more
+      end
+    else
+      del(s, member_field) -- a batch that no longer exists
+    end
+  end
 
   layout.original_holds(s, h)
+  if not as_found then
+    batches.serve(s)
+  end
   return s
 end
 
@@ -192,6 +316,9 @@ end
 -- count on.
 local function hold_read(s, lease)
   local deadline = max(s.now + lease, s.mine or 0)
+  if s.grouped then
+    batches.leave(s, s.grouped, true) -- its share of a batch's grant becomes its own field
+  end
   if not s.mine then
     s.nreaders = s.nreaders + 1
     set(s, 'readers', s.nreaders)
@@ -262,6 +389,9 @@ local function drop_reader(s, token)
   end
   del(s, 'r:' .. token)
   if token == s.token then
+    if s.grouped then
+      batches.leave(s, s.grouped, true)
+    end
     s.mine = nil
   end
   s.nreaders = s.nreaders - 1
@@ -273,6 +403,45 @@ local function drop_reader(s, token)
     del(s, 'readers_until')
     layout.clear_read(s)
   end
+end
+
+-- The caller's plain reader waits in line (writer preference): in its batch, or in
+-- the batch at the tail of the line, or in a new batch it starts there; its wait
+-- keeps the batch's place for `ttl` ms (a batch lives while any of its readers
+-- comes back). Returns the batch's name.
+function batches.join(s, ttl, first_lease)
+  -- A hold it had expired (it would be granted otherwise): it ends here, so the
+  -- batch's grant counts it once.
+  if s.mine then
+    drop_reader(s, s.token)
+  elseif s.grouped then
+    batches.leave(s, s.grouped, true)
+  elseif s.leftover then
+    del(s, 'r:' .. s.token)
+  end
+  local batch, place = s.batch, s.batch_place
+  if not batch then
+    if s.tail and is_batch(s.tail) then
+      local v = fields(s, { 'wait:' .. s.tail })[1]
+      if v then
+        local deadline, lease = parse_place(v)
+        if deadline > s.now then
+          batch, place = s.tail, { deadline = deadline, first_lease = lease }
+        end
+      end
+    end
+    if not batch then
+      local n = max((tonumber(fields(s, { 'rseq' })[1]) or 0) + 1, s.now_us)
+      set(s, 'rseq', int(n))
+      batch = 'r#' .. int(n)
+    end
+    set(s, 'rw:' .. s.token, batch)
+    set(s, 'rn:' .. batch, (tonumber(fields(s, { 'rn:' .. batch })[1]) or 0) + 1)
+  end
+  local deadline = join_queue(s, batch, place ~= nil, ttl, first_lease, place)
+  s.batch, s.batch_place = batch, { deadline = deadline, first_lease = max(first_lease,
+    place and place.first_lease or 0) }
+  return batch
 end
 
 local function drop_writer(s)
@@ -354,7 +523,7 @@ end
 -- the upgradable hold.
 local function settle(s)
   if s.dequeued then
-    first_writer(s) -- takes out withdrawn places at the head: is the queue empty?
+    first_in_line(s) -- takes out withdrawn places at the head: is the line empty?
   end
   -- A handed hold lasts its first lease but never outlives the place it was handed
   -- to: a waiter that died just before its place lapsed blocks nobody longer than
@@ -364,12 +533,15 @@ local function settle(s)
     local token, upgrade = s.upgradable, s.upgrade
     local lease = min(upgrade.first_lease, upgrade.deadline - s.now)
     handed = token .. ':' .. int(upgrade_to_write(s, lease))
-  elseif is_free(s) then
-    local first, first_lease, deadline = first_writer(s)
-    if first then
-      serve_head(s)
-      local lease = min(first_lease, deadline - s.now)
-      handed = first .. ':' .. int(grant_write(s, first, lease))
+  else
+    batches.serve(s)
+    if is_free(s) then
+      local first, first_lease, deadline = first_in_line(s)
+      if first and not is_batch(first) then
+        serve_head(s)
+        local lease = min(first_lease, deadline - s.now)
+        handed = first .. ':' .. int(grant_write(s, first, lease))
+      end
     end
   end
   -- An upgradable waiter was refused by the hold that ended: it is told below.
@@ -382,8 +554,14 @@ local function settle(s)
     set_expiry(s)
   end
   local written = s.writer or s.original_writer_until
+  if s.granted then
+    -- The batch's readers hold; to other readers it is an 'r' (a writer left).
+    redis.call(PUBLISH, CHANNEL, s.granted)
+  end
   if handed then
     redis.call(PUBLISH, CHANNEL, handed)
+  elseif s.granted then
+    return
   elseif is_free(s) then
     if s.freed_writer or s.dequeued or s.upgrade_ended or wanted then
       redis.call(PUBLISH, CHANNEL, '*')

@@ -1,14 +1,17 @@
--- queue.lua: the writers' queue, a linked list inside the hash, so joining, leaving
--- and serving it cost the same however many writers wait:
---   q:head, q:tail  tokens of the first and the last place in arrival order
---   wait:<token>    "<deadline>:<first lease>" a queued writer's place (ms): it lapses
---                   at the deadline unless the waiter comes back; `first lease` is how
---                   long a hold handed to it by another script's release lasts
---                   until it renews (the place's lifetime, capped by its lease)
---   wn:<token>      the token of the next place (absent for the tail)
---   queue_until     no place lives past this (ms); absent while nobody queues
--- A withdrawn place loses its `wait:` field at once but stays linked until it
--- reaches the head; places are taken out at the head only (withdrawn or lapsed ones
+-- queue.lua: the line of waiters, a linked list inside the hash, so joining, leaving
+-- and serving it cost the same however many wait. An entry is a queued writer (its
+-- token) or a batch of readers that wait behind the entry before it ('r#<number>',
+-- see holds.lua): readers that arrive while the tail is such a batch join it, so
+-- writers and batches alternate.
+--   q:head, q:tail  the first and the last entry in arrival order
+--   wait:<entry>    "<deadline>:<first lease>" the entry's place (ms): it lapses at
+--                   the deadline unless a waiter of it comes back; `first lease` is
+--                   how long a hold handed to it by another script lasts until it
+--                   renews (the place's lifetime, capped by the lease)
+--   wn:<entry>      the next entry (absent for the tail)
+--   queue_until     no place lives past this (ms); absent while nobody waits in line
+-- A withdrawn entry loses its `wait:` field at once but stays linked until it
+-- reaches the head; entries are taken out at the head only (withdrawn or lapsed ones
 -- on the way), each once, so the work per operation is constant on average.
 
 -- "<deadline>:<first lease>" as two numbers.
@@ -17,16 +20,21 @@ local function parse_place(value)
   return tonumber(sub(value, 1, colon - 1)), tonumber(sub(value, colon + 1))
 end
 
--- Whether a live place may exist: readers wait while one does (writer preference).
+-- True for a batch of readers, false for a writer's token.
+local function is_batch(entry)
+  return sub(entry, 1, 2) == 'r#'
+end
+
+-- Whether a live place may exist: new readers wait while one does (writer preference).
 local function queued(s)
   return s.head ~= nil and s.queue_until > s.now
 end
 
 -- Stores where the queue starts after the head moved.
-local function set_head(s, token)
-  s.head = token
-  if token then
-    set(s, 'q:head', token)
+local function set_head(s, entry)
+  s.head = entry
+  if entry then
+    set(s, 'q:head', entry)
   else
     s.tail, s.queue_until = nil, 0
     del(s, 'q:head')
@@ -35,28 +43,32 @@ local function set_head(s, token)
   end
 end
 
--- Gives `s.token` a place that lapses `ttl` ms from now: a new one at the tail, or
--- its own place refreshed where it is (also when it was withdrawn but is still
--- linked: a resent acquire after a withdrawal).
-local function join_queue(s, ttl, first_lease)
-  local token = s.token
+-- Gives `entry` a place that lapses `ttl` ms from now: a new one at the tail, or
+-- its own place refreshed where it is (`linked`; also when it was withdrawn but is
+-- still linked: a resent acquire after a withdrawal). `place` is a batch's current
+-- place: a batch keeps the latest deadline and the longest first lease of its
+-- members. Returns the place's deadline.
+local function join_queue(s, entry, linked, ttl, first_lease, place)
   local deadline = s.now + ttl
-  set(s, 'wait:' .. token, int(deadline) .. ':' .. int(first_lease))
-  if not s.linked then
-    if s.tail then
-      set(s, 'wn:' .. s.tail, token)
-    else
-      set_head(s, token)
-    end
-    s.tail, s.linked = token, true
-    set(s, 'q:tail', token)
+  if place then
+    deadline, first_lease = max(deadline, place.deadline), max(first_lease, place.first_lease)
   end
-  s.place = deadline
+  set(s, 'wait:' .. entry, int(deadline) .. ':' .. int(first_lease))
+  if not linked then
+    if s.tail then
+      set(s, 'wn:' .. s.tail, entry)
+    else
+      set_head(s, entry)
+    end
+    s.tail = entry
+    set(s, 'q:tail', entry)
+  end
   if deadline > s.queue_until then
     s.queue_until = deadline
     set(s, 'queue_until', int(deadline))
   end
   s.extended = true
+  return deadline
 end
 
 -- Withdraws `s.token`'s place (it stays linked until it reaches the head).
@@ -66,7 +78,7 @@ local function leave_queue(s)
   s.dequeued = true
 end
 
--- Takes the head's place out of the list; `next` is the place behind it.
+-- Takes the head's entry out of the list; `next` is the entry behind it.
 local function unlink_head(s, next)
   del(s, 'wait:' .. s.head)
   del(s, 'wn:' .. s.head)
@@ -76,10 +88,10 @@ local function unlink_head(s, next)
   set_head(s, next)
 end
 
--- The first queued writer with a live place, after taking out the withdrawn and
--- lapsed places in front of it. Returns its token, first lease and the place's
--- deadline, or nil.
-local function first_writer(s)
+-- The first entry with a live place, after taking out the withdrawn and lapsed
+-- entries in front of it. Returns it, its first lease and its place's deadline, or
+-- nil.
+local function first_in_line(s)
   while s.head do
     local v = fields(s, { 'wait:' .. s.head, 'wn:' .. s.head })
     if v[1] then
@@ -88,14 +100,17 @@ local function first_writer(s)
         s.head_next = v[2]
         return s.head, first_lease, deadline
       end
-      s.dequeued = true -- its waiter is gone
+      s.dequeued = true -- its waiters are gone
+      if is_batch(s.head) then
+        del(s, 'rn:' .. s.head) -- its readers' `rw:` fields now name nothing
+      end
     end
     unlink_head(s, v[2])
   end
   return nil
 end
 
--- Takes the first writer (just returned by `first_writer`) out of the queue.
+-- Takes the first entry (just returned by `first_in_line`) out of the queue.
 local function serve_head(s)
   unlink_head(s, s.head_next)
 end

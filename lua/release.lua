@@ -1,6 +1,6 @@
 -- release.lua: end whatever this token has (a read hold, upgradable or not, with its
--- pending upgrade; the write hold; a place in the writers' queue); hands the lock on
--- or wakes who can go next.
+-- pending upgrade, or its share of a batch's grant; the write hold; a place in line,
+-- its own or in a batch of readers); hands the lock on or wakes who can go next.
 -- KEYS[1]  the lock's state hash
 -- ARGV[1..3] common (see helpers.lua)
 -- ARGV[4]  token
@@ -21,8 +21,14 @@ elseif s.mine then
 elseif s.leftover then
   del(s, 'r:' .. s.token)
 end
+if s.grouped then
+  batches.leave(s, s.grouped, true) -- a share of a grant that expired uncounted
+end
 if s.place then
   leave_queue(s)
+end
+if s.batch then
+  batches.leave(s, s.batch, false)
 end
 settle(s)
 return removed

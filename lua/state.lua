@@ -7,36 +7,59 @@
 -- Returns {now_ms, fence, writer_token or '', writer_until_ms,
 --          original_writer_until_ms or 0, original_reader_until_ms or 0,
 --          {{reader_token, until_ms}, ...}, {{queued_writer_token, until_ms}, ...},
---          upgradable_token or '', upgrade_pending (1 or 0)}
+--          upgradable_token or '', upgrade_pending (1 or 0),
+--          {{waiting_reader_token, until_ms}, ...}}
 -- with queued writers first in line first; the upgradable reader is also one of the
--- readers.
+-- readers; readers that hold by a batch's grant are readers (until: the batch's
+-- deadline); waiting readers are those that wait in line (until: when their batch's
+-- place lapses unless one of them comes back), first in line first.
 bind(KEYS, ARGV)
-local s = load('')
+local s = load('', true)
 
 local flat = redis.call('HGETALL', KEY)
 local h = {}
 for i = 1, #flat, 2 do
   h[flat[i]] = flat[i + 1]
 end
-local readers = {}
-if s.nreaders > 0 then
-  for field, value in pairs(h) do
+local readers, members = {}, {}
+for field, value in pairs(h) do
+  local kind = sub(field, 1, 3)
+  if kind == 'rw:' then
+    members[value] = members[value] or {}
+    members[value][#members[value] + 1] = sub(field, 4)
+  elseif s.nreaders > 0 and sub(field, 1, 2) == 'r:' then
     local deadline = tonumber(value)
-    if sub(field, 1, 2) == 'r:' and deadline > s.gone and deadline > s.now then
+    if deadline > s.gone and deadline > s.now then
       readers[#readers + 1] = { sub(field, 3), deadline }
     end
   end
 end
-local queue = {}
-local token = s.head
-while token do
-  if h['wait:' .. token] then
-    local deadline = parse_place(h['wait:' .. token])
-    if deadline > s.now then
-      queue[#queue + 1] = { token, deadline }
+-- Readers that hold by a batch's grant.
+for batch, tokens in pairs(members) do
+  local deadline = tonumber(h['rg:' .. batch])
+  if s.nreaders > 0 and deadline and deadline > s.gone and deadline > s.now then
+    for _, token in ipairs(tokens) do
+      readers[#readers + 1] = { token, deadline }
     end
   end
-  token = h['wn:' .. token]
+end
+local queue, waiting = {}, {}
+local entry = s.head
+while entry do
+  if h['wait:' .. entry] then
+    local deadline = parse_place(h['wait:' .. entry])
+    if deadline <= s.now then
+      -- lapsed: nobody waits there any more
+    elseif is_batch(entry) then
+      for _, token in ipairs(members[entry] or {}) do
+        waiting[#waiting + 1] = { token, deadline }
+      end
+    else
+      queue[#queue + 1] = { entry, deadline }
+    end
+  end
+  entry = h['wn:' .. entry]
 end
 return { s.now, s.fence, s.writer or '', s.writer_until or 0, s.original_writer_until or 0,
-         s.original_reader_until or 0, readers, queue, s.upgradable or '', s.upgrade and 1 or 0 }
+         s.original_reader_until or 0, readers, queue, s.upgradable or '', s.upgrade and 1 or 0,
+         waiting }

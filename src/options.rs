@@ -32,8 +32,11 @@ const MAX_REPLICA_TIMEOUT: Duration = Duration::from_secs(1);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Fairness {
-    /// A waiting writer keeps new readers out, and writers are served in arrival
-    /// order: a refresher is never starved by a stream of readers. The default.
+    /// Fair both ways, in arrival order (phase-fair): a waiting writer keeps new
+    /// readers out and writers are served in arrival order, so a refresher is never
+    /// starved by a stream of readers; readers that arrive behind a writer wait in
+    /// line and enter together when it leaves, before the writers that came after
+    /// them, so readers are never starved by a stream of writers. The default.
     #[default]
     WriterPreferred,
     /// Readers enter whenever no writer holds, as in the original design; a writer

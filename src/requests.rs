@@ -72,11 +72,18 @@ impl RwLock {
         };
         let conn = self.conn();
         let (reply, acknowledged) = match access {
-            Access::Read | Access::UpgradableRead => {
-                let writer_preferred = options.fairness == Fairness::WriterPreferred;
+            Access::Read | Access::RecursiveRead | Access::UpgradableRead => {
+                // Plain readers that defer to writers wait in line; the others ask.
+                let in_line = options.fairness == Fairness::WriterPreferred
+                    && access != Access::RecursiveRead;
                 let upgradable = access == Access::UpgradableRead;
+                let intent = if access == Access::Read && in_line {
+                    intent
+                } else {
+                    Duration::ZERO
+                };
                 target
-                    .acquire_read(conn, token, lease, writer_preferred, upgradable, replicas)
+                    .acquire_read(conn, token, lease, in_line, upgradable, intent, replicas)
                     .await?
             }
             Access::Write | Access::Upgrade => {

@@ -237,14 +237,20 @@ static LEGACY: LazyLock<Scripts> =
     LazyLock::new(|| Scripts::build(include_str!("../lua/legacy_layout.lua"), None));
 
 /// The answer of an acquire script.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Acquired {
     /// The hold is ours; `fence` is the fencing token (0 for readers).
     Granted { fence: u64 },
     /// Someone else holds or is first in line; their holds end within `holds_for`
     /// unless renewed. `fence` is the lock's last fencing token when refused (0 for
     /// readers): a hand-over message with a larger one was sent after this refusal.
-    Refused { holds_for: Duration, fence: u64 },
+    /// `batch`: the batch of readers a refused reader now waits in, in line; the
+    /// message that grants it is that name.
+    Refused {
+        holds_for: Duration,
+        fence: u64,
+        batch: Option<String>,
+    },
     /// An upgrade found the upgradable hold it was for gone.
     Lost,
 }
@@ -253,6 +259,9 @@ pub(crate) enum Acquired {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Access {
     Read,
+    /// A read hold that does not wait in line behind queued writers, only for a
+    /// writer that holds (`RwLock::read_recursive`).
+    RecursiveRead,
     /// A read hold that excludes other upgradable ones and may become the write hold.
     UpgradableRead,
     Write,
@@ -264,7 +273,7 @@ impl Access {
     /// The mode of the hold it gets: its lease, its renewals.
     pub(crate) fn mode(self) -> LockMode {
         match self {
-            Access::Read | Access::UpgradableRead => LockMode::Read,
+            Access::Read | Access::RecursiveRead | Access::UpgradableRead => LockMode::Read,
             Access::Write | Access::Upgrade => LockMode::Write,
         }
     }
@@ -351,6 +360,12 @@ impl Target {
         let mut link = conn.conn.clone();
         loop {
             let (verb, body) = script.call(via);
+            crate::metrics::script_sent(verb, || {
+                Operation::ALL
+                    .into_iter()
+                    .find(|&op| std::ptr::eq(self.scripts.get(op), script))
+                    .map_or("unknown", Operation::name)
+            });
             let mut cmd = redis::cmd(verb);
             cmd.arg(body)
                 .arg(self.keys.len() + extra_keys.len())
@@ -417,7 +432,10 @@ impl Target {
         Ok(self.eval(conn, script, &[], args, None).await?.0)
     }
 
-    /// Tries to take a read hold for `token` (the upgradable one when `upgradable`).
+    /// Tries to take a read hold for `token` (the upgradable one when `upgradable`);
+    /// when refused under writer preference, a plain reader waits in line for
+    /// `intent` (zero: it does not).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn acquire_read(
         &self,
         conn: &ScriptConnection,
@@ -425,9 +443,10 @@ impl Target {
         lease: Duration,
         writer_preferred: bool,
         upgradable: bool,
+        intent: Duration,
         replicas: Option<Replicas>,
     ) -> Result<(Acquired, u32), Error> {
-        let args = args::acquire_read(token, lease, writer_preferred, upgradable);
+        let args = args::acquire_read(token, lease, writer_preferred, upgradable, intent);
         let (reply, acked) = self
             .eval::<reply::Acquire>(
                 conn,
@@ -577,12 +596,14 @@ mod args {
         lease: Duration,
         writer_preferred: bool,
         upgradable: bool,
+        intent: Duration,
     ) -> impl Fn(&mut Cmd) + '_ {
         move |cmd| {
             cmd.arg(token.as_str())
                 .arg(millis(lease))
                 .arg(u8::from(writer_preferred))
-                .arg(u8::from(upgradable));
+                .arg(u8::from(upgradable))
+                .arg(millis(intent));
         }
     }
 
@@ -651,16 +672,26 @@ mod args {
 
 /// The reply each wrapper decodes, as the script's header states it.
 mod reply {
-    /// `acquire_read`, `acquire_write`: `{1, fence}` granted, `{0, ms}` or (writers)
-    /// `{0, ms, fence}` refused, `{-1, 0}` (upgrades) lost: two or three integers.
-    pub(super) struct Acquire(pub(super) Vec<i64>);
+    /// `acquire_read`, `acquire_write`: `{1, fence}` granted, `{0, ms, fence}`
+    /// (writers) or `{0, ms, 0, batch}` (readers) refused, `{-1, 0}` (upgrades)
+    /// lost: two or three integers, and for readers the batch's name ('' when the
+    /// reader does not wait in line).
+    pub(super) struct Acquire(pub(super) Vec<i64>, pub(super) String);
 
     impl redis::FromRedisValue for Acquire {
         fn from_redis_value_ref(v: &redis::Value) -> Result<Self, redis::ParsingError> {
+            // A reader's refusal: three integers and the batch's name (a string).
+            if let redis::Value::Array(items) = v
+                && let [a, b, c, redis::Value::BulkString(batch)] = items.as_slice()
+            {
+                let int = |v| redis::from_redis_value_ref::<i64>(v);
+                let batch = String::from_utf8(batch.clone()).map_err(|e| e.to_string())?;
+                return Ok(Acquire(vec![int(a)?, int(b)?, int(c)?], batch));
+            }
             let items: Vec<i64> = redis::from_redis_value_ref(v)?;
             match items.len() {
-                2 | 3 => Ok(Acquire(items)),
-                n => Err(format!("an acquire reply has 2 or 3 elements, not {n}").into()),
+                2 | 3 => Ok(Acquire(items, String::new())),
+                n => Err(format!("an acquire reply has 2 to 4 elements, not {n}").into()),
             }
         }
 
@@ -681,7 +712,8 @@ mod reply {
 /// The reply of `state.lua`: now, fence, writer token ('' for none), writer deadline,
 /// original writer's and original reader's deadlines (0: none), readers and queued
 /// writers as (token, deadline) pairs, the upgradable reader's token ('' for none)
-/// and 1 while it waits to upgrade; all times in ms.
+/// and 1 while it waits to upgrade, and the readers waiting in line as (token, their
+/// batch's place deadline) pairs; all times in ms.
 pub(crate) type RawState = (
     i64,
     u64,
@@ -693,6 +725,7 @@ pub(crate) type RawState = (
     Vec<(String, i64)>,
     String,
     i64,
+    Vec<(String, i64)>,
 );
 
 /// `WAIT` for this many replicas, at most this long, after a script.
@@ -713,7 +746,7 @@ pub(crate) struct Write {
     pub(crate) expiry: Option<Duration>,
 }
 
-fn decode_acquired(reply::Acquire(reply): reply::Acquire) -> Acquired {
+fn decode_acquired(reply::Acquire(reply, batch): reply::Acquire) -> Acquired {
     let number = |i: usize| reply.get(i).map_or(0, |&n| u64::try_from(n).unwrap_or(0));
     if reply.first() == Some(&1) {
         Acquired::Granted { fence: number(1) }
@@ -723,6 +756,7 @@ fn decode_acquired(reply::Acquire(reply): reply::Acquire) -> Acquired {
         Acquired::Refused {
             holds_for: Duration::from_millis(number(1)),
             fence: number(2),
+            batch: (!batch.is_empty()).then_some(batch),
         }
     }
 }
@@ -787,8 +821,14 @@ mod tests {
             Contract {
                 file: "acquire_read.lua",
                 header: include_str!("../lua/acquire_read.lua"),
-                args: &["token", "read lease", "writer preference", "upgradable"],
-                sent: |cmd| args::acquire_read(&TOKEN, LEASE, true, false)(cmd),
+                args: &[
+                    "token",
+                    "read lease",
+                    "writer preference",
+                    "upgradable",
+                    "intent lifetime",
+                ],
+                sent: |cmd| args::acquire_read(&TOKEN, LEASE, true, false, LEASE)(cmd),
                 per_write: 0,
                 decodes: decodes::<reply::Acquire>,
             },
@@ -1128,21 +1168,31 @@ mod tests {
     #[test]
     fn replies_decode() {
         assert_eq!(
-            decode_acquired(reply::Acquire(vec![1, 42])),
+            decode_acquired(reply::Acquire(vec![1, 42], String::new())),
             Acquired::Granted { fence: 42 }
         );
         assert_eq!(
-            decode_acquired(reply::Acquire(vec![0, 1500])),
+            decode_acquired(reply::Acquire(vec![0, 1500, 0], String::new())),
             Acquired::Refused {
                 holds_for: Duration::from_millis(1500),
-                fence: 0
+                fence: 0,
+                batch: None,
             }
         );
         assert_eq!(
-            decode_acquired(reply::Acquire(vec![0, 1500, 7])),
+            decode_acquired(reply::Acquire(vec![0, 1500, 0], "r#42".into())),
             Acquired::Refused {
                 holds_for: Duration::from_millis(1500),
-                fence: 7
+                fence: 0,
+                batch: Some("r#42".into()),
+            }
+        );
+        assert_eq!(
+            decode_acquired(reply::Acquire(vec![0, 1500, 7], String::new())),
+            Acquired::Refused {
+                holds_for: Duration::from_millis(1500),
+                fence: 7,
+                batch: None,
             }
         );
     }

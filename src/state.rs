@@ -81,6 +81,11 @@ pub struct LockState {
     pub upgrade_pending: bool,
     /// The last fencing token issued (0 if none, or the lock expired since).
     pub fencing_token: u64,
+    /// Readers waiting in line (behind the writers queued before them), first in
+    /// line first (`until`: when their place lapses unless one of them re-checks).
+    /// Readers of one batch enter together when the writer before them leaves.
+    #[serde(default)]
+    pub waiting_readers: Vec<Holder>,
 }
 
 impl LockState {
@@ -135,6 +140,7 @@ impl LockState {
             queue,
             upgradable,
             upgrade_pending,
+            waiting,
         ) = raw;
         let holder = |token: Option<String>, until: i64| Holder {
             token,
@@ -168,6 +174,10 @@ impl LockState {
             upgradable,
             upgrade_pending: upgrade_pending == 1,
             fencing_token: fence,
+            waiting_readers: waiting
+                .into_iter()
+                .map(|(token, until)| holder(Some(token), until))
+                .collect(),
         }
     }
 }
@@ -193,8 +203,10 @@ mod tests {
             vec![("dd".into(), 1_003_000), ("cc".into(), 1_003_500)],
             "bb".into(),
             1,
+            vec![("ee".into(), 1_002_000)],
         ));
         assert_eq!(state.mode(), Some(LockMode::Read));
+        assert_eq!(state.waiting_readers[0].token.as_deref(), Some("ee"));
         let readers: Vec<_> = state.readers.iter().map(|h| h.token.clone()).collect();
         assert_eq!(readers, [Some("aa".into()), Some("bb".into()), None]);
         let queue: Vec<_> = state
@@ -221,6 +233,7 @@ mod tests {
             vec![],
             String::new(),
             0,
+            vec![],
         ));
         assert_eq!(original.writer.unwrap().token, None);
         let free = LockState::from_raw((
@@ -234,6 +247,7 @@ mod tests {
             vec![],
             String::new(),
             0,
+            vec![],
         ));
         assert!(free.is_free() && free.upgradable.is_none() && !free.upgrade_pending);
     }

@@ -7,14 +7,13 @@
 //! subscription). Then it sleeps until a message that concerns it arrives or its
 //! re-check timer fires. The timer follows the current holds' deadline (a crashed
 //! holder publishes nothing) but fires at most about twice a second; each re-check
-//! of a waiting writer also refreshes its place in the queue.
+//! of a waiter with a place in line also refreshes its place.
 //!
-//! Plain readers of one client share what they learn: while one of them stands
-//! refused, or a waiting writer of the same client has asked (whatever the answer,
-//! it then holds or queues), and no message that lets readers in has come since,
-//! the readers wait for that message without asking (a writer among many readers
-//! costs the server one refused read at most, not one per reader, and none from
-//! the readers that start after the writer asked).
+//! Under writer preference a refused plain reader waits in line too, in a batch
+//! with the readers that wait behind the same writer: the release that lets them
+//! in grants the whole batch in its own script and publishes the batch's name, so
+//! a reader that had to wait still sends one acquire and one release, and wakes
+//! for nothing else meanwhile.
 
 use std::time::Duration;
 
@@ -28,7 +27,7 @@ use crate::live::{Kind, Registration};
 use crate::scripts::{Access, Acquired, LockMode};
 use crate::token::Token;
 use crate::wakeups::{Interest, Listener, RESUBSCRIBED};
-use crate::{Error, Fairness, RwLock};
+use crate::{Error, RwLock};
 
 /// The shortest re-check period: at most about two scripts per waiter per second.
 const MIN_RECHECK: Duration = Duration::from_millis(500);
@@ -58,17 +57,17 @@ pub(crate) fn intent_ttl(write_lease: Duration) -> Duration {
     write_lease.clamp(SHORTEST_INTENT, LONGEST_INTENT)
 }
 
-/// The longest re-check period of a waiter asking for `access`: a writer or an
-/// upgrade re-checks at least three times per place lifetime (jitter included).
-fn recheck_limit(lock: &RwLock, access: Access) -> Duration {
-    match access {
-        Access::Write | Access::Upgrade => {
-            let intent = intent_ttl(lock.options().write_lease);
-            (intent / 3)
-                .saturating_sub(RECHECK_JITTER)
-                .clamp(MIN_RECHECK, MAX_RECHECK)
-        }
-        Access::Read | Access::UpgradableRead => MAX_RECHECK,
+/// The longest re-check period of a waiter asking for `access`: one with a place
+/// in line (a writer, an upgrade, a reader in a batch: `in_line`) re-checks at
+/// least three times per place lifetime (jitter included).
+fn recheck_limit(lock: &RwLock, access: Access, in_line: bool) -> Duration {
+    if in_line || matches!(access, Access::Write | Access::Upgrade) {
+        let intent = intent_ttl(lock.options().write_lease);
+        (intent / 3)
+            .saturating_sub(RECHECK_JITTER)
+            .clamp(MIN_RECHECK, MAX_RECHECK)
+    } else {
+        MAX_RECHECK
     }
 }
 
@@ -83,13 +82,14 @@ pub(crate) struct Granted {
     pub(crate) lasts: Duration,
 }
 
-/// How long a write hold handed over by another client's release counts, from the
-/// send of this waiter's last refused attempt: the script grants it the place's
-/// lifetime (capped by the write lease) from the moment of the hand-over, but never
-/// past the place's own deadline, which that refusal set to its arrival plus the
-/// place's lifetime. Both ends are later than the send plus this.
-fn handed_lease(lock: &RwLock) -> Duration {
-    lock.held_for(LockMode::Write)
+/// How long a hold handed over by another client's script (a write hold, or a
+/// batch's read grant) counts, from the send of this waiter's last refused attempt:
+/// the script grants it the place's lifetime (capped by the lease) from the moment
+/// of the hand-over, but never past the place's own deadline, which that refusal
+/// set to at least its arrival plus the place's lifetime. Both ends are later than
+/// the send plus this.
+fn handed_lease(lock: &RwLock, mode: LockMode) -> Duration {
+    lock.held_for(mode)
         .min(intent_ttl(lock.options().write_lease))
 }
 
@@ -137,143 +137,222 @@ async fn attempt_until_granted(
         pending.disarm();
         return Err(Error::Shutdown);
     }
-    let started = Instant::now();
-    let deadline = lock.options().wait_timeout.map(|limit| started + limit);
-    let interest = |token: &Token| Interest {
+    let mut waiting = Waiting::new(lock);
+    let interest = || Interest {
         access,
-        token: token.clone(),
+        token: pending.token.clone(),
         fairness: lock.options().fairness,
     };
-    let mut listener: Option<Listener> = if wait {
-        lock.listen_if_subscribed(interest(&pending.token))
+    let mut listener = if wait {
+        lock.listen_if_subscribed(interest())
     } else {
         None
     };
-    // Plain readers that defer to writers share their refusals, and a waiting
-    // writer's attempt tells them they would be refused too (module docs).
-    let shares_refusals =
-        wait && access == Access::Read && lock.options().fairness == Fairness::WriterPreferred;
-    let mut attempts = 0u32;
-    let mut unsettled_until: Option<Instant> = None;
-    // When the last refused attempt was sent, and the lock's fence it saw (none
-    // yet: no hand-over counts before a refusal).
-    let mut refused: (Instant, u64) = (started, u64::MAX);
     loop {
         if listener.as_mut().is_some_and(Listener::clear) {
-            unsettled_until = Some(Instant::now() + UNSETTLED_FOR);
+            waiting.unsettle();
         }
-        let shared = listener.as_ref().filter(|_| shares_refusals);
-        // Either another reader's refusal stands for this one (it waits for the
-        // same message, at most as long), or it asks.
-        let shut_out = shared.and_then(|listener| listener.readers_shut_out(MIN_RECHECK));
-        let pause = if let Some(shut_for) = shut_out {
-            tracing::trace!("a refusal or a writer's attempt of this client keeps readers out");
-            shut_for + jitter()
-        } else {
-            let wakeups = shared.and_then(Listener::reader_wakeups);
-            // A waiting writer's attempt keeps readers out once it has run.
-            let asking = listener
-                .as_ref()
-                .filter(|_| wait && access == Access::Write)
-                .map(Listener::writer_asking);
-            let sent = Instant::now();
-            attempts += 1;
-            let reply = lock.acquire_token(&pending.token, access, wait).await?;
-            if live.is_closed() {
-                // Shut down while the request was out: undo whatever it got.
-                return pending.give_up(attempts, Error::Shutdown).await;
+        let sent = Instant::now();
+        waiting.attempts += 1;
+        let reply = lock.acquire_token(&pending.token, access, wait).await?;
+        if live.is_closed() {
+            // Shut down while the request was out: undo whatever it got.
+            return pending.give_up(waiting.attempts, Error::Shutdown).await;
+        }
+        let holds_for = match reply {
+            Acquired::Granted { fence } => {
+                let lasts = lock.held_for(access.mode());
+                return Ok(waiting.granted(&mut pending, fence, sent, lasts, "acquired"));
             }
-            let holds_for = match reply {
-                Acquired::Granted { fence } => {
-                    if let Some(listener) = listener.as_ref().filter(|_| asking.is_some()) {
-                        let lasts = lock.held_for(LockMode::Write);
-                        listener.writer_answered(lasts, recheck_after(lasts, MAX_RECHECK));
-                    } else if let (Some(listener), Some(wakeups)) = (shared, wakeups) {
-                        listener.reader_granted(wakeups);
-                    }
-                    tracing::debug!(
-                        attempts,
-                        waited_ms = started.elapsed().as_millis() as u64,
-                        "acquired"
-                    );
-                    return Ok(Granted {
-                        token: pending.disarm(),
-                        fence,
-                        sent,
-                        lasts: lock.held_for(access.mode()),
-                    });
-                }
-                Acquired::Lost => {
-                    tracing::debug!("the upgradable hold is gone");
-                    pending.disarm();
-                    return Err(Error::LeaseLost);
-                }
-                Acquired::Refused { .. } if !wait => {
-                    tracing::trace!("would block");
-                    // A refused try_* queued nothing: there is nothing to clean up.
-                    pending.disarm();
-                    return Err(Error::WouldBlock);
-                }
-                Acquired::Refused { holds_for, fence } => {
-                    refused = (sent, fence);
-                    holds_for
-                }
-            };
-            let Some(listener) = listener.as_mut() else {
-                listener = Some(lock.listen(interest(&pending.token)).await?);
-                continue;
-            };
-            let pause = if unsettled_until.is_some_and(|until| Instant::now() < until) {
-                UNSETTLED_RECHECK
-            } else {
-                recheck_after(holds_for, recheck_limit(lock, access))
-            };
-            if asking.is_some() {
-                listener.writer_answered(holds_for, pause);
-            } else if let Some(wakeups) = wakeups {
-                listener.readers_refused(wakeups, holds_for, pause);
+            Acquired::Lost => {
+                tracing::debug!("the upgradable hold is gone");
+                pending.disarm();
+                return Err(Error::LeaseLost);
             }
-            pause
+            Acquired::Refused { .. } if !wait => {
+                tracing::trace!("would block");
+                // A refused try_* queued nothing: there is nothing to clean up.
+                pending.disarm();
+                return Err(Error::WouldBlock);
+            }
+            Acquired::Refused {
+                holds_for,
+                fence,
+                batch,
+            } => {
+                waiting.refused(sent, fence, batch);
+                holds_for
+            }
         };
-        // (Both ways above leave a listener: a shared refusal is read through one,
-        // and a refusal without one subscribed and went round again.)
         let Some(listener) = listener.as_mut() else {
+            // Subscribed now; a release may have slipped in before: ask again at once.
+            listener = Some(lock.listen(interest()).await?);
             continue;
         };
-        let mut recheck = Instant::now() + pause;
-        if let Some(deadline) = deadline {
-            if Instant::now() >= deadline {
-                return pending.give_up(attempts, Error::Timeout).await;
+        let recheck = waiting.recheck_at(lock, access, holds_for);
+        match waiting.sleep(lock, &pending.token, listener, recheck).await {
+            Woken::Handed(granted) => {
+                return Ok(waiting.granted(
+                    &mut pending,
+                    granted.fence,
+                    granted.sent,
+                    granted.lasts,
+                    "handed the lock",
+                ));
             }
-            recheck = recheck.min(deadline);
+            Woken::Again => {}
+            Woken::TimedOut => return pending.give_up(waiting.attempts, Error::Timeout).await,
+            Woken::ShutDown => return pending.give_up(waiting.attempts, Error::Shutdown).await,
         }
-        tokio::select! {
-            payload = listener.recv() => {
-                if &*payload == RESUBSCRIBED {
-                    unsettled_until = Some(Instant::now() + UNSETTLED_FOR);
-                }
-                tracing::trace!(%payload, "woken");
-                // Handed the lock: it holds since after the last refusal (a larger
-                // fence than that refusal saw proves the order). With `min_replicas`
-                // the next attempt confirms it, so replicas are waited for.
-                if let Some(fence) = handed_to(&payload, &pending.token)
-                    && fence > refused.1
-                    && lock.options().min_replicas == 0
-                {
-                    tracing::debug!(attempts, waited_ms = started.elapsed().as_millis() as u64, "handed the lock");
-                    return Ok(Granted {
-                        token: pending.disarm(),
-                        fence,
-                        sent: refused.0,
-                        lasts: handed_lease(lock),
-                    });
-                }
+    }
+}
+
+/// What ended a sleep between attempts.
+enum Woken {
+    /// The lock was handed over: a writer's or upgrade's hand-over, or the grant of
+    /// the batch of readers this reader waits in.
+    Handed(Handed),
+    /// A message that concerns it, or the re-check timer: ask again.
+    Again,
+    /// The wait limit passed.
+    TimedOut,
+    /// The client was shut down.
+    ShutDown,
+}
+
+/// A hold another script handed over, as a message told it.
+struct Handed {
+    fence: u64,
+    sent: Instant,
+    lasts: Duration,
+}
+
+/// One acquisition's wait: what its attempts have learned so far.
+struct Waiting {
+    started: Instant,
+    /// When it gives up (`wait_timeout`).
+    deadline: Option<Instant>,
+    attempts: u32,
+    /// When the last refused attempt was sent, and the lock's fence it saw (none
+    /// yet: no hand-over counts before a refusal).
+    refused: (Instant, u64),
+    /// The batch of readers it waits in, in line (its last refusal named it).
+    batch: Option<String>,
+    /// Re-check often until then: a restored subscription may sit on a node that
+    /// no longer receives the messages (the cluster's view settles).
+    unsettled_until: Option<Instant>,
+}
+
+impl Waiting {
+    fn new(lock: &RwLock) -> Self {
+        let started = Instant::now();
+        Waiting {
+            started,
+            deadline: lock.options().wait_timeout.map(|limit| started + limit),
+            attempts: 0,
+            refused: (started, u64::MAX),
+            batch: None,
+            unsettled_until: None,
+        }
+    }
+
+    fn unsettle(&mut self) {
+        self.unsettled_until = Some(Instant::now() + UNSETTLED_FOR);
+    }
+
+    fn refused(&mut self, sent: Instant, fence: u64, batch: Option<String>) {
+        self.refused = (sent, fence);
+        self.batch = batch;
+    }
+
+    fn granted(
+        &self,
+        pending: &mut Pending<'_>,
+        fence: u64,
+        sent: Instant,
+        lasts: Duration,
+        how: &str,
+    ) -> Granted {
+        let waited_ms = self.started.elapsed().as_millis() as u64;
+        tracing::debug!(attempts = self.attempts, waited_ms, "{how}");
+        Granted {
+            token: pending.disarm(),
+            fence,
+            sent,
+            lasts,
+        }
+    }
+
+    /// When to look again after a refusal: when the holds may end (a crashed
+    /// holder publishes nothing), often enough to keep a place in line, and never
+    /// past the wait limit.
+    fn recheck_at(&self, lock: &RwLock, access: Access, holds_for: Duration) -> Instant {
+        let now = Instant::now();
+        let pause = if self.unsettled_until.is_some_and(|until| now < until) {
+            UNSETTLED_RECHECK
+        } else {
+            recheck_after(holds_for, recheck_limit(lock, access, self.batch.is_some()))
+        };
+        let at = now + pause;
+        self.deadline.map_or(at, |deadline| at.min(deadline))
+    }
+
+    /// Sleeps until a message that concerns this waiter, the re-check time, the
+    /// wait limit or a shutdown. A reader that waits in line is concerned only by
+    /// its batch's grant: until then, the writer before it holds or waits.
+    async fn sleep(
+        &mut self,
+        lock: &RwLock,
+        token: &Token,
+        listener: &mut Listener,
+        recheck: Instant,
+    ) -> Woken {
+        let live = &lock.client().inner.live;
+        loop {
+            if self
+                .deadline
+                .is_some_and(|deadline| Instant::now() >= deadline)
+            {
+                return Woken::TimedOut;
             }
-            () = sleep_until(recheck) => {}
-            () = live.closed() => return pending.give_up(attempts, Error::Shutdown).await,
-        }
-        if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-            return pending.give_up(attempts, Error::Timeout).await;
+            tokio::select! {
+                payload = listener.recv() => {
+                    if &*payload == RESUBSCRIBED {
+                        self.unsettle();
+                        return Woken::Again;
+                    }
+                    tracing::trace!(%payload, "woken");
+                    // With `min_replicas` the next attempt confirms a hand-over, so
+                    // replicas are waited for.
+                    let replicated = lock.options().min_replicas == 0;
+                    // Handed the lock: it holds since after the last refusal (a
+                    // larger fence than that refusal saw proves the order).
+                    if let Some(fence) = handed_to(&payload, token)
+                        && fence > self.refused.1
+                        && replicated
+                    {
+                        let lasts = handed_lease(lock, LockMode::Write);
+                        return Woken::Handed(Handed { fence, sent: self.refused.0, lasts });
+                    }
+                    match self.batch.as_deref() {
+                        // Its batch was granted (batch names are never used twice).
+                        Some(batch) if *payload == *batch && replicated => {
+                            let lasts = handed_lease(lock, LockMode::Read);
+                            return Woken::Handed(Handed { fence: 0, sent: self.refused.0, lasts });
+                        }
+                        Some(batch) if *payload != *batch => continue,
+                        _ => return Woken::Again,
+                    }
+                }
+                () = sleep_until(recheck) => {
+                    return if self.deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                        Woken::TimedOut
+                    } else {
+                        Woken::Again
+                    };
+                }
+                () = live.closed() => return Woken::ShutDown,
+            }
         }
     }
 }

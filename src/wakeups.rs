@@ -24,7 +24,6 @@ use std::time::Duration;
 
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 
 use crate::connection::Connection;
 use crate::error::Chain;
@@ -38,11 +37,6 @@ pub(crate) const RESUBSCRIBED: &str = "~resubscribed";
 
 /// How long a channel stays subscribed after its last listener left.
 const LINGER: Duration = Duration::from_secs(5);
-/// How long plain readers wait before they look again while a waiting writer's
-/// attempt is on its way (see [`Listener::writer_asking`]): far longer than a
-/// round trip, far shorter than a re-check. By then its answer has usually been
-/// recorded, and keeps them waiting for a message.
-const WRITER_ASKING: Duration = Duration::from_millis(100);
 
 /// What a waiter waits for; decides which release messages concern it.
 pub(crate) struct Interest {
@@ -53,16 +47,21 @@ pub(crate) struct Interest {
 
 impl Interest {
     /// Whether a message concerns this waiter: `*` wakes everyone but upgrades, `r`
+    /// and a batch's grant (`r#<number>`: those readers hold, and no writer does)
     /// the readers, `u` (the upgradable hold ended) the upgradable readers,
     /// `<token>:<fence>` (the lock was handed to that queued writer or upgrade) the
-    /// one it names (readers that do not defer to writers try on every message).
+    /// one it names (readers that do not defer to writers try on every message). A
+    /// reader that waits in line then looks only for its own batch's grant.
     fn wants(&self, payload: &str) -> bool {
         let named =
             || payload.split_once(':').map_or(payload, |(token, _)| token) == self.token.as_str();
+        let readers = "r" == payload || payload.starts_with("r#");
         match (payload, self.access) {
             (_, Access::Upgrade) => named(),
             ("*", _) => true,
-            ("r", Access::Read | Access::UpgradableRead) | ("u", Access::UpgradableRead) => true,
+            (_, Access::Read | Access::RecursiveRead | Access::UpgradableRead) if readers => true,
+            ("u", Access::UpgradableRead) => true,
+            (_, Access::RecursiveRead) => true,
             (_, Access::Read | Access::UpgradableRead) => {
                 self.fairness == Fairness::ReaderPreferred
             }
@@ -79,7 +78,7 @@ pub(crate) struct Wakeups {
 
 struct Hub {
     conn: Connection,
-    /// Channel -> its listeners and what it remembers for its readers.
+    /// Channel -> its listeners.
     channels: Mutex<HashMap<String, Channel>>,
     /// The channels Redis confirmed; the lock also serializes (un)subscribe
     /// requests, so the last one always matches `channels`.
@@ -92,34 +91,6 @@ struct Hub {
 struct Channel {
     /// Each listener's mailbox, by id.
     listeners: HashMap<u64, Mailbox>,
-    /// How many messages that let plain readers in (`*`, `r`, a restored
-    /// subscription) arrived since the channel was first listened on.
-    reader_wakeups: u64,
-    /// The last answer that keeps plain readers (writer preference) out, a plain
-    /// reader's refusal or a waiting writer's refusal or grant, since the last such
-    /// message (each one clears it).
-    readers_refused: Option<ReadersRefused>,
-    /// Waiting writers' attempts on their way: each keeps plain readers out once it
-    /// has run, whatever its answer (see [`Listener::writer_asking`]).
-    writers_asking: usize,
-}
-
-/// An attempt was answered in a way that keeps plain readers out.
-#[derive(Clone, Copy)]
-struct ReadersRefused {
-    /// [`Channel::reader_wakeups`] when the attempt was sent, or for a waiting
-    /// writer when its answer came (its current value: a later message clears the
-    /// refusal).
-    sent_at: u64,
-    /// When the holds that refused it may end without a message (a lease or a
-    /// queue place running out), capped by the re-check period.
-    until: Instant,
-}
-
-/// Whether a message may let plain readers (writer preference) in: `*`, `r`, or a
-/// restored subscription (messages may have been lost).
-fn lets_readers_in(payload: &str) -> bool {
-    matches!(payload, "*" | "r" | RESUBSCRIBED)
 }
 
 struct Mailbox {
@@ -209,10 +180,6 @@ impl Hub {
     /// restored subscription).
     fn deliver(&self, channel: &str, payload: &str) {
         if let Some(channel) = self.channels().get_mut(channel) {
-            if lets_readers_in(payload) {
-                channel.reader_wakeups += 1;
-                channel.readers_refused = None;
-            }
             let payload: Arc<str> = Arc::from(payload);
             for mailbox in channel.listeners.values() {
                 if payload.as_ref() == RESUBSCRIBED || mailbox.interest.wants(&payload) {
@@ -326,113 +293,12 @@ impl Listener {
         resubscribed
     }
 
-    /// Where the channel's reader wake-ups stand, to pass to [`Self::readers_refused`]
-    /// or [`Self::reader_granted`] after the attempt about to be sent; `None` while
-    /// the channel is not known to be subscribed (a message may be missed then).
-    pub(crate) fn reader_wakeups(&self) -> Option<u64> {
-        let subscribed = self.hub.subscribed.try_lock().ok()?.contains(&self.channel);
-        let channels = self.hub.channels();
-        subscribed.then(|| channels.get(&self.channel).map(|c| c.reader_wakeups))?
-    }
-
-    /// An attempt sent at `sent_at` was answered in a way that keeps plain readers
-    /// out too: a plain reader's refusal, or a waiting writer's refusal (it queued,
-    /// and a queued writer keeps them out) or grant. The holds that keep them out
-    /// may end unannounced after `holds_for`; the caller re-checks after `recheck`.
-    pub(crate) fn readers_refused(&self, sent_at: u64, holds_for: Duration, recheck: Duration) {
-        let until = Instant::now() + holds_for.min(recheck);
-        if let Some(channel) = self.hub.channels().get_mut(&self.channel)
-            && channel.reader_wakeups == sent_at
-        {
-            channel.readers_refused = Some(ReadersRefused { sent_at, until });
-        }
-    }
-
-    /// A waiting writer's attempt is about to be sent. Once it has run, the writer
-    /// holds or queues, and either keeps plain readers out: until the returned
-    /// [`Asking`] is dropped (when its answer has been recorded with
-    /// [`Self::writer_answered`], or the attempt failed or was dropped), the
-    /// client's plain readers do not send attempts the server would refuse right
-    /// behind it. A message that lets readers in meanwhile changes nothing: it was
-    /// published before the attempt ran, or the writer would hold or queue.
-    pub(crate) fn writer_asking(&self) -> Asking {
-        if let Some(channel) = self.hub.channels().get_mut(&self.channel) {
-            channel.writers_asking += 1;
-        }
-        Asking {
-            hub: self.hub.clone(),
-            channel: self.channel.clone(),
-        }
-    }
-
-    /// A waiting writer's attempt (see [`Self::writer_asking`]) was answered: it
-    /// holds or queued, which keeps plain readers out until a message lets them in
-    /// or the holds end unannounced after `holds_for` (the writer re-checks after
-    /// `recheck`). Counted from now, not from when it was sent: a message received
-    /// meanwhile was published before the attempt ran. Only while the channel is
-    /// known to be subscribed (the message could be missed otherwise).
-    pub(crate) fn writer_answered(&self, holds_for: Duration, recheck: Duration) {
-        if let Some(now) = self.reader_wakeups() {
-            self.readers_refused(now, holds_for, recheck);
-        }
-    }
-
-    /// A plain reader's attempt sent at `sent_at` was granted: refusals before it
-    /// say nothing any more.
-    pub(crate) fn reader_granted(&self, sent_at: u64) {
-        if let Some(channel) = self.hub.channels().get_mut(&self.channel)
-            && channel
-                .readers_refused
-                .is_some_and(|r| r.sent_at <= sent_at)
-        {
-            channel.readers_refused = None;
-        }
-    }
-
-    /// While a waiting writer's attempt is on its way, or a refusal that keeps
-    /// plain readers out stands and no message that lets readers in has come since
-    /// it asked, another plain reader's attempt would be refused too: how long that
-    /// may last unannounced. The caller waits for the message (this listener
-    /// receives it: it was registered first) or the time.
-    ///
-    /// Once that time has passed, the first caller asks the server again (`None`)
-    /// and the others wait up to `probe` more for its answer (a refusal renews the
-    /// wait, a grant ends it), so the readers do not all ask at once.
-    pub(crate) fn readers_shut_out(&self, probe: Duration) -> Option<Duration> {
-        let mut channels = self.hub.channels();
-        let channel = channels.get_mut(&self.channel)?;
-        if channel.writers_asking > 0 {
-            return Some(WRITER_ASKING);
-        }
-        let refused = channel.readers_refused.as_mut()?;
-        let now = Instant::now();
-        if now < refused.until {
-            return Some(refused.until - now);
-        }
-        refused.until = now + probe;
-        None
-    }
-
     /// The next message for this waiter (a closed hub reads as "re-check now").
     pub(crate) async fn recv(&mut self) -> Arc<str> {
         self.receiver
             .recv()
             .await
             .unwrap_or_else(|| Arc::from(RESUBSCRIBED))
-    }
-}
-
-/// A waiting writer's attempt on its way (see [`Listener::writer_asking`]).
-pub(crate) struct Asking {
-    hub: Arc<Hub>,
-    channel: String,
-}
-
-impl Drop for Asking {
-    fn drop(&mut self) {
-        if let Some(channel) = self.hub.channels().get_mut(&self.channel) {
-            channel.writers_asking = channel.writers_asking.saturating_sub(1);
-        }
     }
 }
 

@@ -41,10 +41,12 @@ async fn a_writer_excludes_readers_and_other_writers() {
     assert!(matches!(lock.try_read().await, Err(Error::WouldBlock)));
     assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
 
+    // A writer waits in line behind a reader that waits, and both behind the writer.
     let waiting_reader = tokio::spawn({
         let lock = lock.clone();
         async move { lock.read().await }
     });
+    wait_for(&lock, |s| s.waiting_readers.len() == 1).await;
     let waiting_writer = tokio::spawn({
         let lock = lock.clone();
         async move { lock.write().await }
@@ -54,23 +56,24 @@ async fn a_writer_excludes_readers_and_other_writers() {
     assert!(lock.state().await.unwrap().writer.unwrap().token.is_some());
 
     writer.release().await.unwrap();
-    // Writer preference: the queued writer goes first, then the reader.
-    let second = timeout(GENEROUS, waiting_writer)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert!(
-        !waiting_reader.is_finished(),
-        "a reader entered beside a writer"
-    );
-    second.release().await.unwrap();
+    // In arrival order: the reader goes first, then the writer, alone.
     let reader = timeout(GENEROUS, waiting_reader)
         .await
         .unwrap()
         .unwrap()
         .unwrap();
+    assert!(
+        !waiting_writer.is_finished(),
+        "a writer entered beside a reader"
+    );
     reader.release().await.unwrap();
+    let second = timeout(GENEROUS, waiting_writer)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(matches!(lock.try_read().await, Err(Error::WouldBlock)));
+    second.release().await.unwrap();
 }
 
 #[tokio::test]

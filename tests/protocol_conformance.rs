@@ -86,8 +86,9 @@ impl Scripts {
 
 #[derive(Clone, Copy, Debug)]
 enum Step {
-    /// A plain (false) or upgradable (true) read acquire.
-    AcquireRead(usize, bool),
+    /// A plain (false) or upgradable (true) read acquire; with `wait` (the third), a
+    /// plain reader that is refused waits in line.
+    AcquireRead(usize, bool, bool),
     /// A write acquire that queues (true) or not.
     AcquireWrite(usize, bool),
     /// An upgrade of the token's upgradable hold that waits (true: keeps new readers
@@ -133,12 +134,16 @@ fn random_step(rng: &mut StdRng, view: &lua::View) -> Step {
     };
     let upgradable = rng.random_bool(if owner.is_some() { 0.2 } else { 0.5 });
     match rng.random_range(0..100) {
-        0..18 => Step::AcquireRead(t, upgradable),
+        0..18 => Step::AcquireRead(t, upgradable, rng.random_bool(0.7)),
         18..26 => Step::AcquireWrite(t, rng.random_bool(0.8)),
-        26..36 if owner.is_none() && rng.random_bool(0.7) => Step::AcquireRead(t, true),
+        26..36 if owner.is_none() && rng.random_bool(0.7) => Step::AcquireRead(t, true, false),
         26..36 => Step::Upgrade(upgrader, rng.random_bool(0.75)),
         36..50 => Step::Release(releaser),
-        50..59 => Step::Renew(t, rng.random_bool(0.5)),
+        // Mostly the writer's (which may hold past its write lease after an upgrade).
+        50..59 => match view.writer {
+            Some((w, _)) if rng.random_bool(0.5) => Step::Renew(w.client as usize, true),
+            _ => Step::Renew(t, rng.random_bool(0.5)),
+        },
         59..61 => Step::Downgrade(t, true),
         61..66 => Step::Downgrade(upgrader, false),
         66..68 => Step::FencedWrite(t),
@@ -205,10 +210,21 @@ struct Run<'a> {
     messages: usize,
     /// How often each state worth reaching was reached (`Run::note`).
     reached: BTreeMap<&'static str, usize>,
+    /// Batches of readers, model -> real name (paired when a refusal names one;
+    /// the numbers differ: the model's clock is the nominal tick's).
+    batches: BTreeMap<Tok, String>,
 }
 
 impl Run<'_> {
+    /// A token, or a batch of readers (`r#<n>`) the run has seen named.
     fn token_of(&self, s: &str) -> Option<Tok> {
+        if s.starts_with("r#") {
+            return self
+                .batches
+                .iter()
+                .find(|(_, real)| real.as_str() == s)
+                .map(|(&b, _)| b);
+        }
         self.tokens.iter().position(|t| t == s).map(tok)
     }
 
@@ -288,6 +304,7 @@ impl Run<'_> {
                 let out = Outcome {
                     reply: Reply::Int(i64::from(granted)),
                     published: None,
+                    granted: None,
                     new_grant: false,
                 };
                 (Some(out), Some(self.call_plain(script, &args)?))
@@ -301,6 +318,7 @@ impl Run<'_> {
                 let out = Outcome {
                     reply: Reply::Int(i64::from(released)),
                     published: None,
+                    granted: None,
                     new_grant: false,
                 };
                 (
@@ -308,7 +326,8 @@ impl Run<'_> {
                     Some(self.call_plain(&s.original_release, &args)?),
                 )
             }
-            Step::AcquireRead(t, upgradable) => {
+            Step::AcquireRead(t, upgradable, wait) => {
+                let ttl = if wait { INTENT_TTL } else { 0 };
                 let out = lua::acquire_read(
                     &mut self.model,
                     &p,
@@ -317,12 +336,14 @@ impl Run<'_> {
                     read_lease(t),
                     true,
                     upgradable,
+                    ttl,
                 );
                 let args = [
                     self.tokens[t].clone(),
                     read_lease(t).to_string(),
                     "1".into(),
                     flag(upgradable),
+                    ttl.to_string(),
                 ];
                 let s = self.scripts;
                 (Some(out), Some(self.call(&s.acquire_read, &args)?))
@@ -384,7 +405,7 @@ impl Run<'_> {
             let _ = write!(line, " -> model {:?}, real {real:?}", out.reply);
             self.log.push(line);
             self.compare_reply(step, out, &real)?;
-            self.compare_messages(out.published, pubsub)?;
+            self.compare_messages(out, pubsub)?;
         } else {
             self.log.push(line);
         }
@@ -438,6 +459,23 @@ fn reached(
     if matches!(step, Step::ForceRelease) && !before.readers.is_empty() {
         reached.push("a forced release of readers");
     }
+    if matches!(out.reply, Reply::InLine(..)) {
+        reached.push("a reader waits in line in a batch");
+    }
+    if out.granted.is_some() {
+        reached.push(match step {
+            Step::Release(_) => "a batch of readers granted by a release",
+            _ => "a batch of readers granted",
+        });
+    }
+    if let Some(t) = step_token(step)
+        && before.members.contains(&t)
+        && before.readers.contains_key(&t)
+        && !after.members.contains(&t)
+        && after.readers.contains_key(&t)
+    {
+        reached.push("a batch reader's share becomes its own hold");
+    }
     // A write hold renewed (or granted again to its holder) whose deadline was
     // later than the write lease from now: it keeps that deadline.
     let renews_write = matches!(
@@ -453,17 +491,17 @@ fn reached(
         reached.push("a write renewal that keeps a later deadline");
     }
     reached.extend(match (step, out.reply) {
-        (Step::AcquireRead(t, true), Reply::Granted(_))
+        (Step::AcquireRead(t, true, _), Reply::Granted(_))
             if !before.readers.contains_key(&tok(t)) && !before.readers.is_empty() =>
         {
             Some("an upgradable read granted beside a reader")
         }
-        (Step::AcquireRead(_, false), Reply::Refused(..))
+        (Step::AcquireRead(_, false, _), Reply::Refused(..) | Reply::InLine(..))
             if free_but_for_readers && before.upgrade.is_some() =>
         {
             Some("a reader refused behind a pending upgrade")
         }
-        (Step::AcquireRead(_, true), Reply::Refused(..))
+        (Step::AcquireRead(_, true, _), Reply::Refused(..))
             if free_but_for_readers && before.upgrade.is_none() && upgrader.is_some() =>
         {
             Some("an upgradable read refused behind another")
@@ -486,6 +524,22 @@ impl Run<'_> {
     /// The reply the script gave must be the model's (time-valued parts within
     /// `SLACK`; fencing tokens by their order).
     fn compare_reply(&mut self, step: Step, out: Outcome, real: &Value) -> Result<(), Stop> {
+        // A reader's refusal: {0, ms, 0, batch}, batch '' when it does not wait in line.
+        let in_line: Option<(i64, i64, i64, String)> = redis::from_redis_value(real.clone()).ok();
+        if let Some((0, real_hint, 0, batch)) = in_line {
+            let ok = match out.reply {
+                Reply::Refused(hint, 0) => batch.is_empty() && (hint - real_hint).abs() <= SLACK,
+                Reply::InLine(hint, model) => {
+                    (hint - real_hint).abs() <= SLACK && self.same_batch(model, &batch)?
+                }
+                _ => false,
+            };
+            return if ok {
+                Ok(())
+            } else {
+                Err(self.fail(format!("reply: model {:?}, real {real:?}", out.reply)))
+            };
+        }
         let array: Option<Vec<i64>> = redis::from_redis_value(real.clone()).ok();
         let int: Option<i64> = redis::from_redis_value(real.clone()).ok();
         let ok = match (out.reply, array.as_deref(), int) {
@@ -562,9 +616,10 @@ impl Run<'_> {
     /// publish afterwards ends the script's messages).
     fn compare_messages(
         &mut self,
-        expected: Option<Wake>,
+        out: Outcome,
         pubsub: &mut redis::PubSub<'_>,
     ) -> Result<(), Stop> {
+        let expected = out.published;
         self.messages += 1;
         let marker = format!("#marker{}", self.messages);
         let _: i64 = redis::cmd("PUBLISH")
@@ -581,6 +636,15 @@ impl Run<'_> {
             }
             got.push(payload);
         }
+        // A batch's grant comes first; a batch seen for the first time pairs here.
+        if let Some(batch) = out.granted {
+            let Some(first) = (!got.is_empty()).then(|| got.remove(0)) else {
+                return Err(self.fail(format!("wake-ups: model grants {batch}, real none")));
+            };
+            if !self.same_batch(batch, &first)? {
+                return Err(self.fail(format!("wake-ups: model grants {batch}, real {first}")));
+            }
+        }
         // A hand-over names a new grant: its fence pairs like an acquire's.
         if let (Some(Wake::Handed(t, fence)), [message]) = (expected, got.as_slice())
             && let Some((named, real)) = message.split_once(':')
@@ -596,6 +660,7 @@ impl Run<'_> {
                 Wake::All => "*".to_owned(),
                 Wake::Readers => "r".to_owned(),
                 Wake::Upgradable => "u".to_owned(),
+                Wake::Batch(b) => self.batches.get(&b).cloned().unwrap_or_default(),
             })
             .into_iter()
             .collect();
@@ -604,6 +669,19 @@ impl Run<'_> {
         } else {
             Err(self.fail(format!("wake-ups: model {want:?}, real {got:?}")))
         }
+    }
+
+    /// Model batch `model` and real batch `real` are the same: a new pair is
+    /// recorded (each side's name once), a known one must match.
+    fn same_batch(&mut self, model: Tok, real: &str) -> Result<bool, Stop> {
+        if let Some(known) = self.batches.get(&model) {
+            return Ok(known == real);
+        }
+        if !real.starts_with("r#") || self.batches.values().any(|r| r == real) {
+            return Ok(false);
+        }
+        self.batches.insert(model, real.to_owned());
+        Ok(true)
     }
 
     /// Every field of the real hash, and its TTL, match the model's.
@@ -643,6 +721,9 @@ impl Run<'_> {
             let got = real[field];
             let ok = match (field, *want, got) {
                 (Field::Fence, Val::Int(m), Val::Int(r)) => self.fences.get(&m) == Some(&r),
+                // Batch numbers follow each side's clock in µs: compared by the names.
+                (Field::Rseq, Val::Int(_), Val::Int(_)) => true,
+                (Field::Rn(_), Val::Int(m), Val::Int(r)) => m == r,
                 (Field::Readers, Val::Int(m), Val::Int(r)) => m == r,
                 (_, Val::Int(m), Val::Int(r)) => (m - r).abs() <= SLACK,
                 (_, Val::Tok(m), Val::Tok(r)) => m == r,
@@ -690,8 +771,15 @@ impl Run<'_> {
             "u:upgrade" => Field::UUpgrade,
             "u:wanted" => Field::UWanted,
             "u:others" => Field::UOthers,
+            "rseq" => Field::Rseq,
             _ => {
-                if let Some(t) = name.strip_prefix("r:") {
+                if let Some(t) = name.strip_prefix("rw:") {
+                    Field::Rw(self.token_of(t)?)
+                } else if let Some(b) = name.strip_prefix("rn:") {
+                    Field::Rn(self.token_of(b)?)
+                } else if let Some(b) = name.strip_prefix("rg:") {
+                    Field::Rg(self.token_of(b)?)
+                } else if let Some(t) = name.strip_prefix("r:") {
                     Field::R(self.token_of(t)?)
                 } else if let Some(t) = name.strip_prefix("wn:") {
                     Field::Wn(self.token_of(t)?)
@@ -704,9 +792,12 @@ impl Run<'_> {
 
     fn parse_value(&self, field: Field, value: &str) -> Option<Val> {
         Some(match field {
-            Field::WOwner | Field::QHead | Field::QTail | Field::Wn(_) | Field::UOwner => {
-                Val::Tok(self.token_of(value)?)
-            }
+            Field::WOwner
+            | Field::QHead
+            | Field::QTail
+            | Field::Wn(_)
+            | Field::UOwner
+            | Field::Rw(_) => Val::Tok(self.token_of(value)?),
             Field::Wait(_) | Field::UUpgrade => {
                 let (deadline, first_lease) = value.split_once(':')?;
                 Val::Place(deadline.parse().ok()?, first_lease.parse().ok()?)
@@ -766,6 +857,7 @@ fn run_seed(url: &str, scripts: &Scripts, seed: u64) -> Result<Ran, Stop> {
         log: Vec::new(),
         messages: 0,
         reached: BTreeMap::new(),
+        batches: BTreeMap::new(),
     };
     run.run_step(Step::Wait(0), &mut pubsub)?;
     let mut calls = 0;
@@ -786,7 +878,7 @@ fn run_seed(url: &str, scripts: &Scripts, seed: u64) -> Result<Ran, Stop> {
 /// The token a step acts for, if any.
 fn step_token(step: Step) -> Option<Tok> {
     match step {
-        Step::AcquireRead(t, _)
+        Step::AcquireRead(t, _, _)
         | Step::AcquireWrite(t, _)
         | Step::Upgrade(t, _)
         | Step::Release(t)
@@ -798,7 +890,7 @@ fn step_token(step: Step) -> Option<Tok> {
 }
 
 /// The states the seeds together must reach, or the test proves less than it says.
-const MUST_REACH: [&str; 13] = [
+const MUST_REACH: [&str; 16] = [
     "an upgrade handed over by a reader's release",
     "a 'u' wake-up",
     "an upgradable read granted beside a reader",
@@ -812,6 +904,9 @@ const MUST_REACH: [&str; 13] = [
     "a hand-over cut to its place's end",
     "a forced release of readers",
     "a write renewal that keeps a later deadline",
+    "a reader waits in line in a batch",
+    "a batch of readers granted by a release",
+    "a batch reader's share becomes its own hold",
 ];
 
 /// The spans are far enough from multiples of a tick that a script running up to

@@ -17,7 +17,8 @@ pub type Time = i64;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Tok {
     pub client: u8,
-    pub generation: u8,
+    /// For a batch of readers ([`BATCH`]): its number.
+    pub generation: u64,
 }
 
 impl fmt::Display for Tok {
@@ -32,6 +33,7 @@ impl fmt::Display for Tok {
 pub fn client_name(client: u8) -> String {
     match client {
         OUTSIDER => "X".to_owned(),
+        BATCH => "B".to_owned(),
         c if c >= 200 => format!("U{}", c - 199),
         c if c >= 100 => format!("W{}", c - 99),
         c => format!("R{}", c + 1),
@@ -40,6 +42,14 @@ pub fn client_name(client: u8) -> String {
 
 /// The client number of the outsider, a token that never holds anything.
 pub const OUTSIDER: u8 = 255;
+/// The "client" of a batch of readers waiting in line (`r#<number>` in the scripts):
+/// `Tok { client: BATCH, generation: number }`.
+pub const BATCH: u8 = 254;
+
+/// `is_batch`: a batch of readers, not a writer's token.
+pub fn is_batch(entry: Tok) -> bool {
+    entry.client == BATCH
+}
 
 /// One field of the hash (holds.lua, queue.lua and hash_layout.lua list them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -54,10 +64,18 @@ pub enum Field {
     ReadersUntil,
     /// `readers_gone`: `r:` fields with a deadline up to this are leftovers.
     ReadersGone,
-    /// `wait:<token>`: a queued writer's place.
+    /// `wait:<entry>`: a queued writer's place, or a batch of readers'.
     Wait(Tok),
-    /// `wn:<token>`: the next place.
+    /// `wn:<entry>`: the next entry in line.
     Wn(Tok),
+    /// `rw:<token>`: the batch a reader waits in, or holds by.
+    Rw(Tok),
+    /// `rn:<batch>`: its readers that wait, or hold by its grant.
+    Rn(Tok),
+    /// `rg:<batch>`: a granted batch's deadline.
+    Rg(Tok),
+    /// `rseq`: the last batch number.
+    Rseq,
     QHead,
     QTail,
     /// `queue_until`: no place lives past it.
@@ -119,6 +137,8 @@ pub enum Wake {
     Readers,
     /// `u`: the upgradable hold ended: the upgradable readers.
     Upgradable,
+    /// `r#<number>`: that batch of readers holds (to other readers: `r`).
+    Batch(Tok),
 }
 
 /// A script's reply, in the shapes of `src/scripts.rs`.
@@ -131,6 +151,8 @@ pub enum Reply {
     Refused(Time, i64),
     /// `{-1, 0}`: an upgrade whose upgradable hold is gone.
     Lost,
+    /// `{0, ms, 0, batch}`: a reader refused, waiting in line in that batch.
+    InLine(Time, Tok),
     /// `1` / `0` of release, renew, downgrade; the fence (or 0) of fenced_write.
     Int(i64),
 }
@@ -141,6 +163,8 @@ pub enum Reply {
 pub struct Outcome {
     pub reply: Reply,
     pub published: Option<Wake>,
+    /// The batch of readers the script granted (its message, published first).
+    pub granted: Option<Tok>,
     /// acquire_write granted a hold that did not exist before (a new fencing token),
     /// to a new writer or as an upgrade.
     pub new_grant: bool,
@@ -162,8 +186,15 @@ pub struct Loaded {
     pub tail: Option<Tok>,
     pub head_next: Option<Tok>,
     pub queue_until: Time,
-    /// The token's counted read deadline.
+    /// The token's counted read deadline (its own, or its batch's grant).
     pub mine: Option<Time>,
+    /// The batch the token's reader holds by (counted or a leftover).
+    pub grouped: Option<Tok>,
+    /// The batch it waits in, and that batch's place (deadline, first lease).
+    pub batch: Option<Tok>,
+    pub batch_place: Option<(Time, Time)>,
+    /// The batch this script granted.
+    pub granted: Option<Tok>,
     pub leftover: bool,
     /// The token's place deadline.
     pub place: Option<Time>,
@@ -196,9 +227,11 @@ pub struct Loaded {
 pub struct View {
     pub writer: Option<(Tok, Time)>,
     pub readers: BTreeMap<Tok, Time>,
-    /// Tokens whose `r:` field still counts, expired or not: their release lowers
-    /// the count.
+    /// Tokens whose `r:` field (or batch grant) still counts, expired or not: their
+    /// release lowers the count.
     pub counted: Vec<Tok>,
+    /// Tokens with an `rw:` field: readers that wait in a batch or hold by its grant.
+    pub members: Vec<Tok>,
     /// Live places, first in line first.
     pub queue: Vec<(Tok, Time)>,
     pub fence: i64,
@@ -215,6 +248,7 @@ impl View {
     pub fn owns(&self, token: Tok) -> bool {
         self.writer.is_some_and(|(owner, _)| owner == token)
             || self.counted.contains(&token)
+            || self.members.contains(&token)
             || self.queue.iter().any(|&(t, _)| t == token)
     }
 }
@@ -279,14 +313,33 @@ impl Hash {
     /// (absent: there is none).
     pub fn summaries_agree(&self) -> bool {
         let gone = self.int(Field::ReadersGone).unwrap_or(0);
+        // Each `r:` field above the cutoff, and each reader a live grant counts.
         let counted: Vec<Time> = self
             .fields
             .iter()
-            .filter_map(|(k, v)| match (k, v) {
-                (Field::R(_), Val::Int(d)) if *d > gone => Some(*d),
-                _ => None,
+            .flat_map(|(k, v)| match (k, v) {
+                (Field::R(_), Val::Int(d)) if *d > gone => vec![*d],
+                (Field::Rg(b), Val::Int(d)) if *d > gone => {
+                    vec![*d; self.int(Field::Rn(*b)).unwrap_or(0) as usize]
+                }
+                _ => vec![],
             })
             .collect();
+        // A batch counts exactly the readers that name it.
+        let batches_ok = self.fields.iter().all(|(k, v)| match (k, v) {
+            (Field::Rn(b), Val::Int(n)) => {
+                let named = self.fields.values().filter(|&&v| v == Val::Tok(*b)).count() as i64
+                    - i64::from(self.tok(Field::QHead) == Some(*b))
+                    - i64::from(self.tok(Field::QTail) == Some(*b))
+                    - self
+                        .fields
+                        .iter()
+                        .filter(|(f, v)| matches!(f, Field::Wn(_)) && **v == Val::Tok(*b))
+                        .count() as i64;
+                *n > 0 && named == *n
+            }
+            _ => true,
+        });
         let readers_ok = self.int(Field::Readers).unwrap_or(0) == counted.len() as i64
             && match self.int(Field::ReadersUntil) {
                 None => counted.is_empty(),
@@ -309,6 +362,7 @@ impl Hash {
             let others = self.int(Field::UOthers).unwrap_or(0);
             self.fields.iter().all(|(k, v)| match (k, v) {
                 (Field::R(t), Val::Int(d)) if *t != owner && *d > gone => *d <= others,
+                (Field::Rg(_), Val::Int(d)) if *d > gone => *d <= others,
                 _ => true,
             })
         };
@@ -320,7 +374,7 @@ impl Hash {
                 None => true,
             })
             && owner.is_none_or(others_bounded);
-        readers_ok && queue_ok && upgradable_ok
+        readers_ok && queue_ok && upgradable_ok && batches_ok
     }
 
     /// Lazy (and active) expiry: Redis drops the key once `now > expires`.
@@ -463,24 +517,35 @@ fn set_head(s: &mut Loaded, token: Option<Tok>) {
     }
 }
 
-fn join_queue(s: &mut Loaded, ttl: Time, first_lease: Time) {
-    let token = s.token;
-    let deadline = s.now + ttl;
-    set(s, Field::Wait(token), Val::Place(deadline, first_lease));
-    if !s.linked {
-        match s.tail {
-            Some(tail) => set(s, Field::Wn(tail), Val::Tok(token)),
-            None => set_head(s, Some(token)),
-        }
-        (s.tail, s.linked) = (Some(token), true);
-        set(s, Field::QTail, Val::Tok(token));
+/// `join_queue`: `entry` gets a place `ttl` from now, at the tail or (`linked`)
+/// where it is; a batch's `place` keeps its latest deadline and longest first lease.
+fn join_queue(
+    s: &mut Loaded,
+    entry: Tok,
+    linked: bool,
+    ttl: Time,
+    first_lease: Time,
+    place: Option<(Time, Time)>,
+) -> Time {
+    let (mut deadline, mut first_lease) = (s.now + ttl, first_lease);
+    if let Some((d, l)) = place {
+        (deadline, first_lease) = (deadline.max(d), first_lease.max(l));
     }
-    s.place = Some(deadline);
+    set(s, Field::Wait(entry), Val::Place(deadline, first_lease));
+    if !linked {
+        match s.tail {
+            Some(tail) => set(s, Field::Wn(tail), Val::Tok(entry)),
+            None => set_head(s, Some(entry)),
+        }
+        s.tail = Some(entry);
+        set(s, Field::QTail, Val::Tok(entry));
+    }
     if deadline > s.queue_until {
         s.queue_until = deadline;
         set(s, Field::QueueUntil, Val::Int(deadline));
     }
     s.extended = true;
+    deadline
 }
 
 fn leave_queue(s: &mut Loaded) {
@@ -499,8 +564,8 @@ fn unlink_head(s: &mut Loaded, next: Option<Tok>) {
     set_head(s, next);
 }
 
-/// `first_writer`: the first live place's token, first lease and deadline.
-fn first_writer(h: &Hash, s: &mut Loaded) -> Option<(Tok, Time, Time)> {
+/// `first_in_line`: the first live entry, its first lease and its place's deadline.
+fn first_in_line(h: &Hash, s: &mut Loaded) -> Option<(Tok, Time, Time)> {
     while let Some(head) = s.head {
         let place = field(h, s, Field::Wait(head));
         let next = match field(h, s, Field::Wn(head)) {
@@ -513,6 +578,9 @@ fn first_writer(h: &Hash, s: &mut Loaded) -> Option<(Tok, Time, Time)> {
                 return Some((head, first_lease, deadline));
             }
             s.dequeued = true;
+            if is_batch(head) {
+                del(s, Field::Rn(head)); // its readers' `rw:` fields now name nothing
+            }
         }
         unlink_head(s, next);
     }
@@ -545,8 +613,13 @@ fn end_upgradable(s: &mut Loaded) {
     end_upgrade(s);
 }
 
-/// `load(token)`.
+/// `load(token)`: with `serve`, also the grant of a batch of readers that nothing
+/// keeps out any more (`load(token, as_found)` with `as_found` false).
 pub fn load(h: &mut Hash, p: &Params, now: Time, token: Tok) -> Loaded {
+    load_as(h, p, now, token, true)
+}
+
+pub fn load_as(h: &mut Hash, p: &Params, now: Time, token: Tok, serve: bool) -> Loaded {
     h.expire_if_due(now);
     let mut s = Loaded {
         now,
@@ -562,6 +635,10 @@ pub fn load(h: &mut Hash, p: &Params, now: Time, token: Tok) -> Loaded {
         head_next: None,
         queue_until: h.int(Field::QueueUntil).unwrap_or(0),
         mine: None,
+        grouped: None,
+        batch: None,
+        batch_place: None,
+        granted: None,
         leftover: false,
         place: None,
         linked: false,
@@ -625,7 +702,26 @@ pub fn load(h: &mut Hash, p: &Params, now: Time, token: Tok) -> Loaded {
         s.place = Some(deadline);
     }
     s.linked = h.get(Field::Wn(token)).is_some() || s.head == Some(token) || s.tail == Some(token);
+    // The batch the token's reader waits in, or holds by.
+    if let Some(batch) = h.tok(Field::Rw(token)) {
+        if let Some(deadline) = h.int(Field::Rg(batch)) {
+            s.grouped = Some(batch);
+            if deadline > s.gone {
+                s.mine = Some(deadline);
+            }
+        } else if let Some(Val::Place(deadline, first_lease)) = h.get(Field::Wait(batch)) {
+            (s.batch, s.batch_place) = (Some(batch), Some((deadline, first_lease)));
+            if deadline <= now {
+                leave_batch(h, &mut s, batch, false);
+            }
+        } else {
+            del(&mut s, Field::Rw(token));
+        }
+    }
     layout_original_holds(&mut s, h, p);
+    if serve {
+        serve_readers(h, &mut s);
+    }
     s
 }
 
@@ -641,6 +737,144 @@ fn sweep_leftovers(h: &Hash, s: &mut Loaded) {
         .collect();
     for f in leftovers {
         del(s, f);
+    }
+    let grants: Vec<Tok> = h
+        .fields
+        .iter()
+        .filter_map(|(&f, v)| match (f, v) {
+            (Field::Rg(b), Val::Int(d)) if *d <= s.gone => Some(b),
+            _ => None,
+        })
+        .collect();
+    for b in grants {
+        del(s, Field::Rg(b));
+        del(s, Field::Rn(b));
+    }
+}
+
+/// `leave_batch`: the caller's reader leaves `batch` (`granted`: it held by its grant).
+fn leave_batch(h: &Hash, s: &mut Loaded, batch: Tok, granted: bool) {
+    del(s, Field::Rw(s.token));
+    let n = match field(h, s, Field::Rn(batch)) {
+        Some(Val::Int(n)) => n,
+        _ => 1,
+    } - 1;
+    if n > 0 {
+        set(s, Field::Rn(batch), Val::Int(n));
+    } else {
+        del(s, Field::Rn(batch));
+        if granted {
+            del(s, Field::Rg(batch));
+        } else {
+            del(s, Field::Wait(batch));
+            s.dequeued = true;
+        }
+    }
+    if granted {
+        s.grouped = None;
+    } else {
+        s.batch = None;
+    }
+}
+
+/// `wait_in_line`: the caller's plain reader waits in its batch, the tail's, or a
+/// new one; returns the batch.
+fn wait_in_line(h: &Hash, s: &mut Loaded, ttl: Time, first_lease: Time) -> Tok {
+    // A hold it had expired: it ends here, so the batch's grant counts it once.
+    if s.mine.is_some() {
+        let token = s.token;
+        drop_reader(h, s, token);
+    } else if let Some(batch) = s.grouped {
+        leave_batch(h, s, batch, true);
+    } else if s.leftover {
+        del(s, Field::R(s.token));
+    }
+    let (batch, place) = match s.batch {
+        Some(batch) => (batch, s.batch_place),
+        None => {
+            let tail_batch =
+                s.tail
+                    .filter(|&t| is_batch(t))
+                    .and_then(|t| match field(h, s, Field::Wait(t)) {
+                        Some(Val::Place(d, l)) if d > s.now => Some((t, (d, l))),
+                        _ => None,
+                    });
+            let (batch, place) = match tail_batch {
+                Some((t, place)) => (t, Some(place)),
+                None => {
+                    let last = match field(h, s, Field::Rseq) {
+                        Some(Val::Int(n)) => n,
+                        _ => 0,
+                    };
+                    let n = (last + 1).max(s.now_us);
+                    set(s, Field::Rseq, Val::Int(n));
+                    let batch = Tok {
+                        client: BATCH,
+                        generation: n as u64,
+                    };
+                    (batch, None)
+                }
+            };
+            set(s, Field::Rw(s.token), Val::Tok(batch));
+            let n = match field(h, s, Field::Rn(batch)) {
+                Some(Val::Int(n)) => n,
+                _ => 0,
+            };
+            set(s, Field::Rn(batch), Val::Int(n + 1));
+            (batch, place)
+        }
+    };
+    let deadline = join_queue(s, batch, place.is_some(), ttl, first_lease, place);
+    let longest = first_lease.max(place.map_or(0, |(_, l)| l));
+    (s.batch, s.batch_place) = (Some(batch), Some((deadline, longest)));
+    batch
+}
+
+/// `grant_batch`: every reader of `batch` (first in line) holds from now, counted,
+/// until the first lease from now but never past the place.
+fn grant_batch(h: &Hash, s: &mut Loaded, batch: Tok, first_lease: Time, place_deadline: Time) {
+    let n = match field(h, s, Field::Rn(batch)) {
+        Some(Val::Int(n)) => n,
+        _ => 0,
+    };
+    serve_head(s);
+    if n == 0 {
+        return;
+    }
+    let deadline = (s.now + first_lease).min(place_deadline);
+    s.nreaders += n;
+    set(s, Field::Readers, Val::Int(s.nreaders));
+    if deadline > s.readers_until {
+        s.readers_until = deadline;
+        set(s, Field::ReadersUntil, Val::Int(deadline));
+    }
+    if s.upgradable.is_some() && deadline > s.others_until {
+        s.others_until = deadline;
+        set(s, Field::UOthers, Val::Int(deadline));
+    }
+    set(s, Field::Rg(batch), Val::Int(deadline));
+    stamp_read(s);
+    (s.extended, s.granted) = (true, Some(batch));
+    if s.batch == Some(batch) {
+        (s.grouped, s.mine, s.batch) = (Some(batch), Some(deadline), None);
+    }
+}
+
+/// `serve_readers`: the batch first in line goes when no writer (ours or an
+/// original client's) and no pending upgrade keeps readers out.
+fn serve_readers(h: &Hash, s: &mut Loaded) {
+    let Some(head) = s.head else { return };
+    if s.writer.is_some() || s.original_writer_until.is_some() || s.upgrade.is_some() {
+        return;
+    }
+    let free = s.nreaders == 0 && s.original_reader_until.is_none();
+    if !(is_batch(head) || free || s.dequeued) {
+        return;
+    }
+    if let Some((first, first_lease, deadline)) = first_in_line(h, s)
+        && is_batch(first)
+    {
+        grant_batch(h, s, first, first_lease, deadline);
     }
 }
 
@@ -687,8 +921,11 @@ fn queue_hint(s: &Loaded) -> Time {
 }
 
 /// `hold_read`: never shortens the token's hold.
-fn hold_read(s: &mut Loaded, lease: Time) {
+fn hold_read(h: &Hash, s: &mut Loaded, lease: Time) {
     let deadline = (s.now + lease).max(s.mine.unwrap_or(0));
+    if let Some(batch) = s.grouped {
+        leave_batch(h, s, batch, true);
+    }
     if s.mine.is_none() {
         s.nreaders += 1;
         let n = s.nreaders;
@@ -743,12 +980,15 @@ fn grant_write(s: &mut Loaded, token: Tok, lease: Time) -> i64 {
 
 /// `drop_reader(s, token)`: `token`'s counted read hold ends (with the upgradable
 /// hold, if it was that).
-fn drop_reader(s: &mut Loaded, token: Tok) {
+fn drop_reader(h: &Hash, s: &mut Loaded, token: Tok) {
     if Some(token) == s.upgradable {
         end_upgradable(s);
     }
     del(s, Field::R(token));
     if token == s.token {
+        if let Some(batch) = s.grouped {
+            leave_batch(h, s, batch, true);
+        }
         s.mine = None;
     }
     s.nreaders -= 1;
@@ -795,7 +1035,7 @@ fn upgrade_to_write(h: &Hash, s: &mut Loaded, lease: Time) -> i64 {
         del(s, Field::UWanted); // waiting upgradable readers now wait for the writer
     }
     (s.upgradable, s.upgradable_until, s.upgrade) = (None, None, None);
-    drop_reader(s, token);
+    drop_reader(h, s, token);
     if s.nreaders > 0 {
         // Only readers that expired without releasing are left: leftovers now.
         s.gone = s.gone.max(others_until);
@@ -827,9 +1067,9 @@ fn set_expiry(h: &mut Hash, s: &Loaded, p: &Params) {
 /// reader, else a free lock to the first queued writer; writes the changes and
 /// returns what it published (`u` only if an upgradable acquire was refused by the
 /// hold that ended).
-fn settle(h: &mut Hash, s: &mut Loaded, p: &Params) -> Option<Wake> {
+fn settle(h: &mut Hash, s: &mut Loaded, p: &Params) -> Published {
     if s.dequeued {
-        first_writer(h, s);
+        first_in_line(h, s);
     }
     // A handed hold never outlives the place it was handed to.
     let mut handed = None;
@@ -839,12 +1079,16 @@ fn settle(h: &mut Hash, s: &mut Loaded, p: &Params) -> Option<Wake> {
         let token = s.upgradable.expect("an upgradable reader");
         let lease = first_lease.min(deadline - s.now);
         handed = Some(Wake::Handed(token, upgrade_to_write(h, s, lease)));
-    } else if is_free(s)
-        && let Some((first, first_lease, deadline)) = first_writer(h, s)
-    {
-        serve_head(s);
-        let lease = first_lease.min(deadline - s.now);
-        handed = Some(Wake::Handed(first, grant_write(s, first, lease)));
+    } else {
+        serve_readers(h, s);
+        if is_free(s)
+            && let Some((first, first_lease, deadline)) = first_in_line(h, s)
+            && !is_batch(first)
+        {
+            serve_head(s);
+            let lease = first_lease.min(deadline - s.now);
+            handed = Some(Wake::Handed(first, grant_write(s, first, lease)));
+        }
     }
     // An upgradable waiter was refused by the hold that ended: it is told below.
     let wanted = s.upgradable_ended && s.wanted_was_stored;
@@ -856,8 +1100,10 @@ fn settle(h: &mut Hash, s: &mut Loaded, p: &Params) -> Option<Wake> {
         set_expiry(h, s, p);
     }
     let written = s.writer.is_some() || s.original_writer_until.is_some();
-    if handed.is_some() {
+    let wake = if handed.is_some() {
         handed
+    } else if s.granted.is_some() {
+        None // the batch's message is the readers' 'r'
     } else if is_free(s) {
         (s.freed_writer || s.dequeued || s.upgrade_ended || wanted).then_some(Wake::All)
     } else if !written && (s.freed_writer || (s.head.is_none() && (s.dequeued || s.upgrade_ended)))
@@ -867,29 +1113,44 @@ fn settle(h: &mut Hash, s: &mut Loaded, p: &Params) -> Option<Wake> {
         Some(Wake::Upgradable)
     } else {
         None
+    };
+    Published {
+        wake,
+        granted: s.granted,
     }
 }
 
-fn done(reply: Reply, published: Option<Wake>) -> Outcome {
+/// What `settle` published: the batch it granted (if any), then its message.
+#[derive(Clone, Copy)]
+pub struct Published {
+    wake: Option<Wake>,
+    granted: Option<Tok>,
+}
+
+fn done(reply: Reply, published: Published) -> Outcome {
     Outcome {
         reply,
-        published,
+        published: published.wake,
+        granted: published.granted,
         new_grant: false,
     }
 }
 
 /// A grant of a new write hold (a new fencing token).
-fn new_grant(fence: i64, published: Option<Wake>) -> Outcome {
+fn new_grant(fence: i64, published: Published) -> Outcome {
     Outcome {
         reply: Reply::Granted(fence),
-        published,
+        published: published.wake,
+        granted: published.granted,
         new_grant: true,
     }
 }
 
 // ---- the operation scripts --------------------------------------------------------
 
-/// acquire_read.lua; `upgradable`: the upgradable hold.
+/// acquire_read.lua; `upgradable`: the upgradable hold; `intent_ttl` > 0: a plain
+/// reader refused under writer preference waits in line that long.
+#[allow(clippy::too_many_arguments)]
 pub fn acquire_read(
     h: &mut Hash,
     p: &Params,
@@ -898,33 +1159,59 @@ pub fn acquire_read(
     lease: Time,
     writer_preferred: bool,
     upgradable: bool,
+    intent_ttl: Time,
 ) -> Outcome {
     let mut s = load(h, p, now, token);
     if reading(&s) {
-        hold_read(&mut s, lease);
+        hold_read(h, &mut s, lease);
         let published = settle(h, &mut s, p);
         return done(Reply::Granted(0), published);
     }
     let written = s.writer.is_some() || s.original_writer_until.is_some();
-    let queue_first = writer_preferred && queued(&s) && first_writer(h, &mut s).is_some();
+    let mut first = if writer_preferred && queued(&s) {
+        first_in_line(h, &mut s)
+    } else {
+        None
+    };
+    if first.is_some_and(|(f, _, _)| is_batch(f)) && !written && s.upgrade.is_none() {
+        // A batch heads the line behind a place that just lapsed: it goes now.
+        serve_readers(h, &mut s);
+        if reading(&s) {
+            hold_read(h, &mut s, lease);
+            let published = settle(h, &mut s, p);
+            return done(Reply::Granted(0), published);
+        }
+        first = if queued(&s) {
+            first_in_line(h, &mut s)
+        } else {
+            None
+        };
+    }
     if written
-        || queue_first
+        || first.is_some()
         || (writer_preferred && s.upgrade.is_some())
         || (upgradable && s.upgradable.is_some())
     {
         if upgradable && s.upgradable.is_some() && !s.wanted_was_stored {
             set(&mut s, Field::UWanted, Val::Int(1)); // so the end of that hold is announced
         }
+        let batch = (intent_ttl > 0 && writer_preferred && !upgradable)
+            .then(|| wait_in_line(h, &mut s, intent_ttl, intent_ttl.min(lease)));
         let published = settle(h, &mut s, p);
-        let hint = if queue_first && !(s.writer.is_some() || s.original_writer_until.is_some()) {
+        let hint = if first.is_some() && !(s.writer.is_some() || s.original_writer_until.is_some())
+        {
             queue_hint(&s)
         } else {
             retry_hint(&s)
         };
-        return done(Reply::Refused(hint, 0), published);
+        let reply = match batch {
+            Some(batch) => Reply::InLine(hint, batch),
+            None => Reply::Refused(hint, 0),
+        };
+        return done(reply, published);
     }
     let others_until = if s.nreaders > 0 { s.readers_until } else { 0 };
-    hold_read(&mut s, lease);
+    hold_read(h, &mut s, lease);
     if upgradable {
         hold_upgradable(&mut s, others_until);
     }
@@ -969,7 +1256,7 @@ pub fn acquire_write(
         return done(Reply::Refused(retry_hint(&s), refusal_fence(&s)), published);
     }
     if is_free(&s) {
-        let first = first_writer(h, &mut s);
+        let first = first_in_line(h, &mut s);
         if first.is_none_or(|(t, _, _)| t == token) {
             if first.is_some() {
                 serve_head(&mut s);
@@ -980,7 +1267,16 @@ pub fn acquire_write(
         }
     }
     if intent_ttl > 0 {
-        join_queue(&mut s, intent_ttl, intent_ttl.min(lease));
+        let linked = s.linked;
+        s.place = Some(join_queue(
+            &mut s,
+            token,
+            linked,
+            intent_ttl,
+            intent_ttl.min(lease),
+            None,
+        ));
+        s.linked = true;
     }
     let published = settle(h, &mut s, p);
     done(Reply::Refused(retry_hint(&s), refusal_fence(&s)), published)
@@ -997,12 +1293,18 @@ pub fn release(h: &mut Hash, p: &Params, now: Time, token: Tok) -> Outcome {
         if reading(&s) {
             removed = 1;
         }
-        drop_reader(&mut s, token);
+        drop_reader(h, &mut s, token);
     } else if s.leftover {
         del(&mut s, Field::R(token));
     }
+    if let Some(batch) = s.grouped {
+        leave_batch(h, &mut s, batch, true); // a share of a grant that expired uncounted
+    }
     if s.place.is_some() {
         leave_queue(&mut s);
+    }
+    if let Some(batch) = s.batch {
+        leave_batch(h, &mut s, batch, false);
     }
     let published = settle(h, &mut s, p);
     done(Reply::Int(removed), published)
@@ -1015,14 +1317,17 @@ pub fn force_release(h: &mut Hash, p: &Params, now: Time) -> Outcome {
         client: OUTSIDER,
         generation: 3,
     };
-    let mut s = load(h, p, now, operator);
+    let mut s = load_as(h, p, now, operator, false);
     let removed = s.nreaders;
-    // Every `r:` field goes, counted or not (the HSCAN pages).
+    // Every `r:` field and every batch's grant goes, counted or not (the HSCAN pages).
     let readers: Vec<Field> = h
         .fields
         .keys()
-        .filter(|f| matches!(f, Field::R(_)))
-        .copied()
+        .flat_map(|&f| match f {
+            Field::R(_) => vec![f],
+            Field::Rg(b) => vec![f, Field::Rn(b)],
+            _ => vec![],
+        })
         .collect();
     for field in readers {
         h.fields.remove(&field);
@@ -1045,7 +1350,7 @@ pub fn force_release(h: &mut Hash, p: &Params, now: Time) -> Outcome {
     del(&mut s, Field::WUntil);
     clear_all(&mut s);
     (s.nreaders, s.readers_until, s.gone, s.writer) = (0, 0, 0, None);
-    (s.mine, s.leftover) = (None, false);
+    (s.mine, s.leftover, s.grouped) = (None, false, None);
     (s.original_writer_until, s.original_reader_until) = (None, None);
     let published = settle(h, &mut s, p);
     done(Reply::Int(removed), published)
@@ -1061,7 +1366,7 @@ pub fn renew(h: &mut Hash, p: &Params, now: Time, token: Tok, lease: Time, write
         hold_write(&mut s, token, lease);
         renewed = 1;
     } else if !write && reading(&s) {
-        hold_read(&mut s, lease);
+        hold_read(h, &mut s, lease);
         renewed = 1;
     }
     let published = settle(h, &mut s, p);
@@ -1081,7 +1386,7 @@ pub fn downgrade(
     let mut ok = 0;
     if from_write && writer_is(&s, token) {
         drop_writer(&mut s);
-        hold_read(&mut s, lease);
+        hold_read(h, &mut s, lease);
         ok = 1;
     } else if reading(&s) {
         if s.upgradable == Some(token) {
@@ -1121,18 +1426,33 @@ pub fn live_view(h: &Hash, p: &Params, now: Time) -> View {
         generation: 2,
     };
     let s = load(&mut copy, p, now, stranger);
+    // What loading noted (expired entries purged, a batch of readers granted).
+    flush(&mut copy, &s);
     let gone = s.gone;
+    let grant = |t: Tok| match copy.get(Field::Rw(t)) {
+        Some(Val::Tok(b)) => copy.int(Field::Rg(b)),
+        _ => None,
+    };
     let counted: BTreeMap<Tok, Time> = if s.nreaders > 0 {
         copy.fields
             .iter()
             .filter_map(|(f, v)| match (f, v) {
                 (Field::R(t), Val::Int(d)) if *d > gone => Some((*t, *d)),
+                (Field::Rw(t), _) => grant(*t).filter(|&d| d > gone).map(|d| (*t, d)),
                 _ => None,
             })
             .collect()
     } else {
         BTreeMap::new()
     };
+    let members = copy
+        .fields
+        .keys()
+        .filter_map(|f| match f {
+            Field::Rw(t) => Some(*t),
+            _ => None,
+        })
+        .collect();
     let readers = counted
         .iter()
         .filter(|&(_, &d)| d > now)
@@ -1152,6 +1472,7 @@ pub fn live_view(h: &Hash, p: &Params, now: Time) -> View {
         writer: s.writer,
         readers,
         counted: counted.into_keys().collect(),
+        members,
         queue,
         fence: s.fence,
         original_writer_until: s.original_writer_until,
@@ -1183,6 +1504,10 @@ impl fmt::Display for Hash {
                 Field::ReadersGone => write!(f, "readers_gone")?,
                 Field::Wait(t) => write!(f, "wait:{t}")?,
                 Field::Wn(t) => write!(f, "wn:{t}")?,
+                Field::Rw(t) => write!(f, "rw:{t}")?,
+                Field::Rn(t) => write!(f, "rn:{t}")?,
+                Field::Rg(t) => write!(f, "rg:{t}")?,
+                Field::Rseq => write!(f, "rseq")?,
                 Field::QHead => write!(f, "q:head")?,
                 Field::QTail => write!(f, "q:tail")?,
                 Field::QueueUntil => write!(f, "queue_until")?,
@@ -1218,6 +1543,7 @@ impl fmt::Display for Wake {
             Wake::All => write!(f, "*"),
             Wake::Readers => write!(f, "r"),
             Wake::Upgradable => write!(f, "u"),
+            Wake::Batch(b) => write!(f, "{b}"),
         }
     }
 }

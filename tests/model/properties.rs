@@ -149,6 +149,35 @@ impl Lock {
             },
         ));
         props.push(Property::sometimes(
+            "a reader holds by its batch's grant",
+            |_: &Lock, s: &State| {
+                let granted = s.hash.fields.keys().any(|f| matches!(f, lua::Field::Rg(_)));
+                granted
+                    && s.clients.iter().any(|c| {
+                        matches!(
+                            c.phase,
+                            Phase::Holding {
+                                mode: Mode::Read,
+                                ..
+                            }
+                        ) && c.believes(s.now).is_some()
+                    })
+            },
+        ));
+        props.push(Property::sometimes(
+            "a reader reads recursively beside a queued writer",
+            |m: &Lock, s: &State| {
+                let queued_writer = s
+                    .hash
+                    .fields
+                    .keys()
+                    .any(|f| matches!(f, lua::Field::Wait(t) if !lua::is_batch(*t)));
+                queued_writer
+                    && m.cfg.recursive_reader
+                    && s.clients[0].believes(s.now) == Some(Mode::Read)
+            },
+        ));
+        props.push(Property::sometimes(
             "a waiter gives up",
             |_: &Lock, s: &State| s.clients.iter().any(|c| c.gave_up),
         ));

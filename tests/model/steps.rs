@@ -45,14 +45,20 @@ impl Lock {
         let client = self.cfg.id(i);
         let mut used = [false; 16];
         let mut mark = |t: Tok| {
-            if t.client == client {
+            if t.client == client && t.generation < 16 {
                 used[t.generation as usize] = true;
             }
         };
         for h in std::iter::once(&s.hash).chain(s.unreplicated.as_ref()) {
             for (field, value) in &h.fields {
                 match (field, value) {
-                    (lua::Field::R(t) | lua::Field::Wait(t) | lua::Field::Wn(t), _) => mark(*t),
+                    (
+                        lua::Field::R(t)
+                        | lua::Field::Wait(t)
+                        | lua::Field::Wn(t)
+                        | lua::Field::Rw(t),
+                        _,
+                    ) => mark(*t),
                     (_, lua::Val::Tok(t)) => mark(*t),
                     _ => {}
                 }
@@ -61,7 +67,7 @@ impl Lock {
         if let Some(t) = s.clients[i].token() {
             mark(t);
         }
-        let generation = used.iter().position(|u| !u).unwrap_or(15) as u8;
+        let generation = used.iter().position(|u| !u).unwrap_or(15) as u64;
         Tok { client, generation }
     }
 
@@ -77,11 +83,13 @@ impl Lock {
         let cfg = &self.cfg;
         let p = &cfg.params;
         let ttl = if wait { cfg.intent_ttl } else { 0 };
-        let read_lease = cfg.lease(cfg.index(token.client), Mode::Read);
+        let i = cfg.index(token.client);
+        let read_lease = cfg.lease(i, Mode::Read);
         match access {
             Access::Read | Access::UpgradableRead => {
                 let upgradable = access == Access::UpgradableRead;
-                lua::acquire_read(h, p, now, token, read_lease, true, upgradable)
+                let in_line = !cfg.recursive(i);
+                lua::acquire_read(h, p, now, token, read_lease, in_line, upgradable, ttl)
             }
             Access::Write | Access::Upgrade => {
                 let upgrade = access == Access::Upgrade;
@@ -123,6 +131,11 @@ impl Lock {
             Op::FencedWrite => lua::fenced_write(&mut s.hash, p, now, token),
         };
         let queued = &view_before.queue;
+        // A reader whose batch heads the line (behind places that lapsed) goes with it.
+        let first_in_its_batch = match before.fields.get(&lua::Field::Rw(token)) {
+            Some(&lua::Val::Tok(batch)) => queued.first().is_some_and(|&(t, _)| t == batch),
+            _ => false,
+        };
         if let (Op::Acquire { access, .. }, Reply::Granted(_)) = (op, out.reply) {
             match access {
                 Access::Write
@@ -131,8 +144,11 @@ impl Lock {
                     s.violations |= WRITER_JUMPED_QUEUE;
                 }
                 Access::Read | Access::UpgradableRead
-                    if (!queued.is_empty() || view_before.upgrade.is_some())
-                        && !view_before.readers.contains_key(&token) =>
+                    if (queued.iter().any(|&(t, _)| !lua::is_batch(t))
+                        || view_before.upgrade.is_some())
+                        && !view_before.readers.contains_key(&token)
+                        && !cfg.recursive(cfg.index(token.client))
+                        && !first_in_its_batch =>
                 {
                     s.violations |= READER_PASSED_WAITING_WRITER;
                 }
@@ -178,6 +194,23 @@ impl Lock {
                 s.violations |= HANDED_PAST_PLACE;
             }
         }
+        // A batch of readers goes when it heads the line (no writer before it), and
+        // its grant ends no later than its place.
+        if let Some(batch) = out.granted
+            && let Some(at) = queued.iter().position(|&(t, _)| t == batch)
+        {
+            // (A writer ahead that leaves in this very script, e.g. withdraws, may.)
+            if queued[..at]
+                .iter()
+                .any(|&(t, _)| !lua::is_batch(t) && t != token)
+            {
+                s.violations |= READER_PASSED_WAITING_WRITER;
+            }
+            let deadline = s.hash.fields.get(&lua::Field::Rg(batch));
+            if deadline.is_some_and(|&d| d > lua::Val::Int(queued[at].1)) {
+                s.violations |= HANDED_PAST_PLACE;
+            }
+        }
         let new_fence = match (out.new_grant, out.reply, out.published) {
             (true, Reply::Granted(fence), _) => Some((token, fence)),
             (_, _, Some(Wake::Handed(grantee, fence))) => Some((grantee, fence)),
@@ -208,6 +241,9 @@ impl Lock {
         }
         if cfg.faults.failovers > 0 && s.hash != before {
             s.unreplicated = Some(before);
+        }
+        if let Some(batch) = out.granted {
+            self.deliver(s, Wake::Batch(batch));
         }
         if let Some(wake) = out.published {
             self.deliver(s, wake);
@@ -244,6 +280,14 @@ impl Lock {
                 (Wake::Handed(named, fence), Access::Write | Access::Upgrade) if named == token => {
                     c.handed = Some(fence);
                 }
+                // Its batch was granted: it holds (the message is its hand-over; it
+                // names the batch, which the reader checks when it takes it).
+                (Wake::Batch(batch), Access::Read)
+                    if c.wait().and_then(|w| w.batch) == Some(batch) =>
+                {
+                    c.handed = Some(batch.generation as i64);
+                }
+                (Wake::Batch(_), Access::Read | Access::UpgradableRead) => c.woken = true,
                 (_, Access::Upgrade) => {}
                 (Wake::All, _)
                 | (Wake::Readers, Access::Read | Access::UpgradableRead)
@@ -258,11 +302,35 @@ impl Lock {
     /// otherwise the message only wakes it. An upgrade's read hold ends with it.
     fn take_handed(&self, s: &mut State, i: u8) -> Option<()> {
         let now = s.now;
-        let handed_lease = self.cfg.handed_lease(i as usize);
+        let write_lease = self.cfg.handed_lease(i as usize, Mode::Write);
+        let read_lease = self.cfg.handed_lease(i as usize, Mode::Read);
         let c = &mut s.clients[i as usize];
         let fence = c.handed.take()?;
         let wait = c.wait()?;
         let token = c.token()?;
+        if let Phase::Waiting {
+            access: Access::Read,
+            ..
+        } = c.phase
+        {
+            if wait.batch.map(|b| b.generation as i64) != Some(fence) {
+                c.woken = true; // a message for a batch it no longer waits in
+                return Some(());
+            }
+            // Its batch's grant: read until its last refusal's send plus the first lease.
+            c.phase = Phase::Holding {
+                token,
+                mode: Mode::Read,
+                since: now,
+                until: wait.refused_sent + read_lease,
+                fence: 0,
+                lost: false,
+                upgradable: None,
+            };
+            c.woken = false;
+            return Some(());
+        }
+        let handed_lease = write_lease;
         if fence > wait.refused_fence {
             c.phase = Phase::Holding {
                 token,
@@ -280,16 +348,15 @@ impl Lock {
         Some(())
     }
 
-    /// A refusal of a waiting acquire or upgrade: the wait it starts or goes on with.
-    /// The first refusal subscribes, then tries again at once.
+    /// A refusal of a waiting acquire or upgrade (its retry hint, the fence it saw,
+    /// the batch it waits in): the wait it starts or goes on with. The first
+    /// refusal subscribes, then tries again at once.
     fn refused(
         &self,
         woken: &mut bool,
         previous: Option<Wait>,
-        now: Time,
-        sent: Time,
-        hint: Time,
-        refused_fence: i64,
+        (now, sent): (Time, Time),
+        (hint, refused_fence, batch): (Time, i64, Option<Tok>),
     ) -> Wait {
         let recheck_at = now + hint.clamp(self.cfg.recheck.0, self.cfg.recheck.1);
         let (since, paused) = match previous {
@@ -303,6 +370,7 @@ impl Lock {
             paused,
             refused_sent: sent,
             refused_fence,
+            batch,
         }
     }
 
@@ -360,9 +428,12 @@ impl Lock {
                 },
             ) => {
                 let upgrading = match reply {
-                    Reply::Refused(hint, fence) if wait => {
-                        Some(self.refused(&mut c.woken, held.upgrading, now, sent, hint, fence))
-                    }
+                    Reply::Refused(hint, fence) if wait => Some(self.refused(
+                        &mut c.woken,
+                        held.upgrading,
+                        (now, sent),
+                        (hint, fence, None),
+                    )),
                     // try_upgrade refused: the hold stays upgradable.
                     _ => None,
                 };
@@ -381,12 +452,26 @@ impl Lock {
                 }
             }
             (Op::Acquire { wait: false, .. }, _, _) => c.phase = Phase::Idle,
-            (Op::Acquire { access, .. }, Reply::Refused(hint, refused_fence), phase) => {
+            (
+                Op::Acquire { access, .. },
+                reply @ (Reply::Refused(..) | Reply::InLine(..)),
+                phase,
+            ) => {
                 let previous = match phase {
                     Phase::Waiting { wait, .. } => Some(wait),
                     _ => None,
                 };
-                let wait = self.refused(&mut c.woken, previous, now, sent, hint, refused_fence);
+                let (hint, refused_fence, batch) = match reply {
+                    Reply::InLine(hint, batch) => (hint, 0, Some(batch)),
+                    Reply::Refused(hint, fence) => (hint, fence, None),
+                    _ => unreachable!(),
+                };
+                let wait = self.refused(
+                    &mut c.woken,
+                    previous,
+                    (now, sent),
+                    (hint, refused_fence, batch),
+                );
                 c.phase = Phase::Waiting {
                     token,
                     access,

@@ -37,7 +37,7 @@ impl Lock {
         // Clients with different leases are not interchangeable.
         let same_leases = |perm: &Perm| {
             let read = |i: usize| self.cfg.lease(i, super::system::Mode::Read);
-            (0..n).all(|i| read(perm[i]) == read(i))
+            (0..n).all(|i| read(perm[i]) == read(i) && !(self.cfg.recursive(i) && perm[i] != i))
         };
         let mut out = Vec::new();
         for pr in all(&readers) {
@@ -60,7 +60,7 @@ impl Lock {
     }
 
     fn rename_tok(&self, perm: &Perm, t: Tok) -> Tok {
-        if t.client == lua::OUTSIDER {
+        if t.client == lua::OUTSIDER || lua::is_batch(t) {
             return t;
         }
         Tok {
@@ -78,6 +78,7 @@ impl Lock {
                     lua::Field::R(t) => lua::Field::R(self.rename_tok(perm, t)),
                     lua::Field::Wait(t) => lua::Field::Wait(self.rename_tok(perm, t)),
                     lua::Field::Wn(t) => lua::Field::Wn(self.rename_tok(perm, t)),
+                    lua::Field::Rw(t) => lua::Field::Rw(self.rename_tok(perm, t)),
                     other => other,
                 };
                 let value = match value {

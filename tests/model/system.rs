@@ -110,6 +110,9 @@ pub struct Config {
     /// Read leases per client (by index), for holders whose leases differ; a client
     /// past the end takes `read_lease`.
     pub read_leases: Vec<Time>,
+    /// The first reader reads recursively (`read_recursive`): it ignores the line
+    /// (waits only for a writer that holds) and never waits in it.
+    pub recursive_reader: bool,
     /// `INTENT_TTL` of src/waiting.rs.
     pub intent_ttl: Time,
     /// `MIN_RECHECK`, `MAX_RECHECK`: the re-check timer is the retry hint clamped to these.
@@ -160,10 +163,16 @@ impl Config {
         self.lease(i, mode).min(original)
     }
 
-    /// How long a write hold handed over by a release counts from the waiter's last
-    /// refused attempt (`handed_lease` in src/waiting.rs).
-    pub(super) fn handed_lease(&self, i: usize) -> Time {
-        self.held_for(i, Mode::Write).min(self.intent_ttl)
+    /// How long a hold handed over by another script (a write hold, or a batch's
+    /// read grant) counts from the waiter's last refused attempt (`handed_lease` in
+    /// src/waiting.rs).
+    pub(super) fn handed_lease(&self, i: usize, mode: Mode) -> Time {
+        self.held_for(i, mode).min(self.intent_ttl)
+    }
+
+    /// Whether client `i` reads recursively (ignores the line).
+    pub(super) fn recursive(&self, i: usize) -> bool {
+        self.recursive_reader && i == 0 && self.readers > 0
     }
 
     pub(super) fn clients(&self) -> u8 {
@@ -245,6 +254,8 @@ pub struct Wait {
     /// (`refused` in src/waiting.rs): a hand-over with a larger fence came after it.
     pub refused_sent: Time,
     pub refused_fence: i64,
+    /// The batch a waiting plain reader waits in (its last refusal named it).
+    pub batch: Option<Tok>,
 }
 
 /// What an upgradable read hold has besides the read hold.

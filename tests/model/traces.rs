@@ -267,10 +267,15 @@ pub(super) fn describe(op: Op, out: &Outcome) -> String {
         (_, Reply::Granted(0)) => "granted".to_owned(),
         (_, Reply::Granted(f)) => format!("granted, fence {f}"),
         (_, Reply::Refused(hint, _)) => format!("refused (retry in {hint})"),
+        (_, Reply::InLine(hint, b)) => format!("refused, waits in line in {b} (retry in {hint})"),
         (_, Reply::Lost) => "lost (the upgradable hold is gone)".to_owned(),
         (Op::FencedWrite, Reply::Int(0)) => "rejected".to_owned(),
         (Op::FencedWrite, Reply::Int(f)) => format!("written with fence {f}"),
         (_, Reply::Int(n)) => format!("returns {n}"),
+    };
+    let reply = match out.granted {
+        Some(b) => format!("{reply}, grants {b} and publishes {b}"),
+        None => reply,
     };
     match out.published {
         Some(w) => format!("{reply}, publishes {w}"),
