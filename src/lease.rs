@@ -1,6 +1,11 @@
 //! The lease behind every guard: the hold's deadline and lost signal, one renewal,
 //! release and the drop fallback, written once for both guard kinds. When renewals
 //! are due is the client's renewal queue's business (`renewals.rs`).
+//!
+//! Each hold has a `debug` span `hold` (fields `lock`, `mode`, `fencing_token` for a
+//! write hold), made at its grant: its renewals and its release (a span `release`
+//! inside it) run in it, and so does the `warn` event that says its lease was lost
+//! (field `cause`). Its metrics are its [`Holding`].
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -8,9 +13,11 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 use tokio::time::{Instant, timeout};
+use tracing::{Instrument, Span};
 
 use crate::error::Chain;
 use crate::live::{Kind, Registration};
+use crate::metrics::{self, Holding, LostCause, Mode};
 use crate::renewals::Renewal;
 use crate::scripts::{Access, LockMode};
 use crate::token::Token;
@@ -47,6 +54,10 @@ pub(crate) struct Hold {
     deadline: Mutex<Instant>,
     /// Whether an upgrade of this hold is on its way, or done.
     moving: Mutex<Moving>,
+    /// The hold's span: its renewals and its release run in it.
+    pub(crate) span: Span,
+    /// The hold's mode (upgradable or not) and metrics.
+    holding: Holding,
 }
 
 /// An upgradable hold's upgrade, as its renewals see it: a renewal that finds the
@@ -75,8 +86,28 @@ impl Hold {
         *current = (*current).max(deadline);
     }
 
-    pub(crate) fn mark_lost(&self) {
+    /// The lease is lost for `cause`: says so once (a `warn` event in the hold's
+    /// span), and the hold ends.
+    pub(crate) fn mark_lost(&self, cause: LostCause) {
+        if self.lost.send_replace(true) {
+            return;
+        }
+        self.span.in_scope(|| {
+            tracing::warn!(
+                lock = self.lock.name(),
+                mode = self.holding.mode().as_str(),
+                cause = cause.as_str(),
+                "lease lost: {}",
+                cause.describe()
+            );
+        });
+        self.holding.lost(cause);
+    }
+
+    /// The client was shut down: the hold ends here (its release is the client's).
+    fn shut_down(&self) {
         self.lost.send_replace(true);
+        self.holding.end();
     }
 
     fn moving(&self) -> std::sync::MutexGuard<'_, Moving> {
@@ -98,7 +129,7 @@ impl Hold {
         if still_held {
             Ok(())
         } else {
-            self.mark_lost();
+            self.mark_lost(LostCause::Gone);
             Err(Error::LeaseLost)
         }
     }
@@ -113,22 +144,24 @@ impl Hold {
     /// error: this attempt failed; time may remain for another.
     pub(crate) async fn renew_once(&self) -> Result<(), Error> {
         let (lock, mode) = (&self.lock, self.mode);
+        let label = lock.metrics_label();
         let sent = Instant::now();
         let deadline = self.deadline();
-        let lost = |why: &str| {
-            tracing::warn!(lock = lock.name(), ?mode, "lease lost: {why}");
-            self.mark_lost();
+        let lost = |cause: LostCause| {
+            metrics::renewal(label, metrics::Renewal::Lost);
+            self.mark_lost(cause);
             Err(Error::LeaseLost)
         };
         if *self.lost.borrow() {
             return Err(Error::LeaseLost);
         }
         if sent >= deadline {
-            return lost("Redis unreachable until the lease ended");
+            return lost(LostCause::Unreachable);
         }
         match timeout(deadline - sent, lock.renew_token(&self.token, mode)).await {
             Ok(Ok(true)) => {
                 self.extend(sent + lock.held_for(mode));
+                metrics::renewal(label, metrics::Renewal::Renewed);
                 tracing::trace!(lock = lock.name(), ?mode, "renewed");
                 Ok(())
             }
@@ -137,9 +170,7 @@ impl Hold {
                 match *moving {
                     Moving::Staying => {
                         drop(moving);
-                        lost(
-                            "at renewal the hold was gone, or a client of the original design held beside it",
-                        )
+                        lost(LostCause::Gone)
                     }
                     Moving::Upgrading { .. } | Moving::Moved => {
                         // The upgrade's outcome decides (see `Upgrading`); once
@@ -156,30 +187,47 @@ impl Hold {
                     }
                 }
             }
-            Ok(Err(err)) => Err(err),
-            Err(_) => lost("Redis unreachable until the lease ended"),
+            Ok(Err(err)) => {
+                metrics::renewal(label, metrics::Renewal::Error);
+                Err(err)
+            }
+            Err(_) => lost(LostCause::Unreachable),
         }
     }
 }
 
 impl Lease {
-    /// Starts tracking a hold granted to `token`; it counts for `lasts` after
-    /// `sent` (when the request that granted it was sent) until renewed.
+    /// Starts tracking a hold granted to `token` for `access` (with the fencing
+    /// token `fence`, 0 for reads); it counts for `lasts` after `sent` (when the
+    /// request that granted it was sent) until renewed.
     pub(crate) fn start(
         lock: RwLock,
         token: Token,
-        mode: LockMode,
+        access: Access,
+        fence: u64,
         sent: Instant,
         lasts: Duration,
     ) -> Self {
+        let kind = Mode::of_hold(access);
+        let span = tracing::debug_span!(
+            "hold",
+            lock = lock.name(),
+            mode = kind.as_str(),
+            fencing_token = tracing::field::Empty
+        );
+        if fence > 0 {
+            span.record("fencing_token", fence);
+        }
         let hold = Arc::new(Hold {
             deadline: Mutex::new(sent + lasts),
             moving: Mutex::new(Moving::Staying),
             lost: watch::channel(false).0,
             runtime: Handle::current(),
+            holding: Holding::start(lock.metrics_label(), kind),
+            span,
+            mode: access.mode(),
             lock,
             token,
-            mode,
         });
         // A hold that counts less than usual (handed over) renews sooner the first time.
         let first = (sent + lasts / 3).max(Instant::now());
@@ -188,7 +236,7 @@ impl Lease {
             let (hold, renewal) = (hold.clone(), renewal.clone());
             move || {
                 renewal.stop();
-                hold.mark_lost();
+                hold.shut_down();
             }
         };
         let registration = Registration::new(&hold.lock, &hold.token, Kind::Hold(Box::new(end)));
@@ -252,7 +300,18 @@ impl Lease {
         let Some(held) = &self.held else {
             return Err(Error::LeaseLost);
         };
-        held.hold.renew_once().await
+        let hold = &held.hold;
+        hold.renew_once().instrument(hold.span.clone()).await
+    }
+
+    /// An acquisition by this hold (an upgrade) begins: a waiter in the metrics,
+    /// with the lock's label.
+    pub(crate) fn acquiring(&self, mode: Mode) -> metrics::Acquiring {
+        let label = self
+            .held
+            .as_ref()
+            .map(|held| held.hold.lock.metrics_label());
+        metrics::Acquiring::start(label.unwrap_or(&Default::default()), mode)
     }
 
     /// Ends the hold. `Err(LeaseLost)` when the lease was already known lost (the
@@ -264,12 +323,14 @@ impl Lease {
         held.renewal.stop();
         let hold = held.hold.clone();
         let was_held = hold.is_held();
+        hold.holding.end();
+        let span = hold.release_span();
         let limit = hold.lock.options().release_timeout;
         let attempt = hold.lock.release_token_until(&hold.token, hold.deadline());
-        let released = match timeout(limit, attempt).await {
+        let released = match timeout(limit, attempt).instrument(span.clone()).await {
             Ok(released) => released.map(|_| ()),
             Err(_) => {
-                tracing::debug!(lock = hold.lock.name(), mode = ?hold.mode, ?limit, "release unconfirmed; going on in the background");
+                span.in_scope(|| tracing::debug!(lock = hold.lock.name(), mode = ?hold.mode, ?limit, "release unconfirmed; going on in the background"));
                 held.release_in_background();
                 Err(Error::Redis(redis::RedisError::from(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
@@ -316,8 +377,9 @@ impl Lease {
         // The hold goes on as a read hold, with renewals of its own.
         let (lock, token) = (hold.lock.clone(), hold.token.clone());
         let lasts = lock.held_for(LockMode::Read);
+        hold.holding.end();
         self.held = None;
-        Ok(Lease::start(lock, token, LockMode::Read, sent, lasts))
+        Ok(Lease::start(lock, token, Access::Read, 0, sent, lasts))
     }
 
     /// Turns this upgradable read hold into the write hold: waits (when `wait`) until
@@ -334,9 +396,13 @@ impl Lease {
         let mut upgrading = hold.upgrading();
         let granted = match upgrade(&hold.lock, &hold.token, wait).await {
             Ok(granted) => granted,
-            Err(err @ (Error::LeaseLost | Error::NotReplicated { .. })) => {
-                // Gone, or released again for want of replicas.
-                hold.mark_lost();
+            Err(err @ Error::LeaseLost) => {
+                hold.mark_lost(LostCause::Gone);
+                return Err(err);
+            }
+            Err(err @ Error::NotReplicated { .. }) => {
+                // Released again for want of replicas.
+                hold.mark_lost(LostCause::NotReplicated);
                 return Err(err);
             }
             Err(err) => return Err(err),
@@ -345,11 +411,13 @@ impl Lease {
         drop(upgrading);
         if let Some(held) = self.held.take() {
             held.renewal.stop();
+            held.hold.holding.end();
         }
         let lease = Lease::start(
             hold.lock.clone(),
             granted.token,
-            LockMode::Write,
+            Access::Upgrade,
+            granted.fence,
             granted.sent,
             granted.lasts,
         );
@@ -361,7 +429,10 @@ impl Lease {
     pub(crate) async fn leave_upgradable(&self) -> Result<(), Error> {
         let hold = self.believed()?;
         let from = Access::UpgradableRead;
-        hold.confirm(hold.lock.downgrade_token(&hold.token, from).await?)
+        hold.confirm(hold.lock.downgrade_token(&hold.token, from).await?)?;
+        hold.holding.switch(Mode::Read);
+        hold.span.record("mode", Mode::Read.as_str());
+        Ok(())
     }
 }
 
@@ -385,9 +456,20 @@ impl Drop for Upgrading<'_> {
         };
         drop(moving);
         if gone && !self.moved {
-            tracing::warn!(lock = self.hold.lock.name(), mode = ?self.hold.mode, "lease lost: at renewal the hold was gone");
-            self.hold.mark_lost();
+            self.hold.mark_lost(LostCause::Gone);
         }
+    }
+}
+
+impl Hold {
+    /// A `release` span inside the hold's.
+    fn release_span(&self) -> Span {
+        tracing::debug_span!(
+            parent: &self.span,
+            "release",
+            lock = self.lock.name(),
+            mode = self.holding.mode().as_str()
+        )
     }
 }
 
@@ -397,6 +479,8 @@ impl Held {
     fn release_in_background(self) {
         self.renewal.stop();
         let hold = self.hold;
+        hold.holding.end();
+        let span = hold.release_span();
         let until = hold.deadline();
         let unfinished = Unfinished {
             lock: hold.lock.name().to_owned(),
@@ -404,17 +488,20 @@ impl Held {
             done: false,
         };
         let runtime = hold.runtime.clone();
-        runtime.spawn(async move {
-            let (lock, mode) = (&hold.lock, hold.mode);
-            match lock.release_token_until(&hold.token, until).await {
-                Ok(_) => tracing::debug!(lock = lock.name(), ?mode, "released on drop"),
-                Err(err) => tracing::warn!(
-                    lock = lock.name(), ?mode, error = %Chain(&err),
-                    "release on drop failed; the hold ends when its lease does"
-                ),
+        runtime.spawn(
+            async move {
+                let (lock, mode) = (&hold.lock, hold.mode);
+                match lock.release_token_until(&hold.token, until).await {
+                    Ok(_) => tracing::debug!(lock = lock.name(), ?mode, "released on drop"),
+                    Err(err) => tracing::warn!(
+                        lock = lock.name(), ?mode, error = %Chain(&err),
+                        "release on drop failed; the hold ends when its lease does"
+                    ),
+                }
+                unfinished.finish();
             }
-            unfinished.finish();
-        });
+            .instrument(span),
+        );
     }
 }
 

@@ -5,10 +5,12 @@ mod client;
 mod connection;
 mod error;
 mod fenced;
+mod fleet;
 mod lease;
 mod library;
 mod live;
 mod lock;
+mod metrics;
 mod options;
 mod read_guard;
 mod renewals;
@@ -23,11 +25,14 @@ mod waiting;
 mod wakeups;
 mod write_guard;
 
+#[cfg(feature = "metrics")]
+pub use crate::metrics::describe_metrics;
 pub use builder::LockClientBuilder;
 pub use client::LockClient;
 pub use connection::cluster_client_builder;
 pub use error::{Error, Result};
 pub use fenced::FencedWrites;
+pub use fleet::{ListCursor, ListOptions, LockPage, LockSummary};
 pub use lock::RwLock;
 pub use options::{Fairness, LockOptions};
 pub use read_guard::RwLockReadGuard;

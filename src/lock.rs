@@ -8,8 +8,9 @@ use sync_wrapper::SyncFuture;
 
 use crate::client::LockClient;
 use crate::lease::Lease;
+use crate::metrics::{Acquiring, LockLabel, Mode};
 use crate::options::check_name;
-use crate::scripts::{Access, LockMode, ScriptConnection, Target};
+use crate::scripts::{Access, ScriptConnection, Target};
 use crate::slot::key_slot;
 use crate::state::LockState;
 use crate::waiting::acquire;
@@ -23,12 +24,19 @@ use crate::{Error, LockOptions, RwLockReadGuard, RwLockUpgradableReadGuard, RwLo
 ///
 /// # Priority policy
 ///
-/// By default ([`Fairness::WriterPreferred`](crate::Fairness::WriterPreferred)) a waiting writer queues in the lock:
-/// new readers wait behind it, and writers are served in arrival order, so a
-/// refresher is never starved by a stream of readers. A writer's place in the queue
-/// expires a few seconds after its waiter stops re-checking (a crashed waiter does not
-/// block the lock for long; a cancelled one withdraws at once).
-/// [`Fairness::ReaderPreferred`](crate::Fairness::ReaderPreferred) lets readers in whenever no writer holds.
+/// By default ([`Fairness::WriterPreferred`](crate::Fairness::WriterPreferred)) the lock is fair both ways, like
+/// tokio's `RwLock`: waiters form one line in arrival order. A waiting writer
+/// queues, and new readers wait behind it, so a refresher is never starved by a
+/// stream of readers; readers that arrive while a writer holds or is queued wait in
+/// line too, behind the writers queued before them and ahead of those that come
+/// after, and the release they wait for lets all of them in at once (phase-fair),
+/// so readers are never starved by a stream of writers either. A place in line
+/// lapses soon after its waiter stops re-checking (within the write lease, kept
+/// between 1.5 s and 3.3 s: a crashed waiter does not block the lock for long; a
+/// cancelled one withdraws at once).
+/// [`Fairness::ReaderPreferred`](crate::Fairness::ReaderPreferred) lets readers in whenever no writer holds (writers
+/// may then wait without end), and [`read_recursive`](Self::read_recursive) takes one
+/// such read hold for a task that already reads.
 ///
 /// # Upgradable reads
 ///
@@ -70,6 +78,8 @@ use crate::{Error, LockOptions, RwLockReadGuard, RwLockUpgradableReadGuard, RwLo
 #[derive(Clone)]
 pub struct RwLock {
     inner: Arc<LockInner>,
+    /// The `lock` label of this handle's metrics (see [`RwLock::with_metrics_name`]).
+    metrics: LockLabel,
 }
 
 struct LockInner {
@@ -137,11 +147,14 @@ impl RwLock {
                 options,
                 target: target.map_err(Unusable::from),
             }),
+            metrics: LockLabel::default(),
         }
     }
 
     /// Takes a read hold, waiting while a writer holds or (writer preference) is
-    /// queued, at most [`LockOptions::wait_timeout`].
+    /// queued, at most [`LockOptions::wait_timeout`]. A reader that waits does so in
+    /// line: behind the writers queued before it, ahead of those that come after;
+    /// the release it waits for lets it in, with every reader that waits beside it.
     ///
     /// # Errors
     ///
@@ -167,7 +180,44 @@ impl RwLock {
     pub fn read(
         &self,
     ) -> impl Future<Output = Result<RwLockReadGuard, Error>> + Send + Sync + 'static {
-        self.acquire_read(true)
+        self.acquire_read(Access::Read, true)
+    }
+
+    /// Takes a read hold that does not wait behind queued writers, only while a
+    /// writer holds (at most [`LockOptions::wait_timeout`]): for a task that already
+    /// holds a read hold of this lock and reads again (re-entrant reads).
+    ///
+    /// With writer preference, a second [`read`](Self::read) by a task that holds a
+    /// read hold waits behind a writer queued meanwhile, and that writer waits for
+    /// the first hold: a deadlock until the wait limit (tokio's `RwLock` has the
+    /// same trap). This call does not wait in line, so it cannot deadlock that way.
+    /// The price: used by everyone, it would let readers overtake queued writers
+    /// without end, so use it only for nested reads. The hold is independent of the
+    /// first: its own guard, lease and release.
+    ///
+    /// # Errors
+    ///
+    /// As [`read`](Self::read).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`read`](Self::read).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// let outer = lock.read().await?;
+    /// // ... deeper in the same task, which must not wait behind a queued writer:
+    /// let inner = lock.read_recursive().await?;
+    /// inner.release().await?;
+    /// outer.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn read_recursive(
+        &self,
+    ) -> impl Future<Output = Result<RwLockReadGuard, Error>> + Send + Sync + 'static {
+        self.acquire_read(Access::RecursiveRead, true)
     }
 
     /// Takes the write hold, waiting for every holder to leave, at most
@@ -222,7 +272,7 @@ impl RwLock {
     pub fn try_read(
         &self,
     ) -> impl Future<Output = Result<RwLockReadGuard, Error>> + Send + Sync + 'static {
-        self.acquire_read(false)
+        self.acquire_read(Access::Read, false)
     }
 
     /// Takes the write hold if that needs no waiting: one round trip.
@@ -429,15 +479,41 @@ impl RwLock {
         &self.inner.options
     }
 
+    /// Labels this handle's metrics with the lock's name: every metric that it and
+    /// the guards it gives record (acquisitions, waits, holds, lost leases, renewals,
+    /// guards, waiters) gets the label `lock="<name>"`. Clones of the returned handle
+    /// keep the label; the handle it was made from, and other handles of the same
+    /// lock, do not. Without the feature `metrics`, it changes nothing.
+    ///
+    /// Off by default because each name is a series of its own in every one of
+    /// those metrics: label a few long-lived locks (a cache, a scheduler), never
+    /// locks named after users, requests or other unbounded sets, which would
+    /// swell your metrics backend. Costs one small allocation per record.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(client: redis_rwlock::LockClient) -> Result<(), redis_rwlock::Error> {
+    /// // redis_rwlock_acquisitions_total{lock="inventory",mode="read",outcome="granted"}
+    /// let lock = client.rwlock("inventory").with_metrics_name();
+    /// lock.read().await?.release().await?;
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn with_metrics_name(mut self) -> Self {
+        self.metrics = LockLabel::named(self.name());
+        self
+    }
+
     fn acquire_read(
         &self,
+        access: Access,
         wait: bool,
     ) -> impl Future<Output = Result<RwLockReadGuard, Error>> + Send + Sync + 'static {
         let lock = self.clone();
         SyncFuture::new(async move {
-            Ok(RwLockReadGuard::new(
-                lock.lease_for(Access::Read, wait).await?,
-            ))
+            let (lease, _) = lock.lease_for(access, wait).await?;
+            Ok(RwLockReadGuard::new(lease))
         })
     }
 
@@ -448,21 +524,9 @@ impl RwLock {
     {
         let lock = self.clone();
         SyncFuture::new(async move {
-            let lease = lock.lease_for(Access::UpgradableRead, wait).await?;
+            let (lease, _) = lock.lease_for(Access::UpgradableRead, wait).await?;
             Ok(RwLockUpgradableReadGuard::new(lease))
         })
-    }
-
-    /// Acquires a read hold (plain or upgradable) and starts its lease.
-    async fn lease_for(self, access: Access, wait: bool) -> Result<Lease, Error> {
-        let granted = acquire(&self, access, wait).await?;
-        Ok(Lease::start(
-            self,
-            granted.token,
-            LockMode::Read,
-            granted.sent,
-            granted.lasts,
-        ))
     }
 
     fn acquire_write(
@@ -471,18 +535,30 @@ impl RwLock {
     ) -> impl Future<Output = Result<RwLockWriteGuard, Error>> + Send + Sync + 'static {
         let lock = self.clone();
         SyncFuture::new(async move {
-            let granted = acquire(&lock, Access::Write, wait).await?;
-            Ok(RwLockWriteGuard::new(
-                Lease::start(
-                    lock,
-                    granted.token,
-                    LockMode::Write,
-                    granted.sent,
-                    granted.lasts,
-                ),
-                granted.fence,
-            ))
+            let (lease, fence) = lock.lease_for(Access::Write, wait).await?;
+            Ok(RwLockWriteGuard::new(lease, fence))
         })
+    }
+
+    /// Acquires a hold for `access` and starts its lease; returns it with its
+    /// fencing token (0 for reads). The acquisition counts as a waiter until it
+    /// returns or is dropped, and its outcome (and wait, when granted) is recorded.
+    async fn lease_for(self, access: Access, wait: bool) -> Result<(Lease, u64), Error> {
+        let acquiring = Acquiring::start(&self.metrics, Mode::of(access));
+        let result = acquire(&self, access, wait).await.map(|granted| {
+            let fence = granted.fence;
+            let lease = Lease::start(
+                self,
+                granted.token,
+                access,
+                fence,
+                granted.sent,
+                granted.lasts,
+            );
+            (lease, fence)
+        });
+        acquiring.finish(&result);
+        result
     }
 
     // The accessors below serve the requests (src/requests.rs), waiting and leases.
@@ -512,6 +588,11 @@ impl RwLock {
     /// The client the lock was made by.
     pub(crate) fn client(&self) -> &LockClient {
         &self.inner.client
+    }
+
+    /// The `lock` label of this handle's metrics (none unless opted in).
+    pub(crate) fn metrics_label(&self) -> &LockLabel {
+        &self.metrics
     }
 }
 

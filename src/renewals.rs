@@ -29,10 +29,12 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until};
+use tracing::Instrument;
 
 use crate::Error;
 use crate::error::Chain;
 use crate::lease::Hold;
+use crate::metrics::LostCause;
 
 /// How long a failed renewal waits before trying again (while the lease lasts).
 const RENEW_RETRY: Duration = Duration::from_millis(100);
@@ -168,7 +170,9 @@ impl Entry {
             return; // stopped meanwhile
         }
         if self.hold.lock.options().auto_renew {
-            let task = self.hold.runtime.spawn(renew(self.clone(), shared.clone()));
+            // In the hold's span: its events (renewed, retrying, lost) nest there.
+            let renewal = renew(self.clone(), shared.clone()).instrument(self.hold.span.clone());
+            let task = self.hold.runtime.spawn(renewal);
             *state = State::Running(task);
             return;
         }
@@ -177,7 +181,7 @@ impl Entry {
             shared.enqueue(&self, &mut state, deadline);
         } else {
             *state = State::Stopped;
-            self.hold.mark_lost();
+            self.hold.mark_lost(LostCause::Expired);
         }
     }
 }

@@ -3,6 +3,7 @@
 use std::fmt;
 
 use crate::lease::Lease;
+use crate::metrics::Mode;
 use crate::state::LockMode;
 use crate::{Error, RwLockReadGuard, RwLockWriteGuard};
 
@@ -180,7 +181,8 @@ impl RwLockUpgradableReadGuard {
     /// # Ok(()) }
     /// ```
     pub async fn upgrade(mut self) -> Result<RwLockWriteGuard, Error> {
-        match self.lease.upgrade(true).await {
+        let acquiring = self.lease.acquiring(Mode::Upgrade);
+        let result = match self.lease.upgrade(true).await {
             Ok((lease, fence)) => Ok(RwLockWriteGuard::new(lease, fence)),
             Err(Error::Timeout) => {
                 // Let the readers in now, not when the lease ends.
@@ -188,7 +190,9 @@ impl RwLockUpgradableReadGuard {
                 Err(Error::Timeout)
             }
             Err(err) => Err(err),
-        }
+        };
+        acquiring.finish(&result);
+        result
     }
 
     /// Turns this hold into the write hold if no other reader holds: one round trip.
@@ -223,7 +227,10 @@ impl RwLockUpgradableReadGuard {
     /// # Ok(()) }
     /// ```
     pub async fn try_upgrade(&mut self) -> Result<RwLockWriteGuard, Error> {
-        let (lease, fence) = self.lease.upgrade(false).await?;
+        let acquiring = self.lease.acquiring(Mode::Upgrade);
+        let result = self.lease.upgrade(false).await;
+        acquiring.finish(&result);
+        let (lease, fence) = result?;
         Ok(RwLockWriteGuard::new(lease, fence))
     }
 

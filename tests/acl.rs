@@ -415,3 +415,131 @@ async fn the_least_privileged_user_runs_every_feature_on_one_server() {
 
     without_functions_the_lock_falls_back_to_evalsha(&redis).await;
 }
+
+/// The README's rule for a user that only looks: the fleet view and `status`.
+const VIEW_RULE: &str = "resetkeys %R~rwlock:* resetchannels -@all +fcall_ro +evalsha_ro \
+    +eval_ro +scan +dbsize +info +cluster|slots +ping +hello +auth +time +hgetall +hmget";
+
+/// The fleet view (`list_locks`, and the tool's `list` and `status`) as a user of
+/// the README's read-only rule, on a cluster and on one server: it sees every lock
+/// in its state, `ACL LOG` stays empty, and without `SCAN` it gets the server's
+/// refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_view_needs_reads_and_scan_only() {
+    use std::collections::BTreeMap;
+
+    use redis_rwlock::{ListOptions, LockMode};
+
+    let readme = include_str!("../README.md")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        readme.contains(&format!("ACL SETUSER viewer on >PASSWORD {VIEW_RULE}")),
+        "README.md lacks the fleet view's rule tested here"
+    );
+
+    for redis in [
+        blocking(LocalRedis::cluster),
+        blocking(LocalRedis::standalone),
+    ] {
+        blocking(|| create_user(&redis, "locker", ""));
+        blocking(|| {
+            for node in &redis.nodes {
+                let mut args = vec!["ACL", "SETUSER", "viewer", "reset", "on", ">secret"];
+                args.extend(VIEW_RULE.split_whitespace());
+                redis.raw(node, &args);
+                let _ = redis.try_raw(node, &["ACL", "SETUSER", "viewer", "+client|setinfo"]);
+                redis.raw(node, &["ACL", "LOG", "RESET"]);
+            }
+        });
+        let locker = connect_as(&redis, "locker").await;
+        // A lock on every master (each master loads the function library on its
+        // first lock, as the locker may): write-held, read-held by two, free.
+        let group = unique_name("acl-fleet");
+        let masters = blocking(|| redis.masters().into_iter().cloned().collect::<Vec<_>>());
+        let on = |what: &str, master: usize| {
+            let prefix = format!("{group}-{what}");
+            if redis.is_cluster() {
+                blocking(|| redis.name_on_master(&prefix, &masters[master % masters.len()]))
+            } else {
+                prefix
+            }
+        };
+        let (written, read, free) = (on("w", 0), on("r", 1), on("f", 2));
+        let writer = locker.rwlock(&written).write().await.unwrap();
+        let read_lock = locker.rwlock(&read);
+        let readers = [
+            read_lock.read().await.unwrap(),
+            read_lock.read().await.unwrap(),
+        ];
+        let long = LockOptions::default().write_lease(Duration::from_secs(60));
+        let released = locker.rwlock_with(&free, long).write().await.unwrap();
+        released.release().await.unwrap();
+
+        let viewer = connect_as(&redis, "viewer").await;
+        let pattern = format!("{group}-*");
+        let page = viewer
+            .list_locks(ListOptions::default().pattern(&pattern))
+            .await
+            .unwrap();
+        assert!(page.is_complete());
+        let seen: BTreeMap<String, (Option<LockMode>, usize)> = page
+            .locks
+            .iter()
+            .map(|l| (l.name.clone(), (l.mode(), l.holders())))
+            .collect();
+        assert_eq!(
+            seen,
+            BTreeMap::from([
+                (written.clone(), (Some(LockMode::Write), 1)),
+                (read.clone(), (Some(LockMode::Read), 2)),
+                (free.clone(), (None, 0)),
+            ])
+        );
+        #[cfg(all(unix, feature = "cli"))]
+        {
+            let flag = if redis.is_cluster() {
+                "--cluster"
+            } else {
+                "--url"
+            };
+            let urls = urls_as(&redis, "viewer");
+            let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_redis-rwlock"))
+                .env_remove("REDIS_URL")
+                .env_remove("REDIS_CLUSTER_NODES")
+                .args([flag, &urls.join(","), "list", &pattern, "--json"])
+                .output()
+                .await
+                .expect("run redis-rwlock list");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(0), "{stderr}");
+            let view: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(view["locks"].as_array().unwrap().len(), 3, "{view}");
+            status_as_the_user(&locker, flag, &urls).await;
+        }
+        blocking(|| assert_acl_log_empty(&redis));
+        blocking(|| assert_the_library_ran(&redis));
+
+        // Without SCAN: the server's refusal, named.
+        blocking(|| {
+            for node in &redis.nodes {
+                redis.raw(node, &["ACL", "SETUSER", "viewer", "-scan"]);
+            }
+        });
+        let err = viewer
+            .list_locks(ListOptions::default().pattern(&pattern))
+            .await
+            .unwrap_err();
+        let Error::Redis(cause) = &err else {
+            panic!("{err:?}")
+        };
+        let text = cause.to_string().to_lowercase();
+        assert!(text.contains("noperm") && text.contains("scan"), "{cause}");
+
+        writer.release().await.unwrap();
+        for reader in readers {
+            reader.release().await.unwrap();
+        }
+    }
+}

@@ -770,3 +770,222 @@ async fn the_environment_names_the_cluster_or_the_server() {
     assert_eq!(code, FREE, "{stderr}");
     assert_eq!(json(&stdout)["mode"], "free");
 }
+
+/// `list PATTERN` on the shared cluster: the tool's table and JSON of three locks in
+/// three states, sorted by name; `--limit` cuts it short and says so; no match is 1.
+#[tokio::test]
+async fn list_shows_the_matching_locks_as_a_table_and_as_json() {
+    let client = cluster_client().await;
+    let group = unique_name("cli-list");
+    let (written, read, free) = (
+        format!("{group}-a"),
+        format!("{group}-b"),
+        format!("{group}-c"),
+    );
+    let writer = client.rwlock(written.as_str()).write().await.unwrap();
+    let read_lock = client.rwlock(read.as_str());
+    let readers = [
+        read_lock.read().await.unwrap(),
+        read_lock.read().await.unwrap(),
+    ];
+    let queued = tokio::spawn({
+        let lock = read_lock.clone();
+        async move { lock.write().await.unwrap().release().await.unwrap() }
+    });
+    wait_for(&read_lock, |s| s.queued_writers.len() == 1).await;
+    let long = LockOptions::default().write_lease(Duration::from_secs(60));
+    let released = client
+        .rwlock_with(free.as_str(), long)
+        .write()
+        .await
+        .unwrap();
+    let free_fence = released.fencing_token();
+    released.release().await.unwrap();
+    let pattern = format!("{group}-*");
+
+    let (code, stdout, stderr) = run(cli(&["list", &pattern])).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stderr, "");
+    let lines: Vec<Vec<&str>> = stdout
+        .lines()
+        .map(|line| line.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        lines[0],
+        [
+            "NAME", "MODE", "HOLDERS", "QUEUED", "LEASE", "ENDS", "FENCE"
+        ],
+        "{stdout}"
+    );
+    assert_eq!(lines.len(), 5, "{stdout}");
+    let fence = writer.fencing_token().to_string();
+    assert_eq!(
+        lines[1][..4],
+        [written.as_str(), "write", "1", "0"],
+        "{stdout}"
+    );
+    assert!(
+        lines[1][5].starts_with('(') && lines[1][6] == "left)",
+        "{stdout}"
+    );
+    assert_eq!(lines[1].last(), Some(&fence.as_str()));
+    assert_eq!(lines[2][..4], [read.as_str(), "read", "2", "1"], "{stdout}");
+    let free_fence_text = free_fence.to_string();
+    assert_eq!(
+        lines[3],
+        [
+            free.as_str(),
+            "free",
+            "0",
+            "0",
+            "-",
+            free_fence_text.as_str()
+        ],
+        "{stdout}"
+    );
+    assert_eq!(
+        stdout.lines().last(),
+        Some(format!("3 locks match {pattern:?}").as_str())
+    );
+
+    let (code, stdout, stderr) = run(cli(&["list", &pattern, "--json"])).await;
+    assert_eq!(code, 0, "{stderr}");
+    let view = json(&stdout);
+    assert_eq!(view["truncated"], false);
+    assert_eq!(view["pattern"], pattern.as_str());
+    let locks = view["locks"].as_array().unwrap();
+    let shown: Vec<(&str, &str, i64, i64)> = locks
+        .iter()
+        .map(|l| {
+            (
+                l["lock"].as_str().unwrap(),
+                l["mode"].as_str().unwrap(),
+                l["holders"].as_i64().unwrap(),
+                l["queued_writers"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            (written.as_str(), "write", 1, 0),
+            (read.as_str(), "read", 2, 1),
+            (free.as_str(), "free", 0, 0),
+        ]
+    );
+    assert_eq!(locks[0]["fencing_token"], writer.fencing_token());
+    assert_eq!(locks[0]["key"], format!("rwlock:{{{written}}}"));
+    let remaining = locks[0]["remaining_ms"].as_i64().unwrap();
+    assert!((1..=10_000).contains(&remaining), "{remaining} ms left");
+    let until = chrono::DateTime::parse_from_rfc3339(locks[0]["held_until"].as_str().unwrap())
+        .expect("held_until is RFC 3339");
+    assert_eq!(
+        until.timestamp_millis(),
+        locks[0]["held_until_ms"].as_i64().unwrap()
+    );
+    let state = read_lock.state().await.unwrap();
+    assert_eq!(
+        locks[1]["first_in_line"]["token"].as_str(),
+        state.queued_writers[0].token.as_deref()
+    );
+    assert_eq!(locks[1]["state"]["readers"].as_array().unwrap().len(), 2);
+    assert!(locks[2]["held_until"].is_null());
+    assert_eq!(locks[2]["fencing_token"], free_fence);
+
+    // Cut short: the first two by name, and it says more match.
+    let (code, stdout, _) = run(cli(&["list", &pattern, "--json", "--limit", "2"])).await;
+    assert_eq!(code, 0);
+    let view = json(&stdout);
+    assert_eq!(view["truncated"], true);
+    let names: Vec<&str> = view["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["lock"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, [written.as_str(), read.as_str()]);
+    let (code, stdout, _) = run(cli(&["list", &pattern, "--limit", "2"])).await;
+    assert_eq!(code, 0);
+    assert!(
+        stdout.lines().last().unwrap().contains("raise --limit"),
+        "{stdout}"
+    );
+
+    // Nothing matches: 1, as grep. A pattern no name can match: usage.
+    let none = format!("{group}-none-*");
+    let (code, stdout, stderr) = run(cli(&["list", &none])).await;
+    assert_eq!(code, FREE, "{stderr}");
+    assert_eq!(stdout, format!("no locks match {none:?}\n"));
+    let (code, stdout, _) = run(cli(&["list", &none, "--json"])).await;
+    assert_eq!(code, FREE);
+    assert_eq!(json(&stdout)["locks"].as_array().unwrap().len(), 0);
+    let (code, _, stderr) = run(cli(&["list", "a{b"])).await;
+    assert_eq!(code, USAGE, "{stderr}");
+
+    writer.release().await.unwrap();
+    for reader in readers {
+        reader.release().await.unwrap();
+    }
+    queued.await.unwrap();
+}
+
+/// Reads lines of a running `watch` until one satisfies `pred`; returns how many
+/// views (status's first line, `lock "NAME" ...`) began meanwhile.
+async fn watch_until(
+    stdout: &mut BufReader<ChildStdout>,
+    name: &str,
+    pred: impl Fn(&str) -> bool,
+) -> usize {
+    let view = format!("lock {name:?} (key ");
+    let mut views = 0;
+    loop {
+        let mut line = String::new();
+        let read = timeout(RUN_LIMIT, stdout.read_line(&mut line))
+            .await
+            .expect("watch printed nothing for too long")
+            .unwrap();
+        assert!(read > 0, "watch closed its output");
+        views += usize::from(line.starts_with(&view));
+        if pred(&line) {
+            return views;
+        }
+    }
+}
+
+/// `watch NAME --interval 100ms` redraws the lock's status, follows a change, and
+/// exits 0 on SIGTERM (waiting on its output, not on time).
+#[tokio::test]
+async fn watch_redraws_the_status_until_sigterm_and_exits_0() {
+    let client = cluster_client().await;
+    let name = unique_name("cli-watch");
+    let lock = client.rwlock(name.as_str());
+    let mut child = cli(&["watch", &name, "--interval", "100ms"])
+        .spawn()
+        .expect("start redis-rwlock watch");
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+
+    let free = format!("lock {name:?} (key {}) is free", lock.key().unwrap());
+    let views = watch_until(&mut stdout, &name, |line| line.starts_with(&free)).await;
+    assert_eq!(views, 1, "the first view shows the free lock");
+    let writer = lock.write().await.unwrap();
+    let views = watch_until(&mut stdout, &name, |line| {
+        line.ends_with("is held for write\n")
+    })
+    .await;
+    assert!(views >= 1, "the change came without a new view");
+    // Another redraw after that: it goes on.
+    let more = watch_until(&mut stdout, &name, |line| line.starts_with("every 100ms: ")).await;
+    assert_eq!(more, 0);
+
+    signal(child.id().unwrap(), Signal::SIGTERM);
+    let (code, _, stderr) = finish(child).await;
+    assert_eq!(code, 0, "{stderr}");
+    drop(stdout);
+    writer.release().await.unwrap();
+
+    // A name that cannot be a lock is a usage error at once.
+    let (code, _, stderr) = run(cli(&["watch", "bad{name}"])).await;
+    assert_eq!(code, USAGE, "{stderr}");
+    let (code, _, _) = run(cli(&["watch", &name, "--interval", "0"])).await;
+    assert_eq!(code, USAGE);
+}

@@ -13,8 +13,10 @@ Durations: 500ms, 30s, 2m, 1h 30m; a plain number is seconds (30, 0.5), as for
 flock -w.
 
 Exit codes (exec passes the command's own status through):
-   0  success; status: the lock is held (for read or write)
-   1  status: the lock is free (no holder; writers may be queued)
+   0  success; status: the lock is held (for read or write); list: a lock matched;
+      watch: stopped by Ctrl-C, SIGTERM or SIGHUP
+   1  status: the lock is free (no holder; writers may be queued); list: no lock
+      matched
   64  usage error: bad arguments, no Redis given, bad lock name, release without --force
   65  the lock's key holds another Redis type
   69  Redis unreachable or failed
@@ -114,6 +116,54 @@ pub enum Command {
     /// The evicted holders learn it at their next renewal (a third of their lease)
     /// and may act until then: check `status` first. Refuses without --force.
     Release(ReleaseArgs),
+    /// List the locks whose names match PATTERN, on every master of the cluster (or
+    /// the server): mode, holders, queued writers, when the holds end, the fencing
+    /// counter.
+    ///
+    /// Scans each master with SCAN (keys PREFIX:{NAME} holding hashes; legacy
+    /// two-key locks are not listed) and reads each lock found as `status` does, a
+    /// page at a time: at most --limit locks are shown, sorted by name, and the last
+    /// line says when more match. Exits 0 if a lock matched and 1 if none did. It
+    /// only reads: a user that may run `status` and also SCAN and (on a cluster)
+    /// DBSIZE is enough; +@read has both.
+    #[command(after_help = AFTER_HELP)]
+    List(ListArgs),
+    /// Watch one lock: redraw its `status` every --interval until interrupted.
+    ///
+    /// At a terminal the screen is cleared before each view, as watch(1) does;
+    /// otherwise the views follow each other, each after a line of its own. A failed
+    /// read (Redis unreachable, a failover) is shown in the view and tried again at
+    /// the next interval. Ctrl-C, SIGTERM or SIGHUP ends it with exit code 0.
+    #[command(after_help = AFTER_HELP)]
+    Watch(WatchArgs),
+}
+
+/// `list [PATTERN] [--json] [--limit N]`
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Which lock names to list: a glob (*, ?, [abc], \ escapes), e.g. 'inv*'.
+    #[arg(default_value = "*")]
+    pub pattern: String,
+
+    /// Print JSON instead of a table (times in RFC 3339, local offset).
+    #[arg(long)]
+    pub json: bool,
+
+    /// Show at most this many locks.
+    #[arg(long, value_name = "N", default_value_t = 100,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub limit: u32,
+}
+
+/// `watch NAME [--interval D]`
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// The lock's name.
+    pub name: String,
+
+    /// How often to redraw, e.g. 500ms, 2s, or plain seconds; at least 10ms.
+    #[arg(long, value_name = "DURATION", value_parser = parse_interval, default_value = "1s")]
+    pub interval: Duration,
 }
 
 /// `status NAME [--json]`
@@ -181,6 +231,18 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
         });
     }
     humantime::parse_duration(text).map_err(|err| err.to_string())
+}
+
+/// The shortest `watch --interval`: a view at most a hundred times a second.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(10);
+
+/// A duration ([`parse_duration`]) of at least [`MIN_INTERVAL`].
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    let interval = parse_duration(text)?;
+    if interval < MIN_INTERVAL {
+        return Err(format!("{text:?} is too short: at least 10ms"));
+    }
+    Ok(interval)
 }
 
 /// `30`, `0.5`, `.25`, `2.`: whole seconds and up to nine decimals, exactly.
@@ -319,6 +381,48 @@ mod tests {
         };
         assert_eq!(exec.wait, Some(Duration::from_secs(30)));
         assert_eq!(exec.kill_after, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn list_takes_an_optional_pattern_and_watch_an_interval() {
+        let cli = Cli::try_parse_from(["redis-rwlock", "list"]).unwrap();
+        let Command::List(list) = cli.command else {
+            panic!("not list");
+        };
+        assert_eq!(
+            (list.pattern.as_str(), list.json, list.limit),
+            ("*", false, 100)
+        );
+        let cli = Cli::try_parse_from(["redis-rwlock", "list", "inv*", "--json", "--limit", "5"])
+            .unwrap();
+        let Command::List(list) = cli.command else {
+            panic!("not list");
+        };
+        assert_eq!(
+            (list.pattern.as_str(), list.json, list.limit),
+            ("inv*", true, 5)
+        );
+        assert!(Cli::try_parse_from(["redis-rwlock", "list", "--limit", "0"]).is_err());
+
+        let cli = Cli::try_parse_from(["redis-rwlock", "watch", "x"]).unwrap();
+        let Command::Watch(watch) = cli.command else {
+            panic!("not watch");
+        };
+        assert_eq!(
+            (watch.name.as_str(), watch.interval),
+            ("x", Duration::from_secs(1))
+        );
+        let cli =
+            Cli::try_parse_from(["redis-rwlock", "watch", "x", "--interval", "250ms"]).unwrap();
+        let Command::Watch(watch) = cli.command else {
+            panic!("not watch");
+        };
+        assert_eq!(watch.interval, Duration::from_millis(250));
+        for short in ["0", "1ms"] {
+            let args = ["redis-rwlock", "watch", "x", "--interval", short];
+            assert!(Cli::try_parse_from(args).is_err(), "{short} accepted");
+        }
+        assert!(Cli::try_parse_from(["redis-rwlock", "watch"]).is_err());
     }
 
     #[test]

@@ -7,13 +7,17 @@
 //!   exec (--read|--write) NAME [--wait D] [--lease D] [--kill-after D] -- COMMAND ARGS...
 //!                                     run COMMAND under the lock, like flock(1)
 //!   release --force NAME              end every hold (operator's break-glass)
+//!   list [PATTERN] [--json] [--limit N]
+//!                                     every lock matching PATTERN, on every master
+//!   watch NAME [--interval D]         redraw NAME's status until interrupted
 //! ```
 //!
 //! Without `--url`/`--cluster`, `REDIS_URL` (one server) or `REDIS_CLUSTER_NODES`
 //! (comma-separated cluster nodes) say where the locks live. Durations are human:
 //! `500ms`, `30s`, `2m`, or plain seconds (`30`, `0.5`) as `flock -w` takes them. Errors are printed as `redis-rwlock: <message>: <cause>...`.
 //!
-//! `status` exits 0 when the lock is held and 1 when it is free. `exec` exits with
+//! `status` exits 0 when the lock is held and 1 when it is free; `list` 0 when a lock
+//! matched and 1 when none did; `watch` 0 when interrupted. `exec` exits with
 //! the command's status (128 + N if it died of signal N). The
 //! tool's own exit codes are in [`failure::code`]: 64 usage, 65 the key holds another
 //! type, 69 Redis unreachable or failed, 70 internal, 71 OS error, 75 lock not
@@ -36,11 +40,15 @@ mod exec;
 #[cfg(unix)]
 mod failure;
 #[cfg(unix)]
+mod list;
+#[cfg(unix)]
 mod release;
 #[cfg(unix)]
 mod signals;
 #[cfg(unix)]
 mod status;
+#[cfg(unix)]
+mod watch;
 
 use std::process::ExitCode;
 
@@ -109,6 +117,10 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Release(args) => {
             release::run(&client.rwlock_with(args.name, options), args.force).await?;
             Ok(ExitCode::SUCCESS)
+        }
+        Command::List(args) => list::run(&client, &cli.connection.prefix, args).await,
+        Command::Watch(args) => {
+            watch::run(&client.rwlock_with(args.name, options), args.interval).await
         }
     }
 }

@@ -149,8 +149,8 @@ impl HolderView {
     }
 }
 
-/// `8.9s` under a minute, `2m 5s` above.
-fn remaining_text(ms: i64) -> String {
+/// `8.9s` under a minute, `2m 5s` above (also `list`'s).
+pub(crate) fn remaining_text(ms: i64) -> String {
     let ms = u64::try_from(ms).unwrap_or(0);
     if ms < 60_000 {
         format!("{}.{}s", ms / 1000, ms % 1000 / 100)

@@ -1,0 +1,53 @@
+//! `watch`: one lock's `status`, redrawn until interrupted.
+
+use std::io::IsTerminal as _;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use chrono::Local;
+use redis_rwlock::RwLock;
+use tokio::time::{MissedTickBehavior, interval};
+
+use crate::failure::Failure;
+use crate::signals::Incoming;
+use crate::status;
+
+/// Clears a terminal and puts the cursor at its top left, as watch(1) does.
+const CLEAR: &str = "\x1b[H\x1b[2J";
+
+/// Shows the lock's status every `every` until SIGINT, SIGTERM or SIGHUP arrives;
+/// exits 0 then. A failed read is shown in its view and tried again at the next
+/// tick; only an unusable lock name fails, before anything is read.
+pub async fn run(lock: &RwLock, every: Duration) -> Result<ExitCode, Failure> {
+    lock.key()
+        .map_err(|err| Failure::lock(format!("cannot watch lock {:?}", lock.name()), err))?;
+    let mut signals = Incoming::listen()?;
+    let terminal = std::io::stdout().is_terminal();
+    let every_text = humantime::format_duration(every).to_string();
+    let mut ticks = interval(every);
+    // A slow read (Redis timing out) delays the views after it, never bunches them.
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        let view = async {
+            ticks.tick().await;
+            if terminal {
+                print!("{CLEAR}");
+            }
+            println!(
+                "every {every_text}: {}  (Ctrl-C to stop)",
+                Local::now().format("%Y-%m-%d %H:%M:%S%.3f %:z")
+            );
+            // The exit code (held or free) means nothing here; a failure is shown.
+            if let Err(failure) = status::run(lock, false).await {
+                println!("{}", failure.report());
+            }
+            if !terminal {
+                println!();
+            }
+        };
+        tokio::select! {
+            () = view => {}
+            _ = signals.recv() => return Ok(ExitCode::SUCCESS),
+        }
+    }
+}

@@ -1,0 +1,737 @@
+//! The fleet view: every lock of a cluster (or a server), who holds it, who waits.
+//!
+//! [`LockClient::list_locks`](crate::LockClient::list_locks) walks each master with
+//! `SCAN` (keys shaped `{prefix}:{name}`, hashes only), a page at a time, and reads
+//! each lock it finds with [`RwLock::state`](crate::RwLock::state): the same
+//! read-only script `status` runs, so a lock listed here looks exactly as it does
+//! there.
+
+use std::collections::{HashSet, VecDeque};
+
+use chrono::{DateTime, Utc};
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Cmd, Value};
+use serde::{Deserialize, Serialize};
+use tokio::task::JoinSet;
+
+use crate::connection::Connection;
+use crate::options::check_name;
+use crate::state::{Holder, LockMode, LockState};
+use crate::{Error, LockClient, LockOptions};
+
+/// The most locks one page may hold.
+const MAX_LIMIT: usize = 10_000;
+/// The largest `SCAN ... COUNT` hint accepted.
+const MAX_SCAN_COUNT: u32 = 100_000;
+/// How many state reads of a page are in flight at once.
+const READS_IN_FLIGHT: usize = 64;
+
+/// What [`LockClient::list_locks`](crate::LockClient::list_locks) looks for, and how
+/// much work one call may do.
+///
+/// One call (a page) sends at most [`max_scans`](Self::max_scans) `SCAN`s of
+/// [`scan_count`](Self::scan_count) keys each, in all, and reads at most
+/// [`limit`](Self::limit) locks; when either bound stops it early, the page's
+/// [`next`](LockPage::next) continues where it stopped ([`after`](Self::after)).
+///
+/// # Examples
+///
+/// ```
+/// use redis_rwlock::ListOptions;
+///
+/// // Locks whose names start with "inv", 50 a page, under the key prefix "locks".
+/// let options = ListOptions::default()
+///     .pattern("inv*")
+///     .key_prefix("locks")
+///     .limit(50);
+/// assert_eq!(options, ListOptions::default().key_prefix("locks").pattern("inv*").limit(50));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListOptions {
+    pattern: String,
+    key_prefix: String,
+    limit: usize,
+    scan_count: u32,
+    max_scans: u32,
+    after: Option<ListCursor>,
+}
+
+impl Default for ListOptions {
+    /// Every lock (`*`) under the prefix `rwlock`; at most 100 locks and 1000
+    /// `SCAN`s of 1000 keys a page.
+    fn default() -> Self {
+        ListOptions {
+            pattern: "*".to_owned(),
+            key_prefix: "rwlock".to_owned(),
+            limit: 100,
+            scan_count: 1000,
+            max_scans: 1000,
+            after: None,
+        }
+    }
+}
+
+impl ListOptions {
+    /// Which lock names to list: a Redis glob (`*`, `?`, `[abc]`, `\` escapes) over
+    /// the name, e.g. `inv*` (default `*`: all). It must not contain `{` or `}`,
+    /// which no lock name does.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = redis_rwlock::ListOptions::default().pattern("cache-[ab]*");
+    /// ```
+    pub fn pattern(mut self, pattern: &str) -> Self {
+        pattern.clone_into(&mut self.pattern);
+        self
+    }
+
+    /// The key prefix the locks were made with
+    /// ([`LockOptions::key_prefix`](crate::LockOptions::key_prefix), default
+    /// `"rwlock"`): keys `"{prefix}:{name}"` are listed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = redis_rwlock::ListOptions::default().key_prefix("locks");
+    /// ```
+    pub fn key_prefix(mut self, prefix: &str) -> Self {
+        prefix.clone_into(&mut self.key_prefix);
+        self
+    }
+
+    /// The most locks a page holds (default 100, at most 10 000): the page reads one
+    /// lock state per lock.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = redis_rwlock::ListOptions::default().limit(20);
+    /// ```
+    pub fn limit(mut self, limit: usize) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    /// The `COUNT` hint of each `SCAN` (default 1000, at most 100 000): about how
+    /// many keys a master examines per request. Higher means fewer round trips and
+    /// longer requests; each one stays short (`SCAN` never blocks the server long).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = redis_rwlock::ListOptions::default().scan_count(100);
+    /// ```
+    pub fn scan_count(mut self, count: u32) -> Self {
+        self.scan_count = count;
+        self
+    }
+
+    /// The most `SCAN` requests a page sends, over all masters (default 1000, at
+    /// least 1): with [`scan_count`](Self::scan_count), a bound on the keys one call
+    /// examines in a large keyspace with few locks. A page cut short by it may hold
+    /// few locks, or none, and has a [`next`](LockPage::next).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = redis_rwlock::ListOptions::default().max_scans(10);
+    /// ```
+    pub fn max_scans(mut self, scans: u32) -> Self {
+        self.max_scans = scans;
+        self
+    }
+
+    /// Continues a listing after a page that was cut short: `cursor` is that page's
+    /// [`next`](LockPage::next). Give the other options as for the first page.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(client: redis_rwlock::LockClient) -> Result<(), redis_rwlock::Error> {
+    /// use redis_rwlock::ListOptions;
+    ///
+    /// let first = client.list_locks(ListOptions::default().limit(10)).await?;
+    /// if let Some(cursor) = first.next {
+    ///     let second = client
+    ///         .list_locks(ListOptions::default().limit(10).after(cursor))
+    ///         .await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn after(mut self, cursor: ListCursor) -> Self {
+        self.after = Some(cursor);
+        self
+    }
+
+    /// Every bound is in range, the prefix and pattern make a lock key's shape.
+    fn validate(&self) -> Result<(), Error> {
+        check_name("key_prefix", &self.key_prefix)?;
+        if self.pattern.is_empty() {
+            return Err(Error::InvalidOptions(
+                "the lock name pattern is empty (use * for every lock)".into(),
+            ));
+        }
+        if self.pattern.contains(['{', '}']) {
+            return Err(Error::InvalidOptions(format!(
+                "the lock name pattern {:?} contains a brace; no lock name does",
+                self.pattern
+            )));
+        }
+        if !(1..=MAX_LIMIT).contains(&self.limit) {
+            return Err(Error::InvalidOptions(format!(
+                "limit {} is out of range: 1 to {MAX_LIMIT} locks a page",
+                self.limit
+            )));
+        }
+        if !(1..=MAX_SCAN_COUNT).contains(&self.scan_count) {
+            return Err(Error::InvalidOptions(format!(
+                "scan_count {} is out of range: 1 to {MAX_SCAN_COUNT}",
+                self.scan_count
+            )));
+        }
+        if self.max_scans == 0 {
+            return Err(Error::InvalidOptions("max_scans must be at least 1".into()));
+        }
+        Ok(())
+    }
+
+    /// The `SCAN ... MATCH` glob: the prefix taken literally, the pattern as given.
+    fn glob(&self) -> String {
+        let mut glob = String::with_capacity(self.key_prefix.len() + self.pattern.len() + 3);
+        for c in self.key_prefix.chars() {
+            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                glob.push('\\');
+            }
+            glob.push(c);
+        }
+        glob.push_str(":{");
+        glob.push_str(&self.pattern);
+        glob.push('}');
+        glob
+    }
+
+    /// The lock name in `key`, if `key` has a lock key's shape, `"{prefix}:{name}"`.
+    fn name_in<'k>(&self, key: &'k str) -> Option<&'k str> {
+        let name = key
+            .strip_prefix(self.key_prefix.as_str())?
+            .strip_prefix(":{")?
+            .strip_suffix('}')?;
+        check_name("lock name", name).ok().map(|()| name)
+    }
+}
+
+/// Where a listing cut short goes on: give it to [`ListOptions::after`].
+///
+/// It names the master being scanned (by address), that master's `SCAN` cursor and
+/// the locks already found but not yet read. Masters are walked in address order;
+/// if they change between pages (a failover, a resharding), the next page starts
+/// at the master that follows in that order, and locks may be missed or repeated.
+/// Within one master, `SCAN`'s guarantee holds: every lock present from the first
+/// page to the last is listed at least once, and may be listed more than once.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn run(client: redis_rwlock::LockClient) -> Result<(), redis_rwlock::Error> {
+/// use redis_rwlock::ListOptions;
+///
+/// let page = client.list_locks(ListOptions::default()).await?;
+/// if let Some(cursor) = page.next {
+///     // Tools may keep it between calls as JSON.
+///     let saved = serde_json::to_string(&cursor).unwrap();
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListCursor {
+    /// The master being scanned, `host:port` (`None`: every master was scanned).
+    node: Option<String>,
+    /// Its `SCAN` cursor.
+    scan: u64,
+    /// Lock names found and not read yet, in the order found.
+    pending: Vec<String>,
+}
+
+/// One lock of a [`LockPage`]: its name and its [`LockState`], as
+/// [`RwLock::state`](crate::RwLock::state) reads it, with the figures that matter
+/// at a glance derived from that state.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn show(lock: &redis_rwlock::LockSummary) {
+/// let mode = match lock.mode() {
+///     Some(mode) => format!("{mode:?}"),
+///     None => "free".to_owned(),
+/// };
+/// println!(
+///     "{}: {mode}, {} holders, {} writers queued, fencing counter {}",
+///     lock.name,
+///     lock.holders(),
+///     lock.queued_writers(),
+///     lock.state.fencing_token
+/// );
+/// # }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct LockSummary {
+    /// The lock's name: [`LockClient::rwlock`](crate::LockClient::rwlock) with it
+    /// (and the same key prefix) gives the lock.
+    pub name: String,
+    /// The lock's key, `"{prefix}:{name}"`.
+    pub key: String,
+    /// Who holds and who waits, when the lock was read.
+    pub state: LockState,
+}
+
+impl LockSummary {
+    /// The mode the lock is held in, if any ([`LockState::mode`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn show(lock: &redis_rwlock::LockSummary) {
+    /// use redis_rwlock::LockMode;
+    /// if lock.mode() == Some(LockMode::Write) {
+    ///     println!("{} is being written", lock.name);
+    /// }
+    /// # }
+    /// ```
+    pub fn mode(&self) -> Option<LockMode> {
+        self.state.mode()
+    }
+
+    /// How many hold it: 1 for a writer, else the readers (the upgradable reader
+    /// among them), 0 when free.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn show(lock: &redis_rwlock::LockSummary) {
+    /// println!("{} holders", lock.holders());
+    /// # }
+    /// ```
+    pub fn holders(&self) -> usize {
+        match self.mode() {
+            Some(LockMode::Write) => 1,
+            Some(LockMode::Read) => self.state.readers.len(),
+            None => 0,
+        }
+    }
+
+    /// How many writers wait in line.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn show(lock: &redis_rwlock::LockSummary) {
+    /// if lock.queued_writers() > 0 && lock.holders() == 0 {
+    ///     println!("{}: free, but writers wait (the next one is about to hold)", lock.name);
+    /// }
+    /// # }
+    /// ```
+    pub fn queued_writers(&self) -> usize {
+        self.state.queued_writers.len()
+    }
+
+    /// The writer that has waited longest: first in line (the queue is served in
+    /// arrival order). Its `until` is when its place lapses unless its waiter
+    /// re-checks, not when it started waiting (the lock does not record that).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn show(lock: &redis_rwlock::LockSummary) {
+    /// if let Some(first) = lock.first_in_line() {
+    ///     println!("next writer: {:?}", first.token);
+    /// }
+    /// # }
+    /// ```
+    pub fn first_in_line(&self) -> Option<&Holder> {
+        self.state.queued_writers.first()
+    }
+
+    /// When the current holds end at the latest unless renewed (the writer's
+    /// deadline, or the last reader's), by the server's clock; `None` when free.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn show(lock: &redis_rwlock::LockSummary) {
+    /// if let Some(until) = lock.held_until() {
+    ///     let left = until - lock.state.server_time;
+    ///     println!("held for {} ms more at least", left.num_milliseconds());
+    /// }
+    /// # }
+    /// ```
+    pub fn held_until(&self) -> Option<DateTime<Utc>> {
+        let state = &self.state;
+        state
+            .writer
+            .iter()
+            .chain(&state.readers)
+            .map(|holder| holder.until)
+            .max()
+    }
+}
+
+/// One page of [`LockClient::list_locks`](crate::LockClient::list_locks): the locks
+/// found, and where to go on if the page was cut short.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn run(client: redis_rwlock::LockClient) -> Result<(), redis_rwlock::Error> {
+/// let page = client.list_locks(redis_rwlock::ListOptions::default()).await?;
+/// println!("{} locks{}", page.locks.len(), if page.is_complete() { "" } else { " (more)" });
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockPage {
+    /// The locks found, masters in address order and each master's in `SCAN` order
+    /// (no particular order of names); none twice within a page.
+    pub locks: Vec<LockSummary>,
+    /// `Some` when the page was cut short (by [`ListOptions::limit`] or
+    /// [`ListOptions::max_scans`]): pass it to [`ListOptions::after`] for the rest.
+    /// `None` when every master was scanned to the end.
+    pub next: Option<ListCursor>,
+}
+
+impl LockPage {
+    /// True when nothing is left to list: [`next`](Self::next) is `None`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(client: redis_rwlock::LockClient) -> Result<(), redis_rwlock::Error> {
+    /// let page = client.list_locks(redis_rwlock::ListOptions::default().limit(10)).await?;
+    /// if !page.is_complete() {
+    ///     println!("more than 10 locks");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn is_complete(&self) -> bool {
+        self.next.is_none()
+    }
+}
+
+/// A server to scan: a cluster master, or the one server.
+struct Node {
+    /// `host:port` as the driver names it (a label for the one server).
+    address: String,
+    /// Where a cluster request goes; `None` for the one server.
+    route: Option<(String, u16)>,
+    /// Keys it holds (`DBSIZE`), when known: an empty master is not scanned.
+    keys: Option<u64>,
+}
+
+/// [`LockClient::list_locks`](crate::LockClient::list_locks).
+pub(crate) async fn list_locks(
+    client: &LockClient,
+    options: ListOptions,
+) -> Result<LockPage, Error> {
+    options.validate()?;
+    let conn = &client.inner.conn.conn;
+    let nodes = nodes(conn).await?;
+    let glob = options.glob();
+
+    // Where this page starts: a master's position and its SCAN cursor.
+    let (mut index, mut scan, pending) = match &options.after {
+        None => (0, 0, Vec::new()),
+        Some(cursor) => match &cursor.node {
+            None => (nodes.len(), 0, cursor.pending.clone()),
+            Some(at) => match nodes.iter().position(|n| &n.address == at) {
+                Some(index) => (index, cursor.scan, cursor.pending.clone()),
+                // That master is gone: go on with the next one in address order.
+                None => (
+                    nodes.iter().take_while(|n| &n.address < at).count(),
+                    0,
+                    cursor.pending.clone(),
+                ),
+            },
+        },
+    };
+    let mut pending: VecDeque<String> = pending.into();
+    let mut names = Vec::new();
+    let mut seen = HashSet::new();
+    let mut scans = 0;
+    loop {
+        while names.len() < options.limit {
+            let Some(name) = pending.pop_front() else {
+                break;
+            };
+            if seen.insert(name.clone()) {
+                names.push(name);
+            }
+        }
+        if names.len() == options.limit || index >= nodes.len() {
+            break;
+        }
+        let node = &nodes[index];
+        if scan == 0 && node.keys == Some(0) {
+            index += 1;
+            continue;
+        }
+        if scans == options.max_scans {
+            break;
+        }
+        scans += 1;
+        let (next, keys) = scan_node(conn, node, scan, &glob, options.scan_count).await?;
+        pending.extend(
+            keys.iter()
+                .filter_map(|key| options.name_in(key))
+                .map(str::to_owned),
+        );
+        if next == 0 {
+            index += 1;
+        }
+        scan = next;
+    }
+    let next = (!pending.is_empty() || index < nodes.len()).then(|| ListCursor {
+        node: nodes.get(index).map(|n| n.address.clone()),
+        scan,
+        pending: pending.into(),
+    });
+    let locks = read_states(client, &options.key_prefix, names).await?;
+    Ok(LockPage { locks, next })
+}
+
+/// The servers to scan: every master of a cluster (in address order, as the driver
+/// knows them, with their `DBSIZE`), or the one server.
+async fn nodes(conn: &Connection) -> Result<Vec<Node>, Error> {
+    let Connection::Cluster(cluster) = conn else {
+        return Ok(vec![Node {
+            address: "server".to_owned(),
+            route: None,
+            keys: None,
+        }]);
+    };
+    // Sent to every master at once; the driver answers with a map from each
+    // master's address to its reply (errors included, as values).
+    let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+    let reply = cluster
+        .clone()
+        .route_command(redis::cmd("DBSIZE"), routing)
+        .await
+        .and_then(Value::extract_error)?;
+    let Value::Map(replies) = reply else {
+        return Err(unexpected("DBSIZE to every master", &reply));
+    };
+    let mut nodes = Vec::with_capacity(replies.len());
+    for (address, keys) in replies {
+        let address: String = redis::from_redis_value(address).map_err(redis::RedisError::from)?;
+        let keys: u64 = redis::from_redis_value(keys).map_err(redis::RedisError::from)?;
+        let route = address
+            .rsplit_once(':')
+            .and_then(|(host, port)| Some((host.to_owned(), port.parse().ok()?)));
+        if route.is_none() {
+            return Err(unexpected(
+                "a master's address",
+                &Value::SimpleString(address),
+            ));
+        }
+        nodes.push(Node {
+            address,
+            route,
+            keys: Some(keys),
+        });
+    }
+    nodes.sort_by(|a, b| a.address.cmp(&b.address));
+    Ok(nodes)
+}
+
+/// One `SCAN cursor MATCH glob COUNT count TYPE hash` on `node`: the next cursor
+/// (0: done) and the keys found (names that are not UTF-8 are no lock's).
+async fn scan_node(
+    conn: &Connection,
+    node: &Node,
+    cursor: u64,
+    glob: &str,
+    count: u32,
+) -> Result<(u64, Vec<String>), Error> {
+    let mut cmd: Cmd = redis::cmd("SCAN");
+    cmd.arg(cursor)
+        .arg("MATCH")
+        .arg(glob)
+        .arg("COUNT")
+        .arg(count)
+        .arg("TYPE")
+        .arg("hash");
+    let reply = match (conn, &node.route) {
+        (Connection::Cluster(cluster), Some((host, port))) => {
+            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                host: host.clone(),
+                port: *port,
+            });
+            cluster
+                .clone()
+                .route_command(cmd, routing)
+                .await
+                .and_then(Value::extract_error)?
+        }
+        _ => cmd.query_async(&mut conn.clone()).await?,
+    };
+    let (next, keys): (u64, Vec<Vec<u8>>) =
+        redis::from_redis_value(reply).map_err(redis::RedisError::from)?;
+    let keys = keys
+        .into_iter()
+        .filter_map(|key| String::from_utf8(key).ok())
+        .collect();
+    Ok((next, keys))
+}
+
+/// Each lock's state, a few dozen requests in flight at a time, in the order of
+/// `names`. A key that turned into another type since the scan is left out.
+async fn read_states(
+    client: &LockClient,
+    prefix: &str,
+    names: Vec<String>,
+) -> Result<Vec<LockSummary>, Error> {
+    let options = LockOptions::default().key_prefix(prefix);
+    let mut locks = Vec::with_capacity(names.len());
+    let mut names = names.into_iter();
+    loop {
+        let mut reads = JoinSet::new();
+        for (at, name) in names.by_ref().take(READS_IN_FLIGHT).enumerate() {
+            let lock = client.rwlock_with(name, options.clone());
+            reads.spawn(async move { (at, lock.state().await, lock) });
+        }
+        if reads.is_empty() {
+            return Ok(locks);
+        }
+        let mut batch = Vec::with_capacity(reads.len());
+        while let Some(read) = reads.join_next().await {
+            let (at, state, lock) = read
+                .map_err(|err| Error::Redis(redis::RedisError::from(std::io::Error::other(err))))?;
+            let state = match state {
+                Ok(state) => state,
+                Err(Error::WrongType { .. }) => continue,
+                Err(err) => return Err(err),
+            };
+            batch.push((
+                at,
+                LockSummary {
+                    key: lock.key()?.to_owned(),
+                    name: lock.name().to_owned(),
+                    state,
+                },
+            ));
+        }
+        batch.sort_by_key(|(at, _)| *at);
+        locks.extend(batch.into_iter().map(|(_, summary)| summary));
+    }
+}
+
+/// A reply of a shape the driver or server should never give.
+fn unexpected(what: &str, reply: &Value) -> Error {
+    Error::Redis(redis::RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "unexpected reply",
+        format!("{what}: {reply:?}"),
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_glob_takes_the_prefix_literally_and_the_pattern_as_given() {
+        let options = ListOptions::default().pattern("inv*");
+        assert_eq!(options.glob(), "rwlock:{inv*}");
+        let odd = ListOptions::default().key_prefix("a*b[1]\\").pattern("x?");
+        assert_eq!(odd.glob(), "a\\*b\\[1\\]\\\\:{x?}");
+    }
+
+    #[test]
+    fn only_keys_of_a_lock_s_shape_are_locks() {
+        let options = ListOptions::default();
+        assert_eq!(options.name_in("rwlock:{inventory}"), Some("inventory"));
+        assert_eq!(options.name_in("rwlock:{a b/ü:c}"), Some("a b/ü:c"));
+        for key in [
+            "rwlock:{}",
+            "rwlock:{a}x}",
+            "rwlock:{a}:extra",
+            "rwlock:inventory",
+            "{res}:rwlock:legacy",
+            "locks:{inventory}",
+            "rwlockx:{inventory}",
+        ] {
+            assert_eq!(options.name_in(key), None, "{key}");
+        }
+    }
+
+    #[test]
+    fn bad_options_are_refused_before_any_io() {
+        for bad in [
+            ListOptions::default().pattern(""),
+            ListOptions::default().pattern("a{b"),
+            ListOptions::default().pattern("a}"),
+            ListOptions::default().key_prefix(""),
+            ListOptions::default().key_prefix("a{"),
+            ListOptions::default().limit(0),
+            ListOptions::default().limit(MAX_LIMIT + 1),
+            ListOptions::default().scan_count(0),
+            ListOptions::default().scan_count(MAX_SCAN_COUNT + 1),
+            ListOptions::default().max_scans(0),
+        ] {
+            assert!(
+                matches!(bad.validate(), Err(Error::InvalidOptions(_))),
+                "{bad:?} accepted"
+            );
+        }
+        assert!(ListOptions::default().validate().is_ok());
+    }
+
+    #[test]
+    fn a_summary_is_derived_from_the_state() {
+        let state: LockState = serde_json::from_value(serde_json::json!({
+            "server_time": "1970-01-01T00:00:01Z",
+            "writer": null,
+            "readers": [
+                {"token": "a", "until": "1970-01-01T00:00:05Z"},
+                {"token": "b", "until": "1970-01-01T00:00:09Z"}
+            ],
+            "queued_writers": [
+                {"token": "w1", "until": "1970-01-01T00:00:03Z"},
+                {"token": "w2", "until": "1970-01-01T00:00:04Z"}
+            ],
+            "fencing_token": 7
+        }))
+        .unwrap_or_else(|err| panic!("{err}"));
+        let summary = LockSummary {
+            name: "n".into(),
+            key: "rwlock:{n}".into(),
+            state,
+        };
+        assert_eq!(summary.mode(), Some(LockMode::Read));
+        assert_eq!(summary.holders(), 2);
+        assert_eq!(summary.queued_writers(), 2);
+        assert_eq!(
+            summary.first_in_line().and_then(|h| h.token.as_deref()),
+            Some("w1")
+        );
+        assert_eq!(
+            summary.held_until().map(|t| t.timestamp_millis()),
+            Some(9_000)
+        );
+
+        let mut written = summary.clone();
+        written.state.readers.clear();
+        written.state.writer = summary.state.queued_writers.first().cloned();
+        assert_eq!(written.mode(), Some(LockMode::Write));
+        assert_eq!(written.holders(), 1);
+        assert_eq!(
+            written.held_until().map(|t| t.timestamp_millis()),
+            Some(3_000)
+        );
+        written.state.writer = None;
+        assert_eq!(
+            (written.mode(), written.holders(), written.held_until()),
+            (None, 0, None)
+        );
+    }
+}
