@@ -328,7 +328,6 @@ pub(crate) fn script_sent(verb: &'static str, script: impl FnOnce() -> &'static 
 /// another client's script, as a message told it (a writer's or an upgrade's
 /// hand-over, or the grant of the batch of readers it waits in), without another
 /// attempt of its own. Counts in `redis_rwlock_handovers_total`.
-#[allow(dead_code)] // until the waiting loop calls it
 pub(crate) fn handed_over() {
     #[cfg(feature = "metrics")]
     record::HANDOVERS.counter(&[], &LockLabel::default());
@@ -337,7 +336,6 @@ pub(crate) fn handed_over() {
 /// Hook for the waiting loop (`src/waiting.rs`): a waiter woke up, `by_message`
 /// (a wake-up message on the lock's channel) or else by its re-check timer. Counts
 /// in `redis_rwlock_wakeups_total`, label `by` = `message` | `timer`.
-#[allow(dead_code)] // until the waiting loop calls it
 pub(crate) fn woken(by_message: bool) {
     #[cfg(feature = "metrics")]
     record::WAKEUPS.counter(&[usize::from(!by_message)], &LockLabel::default());
@@ -346,7 +344,6 @@ pub(crate) fn woken(by_message: bool) {
 /// Hook for the waiting loop (`src/waiting.rs`): the server refused an acquire
 /// attempt (someone else holds or is first in line), whether the caller then waits
 /// or gets `WouldBlock`. Counts in `redis_rwlock_refusals_total`.
-#[allow(dead_code)] // until the waiting loop calls it
 pub(crate) fn refused() {
     #[cfg(feature = "metrics")]
     record::REFUSALS.counter(&[], &LockLabel::default());

@@ -171,6 +171,7 @@ async fn attempt_until_granted(
             }
             Acquired::Refused { .. } if !wait => {
                 tracing::trace!("would block");
+                crate::metrics::refused();
                 // A refused try_* queued nothing: there is nothing to clean up.
                 pending.disarm();
                 return Err(Error::WouldBlock);
@@ -181,6 +182,7 @@ async fn attempt_until_granted(
                 batch,
             } => {
                 waiting.refused(sent, fence, batch);
+                crate::metrics::refused();
                 holds_for
             }
         };
@@ -192,6 +194,7 @@ async fn attempt_until_granted(
         let recheck = waiting.recheck_at(lock, access, holds_for);
         match waiting.sleep(lock, &pending.token, listener, recheck).await {
             Woken::Handed(granted) => {
+                crate::metrics::handed_over();
                 return Ok(waiting.granted(
                     &mut pending,
                     granted.fence,
@@ -322,6 +325,7 @@ impl Waiting {
                         return Woken::Again;
                     }
                     tracing::trace!(%payload, "woken");
+                    crate::metrics::woken(true);
                     // With `min_replicas` the next attempt confirms a hand-over, so
                     // replicas are waited for.
                     let replicated = lock.options().min_replicas == 0;
@@ -345,6 +349,7 @@ impl Waiting {
                     }
                 }
                 () = sleep_until(recheck) => {
+                    crate::metrics::woken(false);
                     return if self.deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                         Woken::TimedOut
                     } else {

@@ -7,9 +7,10 @@
 //! report and writes `bench-results/rwlock.{json,md}` and three SVG plots there.
 //! `BENCH_QUICK=1` gives a 2-3 minute run; `BENCH_RUNS=n` overrides the run count;
 //! `BENCH_SCENARIOS=uncontended,read_heavy` runs only the named scenarios (for
-//! profiling; names: limits, uncontended, server_cost, read_heavy, redis_benchmark,
-//! handoff, stream, waiting, contention_writers, contention_readers, at_scale,
-//! upgradable, sweep);
+//! profiling; names: limits, uncontended, server_cost, read_heavy, read_heavy_scripts,
+//! read_heavy_3_clients, read_heavy_scripts_3_clients, redis_benchmark, handoff,
+//! stream, reader_behind_writers, waiting, contention_writers, contention_readers,
+//! at_scale, upgradable, sweep);
 //! `BENCH_IMPLS=redis_rwlock,original` likewise limits the implementations
 //! (redis_rwlock, original, rslock, rds_lock); `BENCH_OUT=dir` writes the report
 //! there instead of `bench-results/`.
@@ -29,6 +30,7 @@ mod cluster;
 mod contention;
 mod locks;
 mod read_heavy;
+mod reader_behind_writers;
 mod report;
 /// The at-scale run, shared with `tests/at_scale.rs`.
 #[path = "../../tests/common/scale.rs"]
@@ -45,8 +47,9 @@ use at_scale::{SCALE_READERS, SCALE_WRITERS};
 use cluster::{Cluster, Masters, Topology};
 use contention::Family;
 use locks::{Clients, Impl, cluster_connection};
+use reader_behind_writers::Variant;
 use report::Machine;
-use scenarios::{Bench, Config, SWEEP_TASKS, TASKS, names::*};
+use scenarios::{Bench, Config, INSTANCES, SWEEP_TASKS, TASKS, names::*};
 use stats::Results;
 
 fn main() -> ExitCode {
@@ -136,6 +139,8 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
         redis_benchmarks: Vec::new(),
         read_script: None,
         at_scale: Vec::new(),
+        nodes: nodes.to_vec(),
+        more_clients: Vec::new(),
     };
     for imp in Impl::ALL {
         b.warm_up(imp).await;
@@ -185,16 +190,43 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
             for &imp in &rw {
                 let secs = cfg.throughput_secs;
                 let rate = b
-                    .read_heavy(run, imp, TASKS, 1, secs, Some(READ_HEAVY_1))
+                    .read_heavy(run, imp, TASKS, 1, 1, secs, Some(READ_HEAVY_1))
                     .await;
                 b.results.sweep.entry((imp, TASKS)).or_default().push(rate);
-                b.read_heavy(run, imp, TASKS, 64, secs, Some(READ_HEAVY_64))
+                b.read_heavy(run, imp, TASKS, 64, 1, secs, Some(READ_HEAVY_64))
                     .await;
+            }
+        }
+        if on("read_heavy_3_clients") {
+            eprintln!("  read-heavy throughput, one lock, {INSTANCES} clients");
+            for &imp in &rw {
+                let secs = cfg.throughput_secs;
+                b.read_heavy(
+                    run,
+                    imp,
+                    TASKS,
+                    1,
+                    INSTANCES,
+                    secs,
+                    Some(READ_HEAVY_1_CLIENTS),
+                )
+                .await;
             }
         }
         if on("read_heavy_scripts") && use_impl(Impl::Ours) {
             eprintln!("  read-heavy: scripts by kind (MONITOR)");
-            b.read_heavy_scripts(run, cfg.throughput_secs).await;
+            b.read_heavy_scripts(run, cfg.throughput_secs, 1, READ_HEAVY_SCRIPTS)
+                .await;
+        }
+        if on("read_heavy_scripts_3_clients") && use_impl(Impl::Ours) {
+            eprintln!("  read-heavy from {INSTANCES} clients: scripts by kind (MONITOR)");
+            b.read_heavy_scripts(
+                run,
+                cfg.throughput_secs,
+                INSTANCES,
+                READ_HEAVY_SCRIPTS_CLIENTS,
+            )
+            .await;
         }
         if on("server_cost") {
             eprintln!("  server cost per acquisition");
@@ -216,6 +248,19 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
             eprintln!("  writer behind readers");
             for &imp in &rw {
                 b.writer_behind_readers(run, imp).await;
+            }
+        }
+        if on("reader_behind_writers") {
+            eprintln!("  reader behind a stream of writers");
+            // Both variants of each implementation, the variants' order alternating.
+            let mut variants = Variant::ALL;
+            if run % 2 == 1 {
+                variants.reverse();
+            }
+            for &imp in &rw {
+                for variant in variants {
+                    b.reader_behind_writers(run, imp, variant).await;
+                }
             }
         }
         if on("waiting") {
@@ -251,7 +296,9 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
             eprintln!("  task-count sweep");
             for tasks in SWEEP_TASKS.into_iter().filter(|&t| t != TASKS) {
                 for &imp in &rw {
-                    let rate = b.read_heavy(run, imp, tasks, 1, cfg.sweep_secs, None).await;
+                    let rate = b
+                        .read_heavy(run, imp, tasks, 1, 1, cfg.sweep_secs, None)
+                        .await;
                     b.results.sweep.entry((imp, tasks)).or_default().push(rate);
                 }
             }

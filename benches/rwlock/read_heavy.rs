@@ -2,7 +2,9 @@
 //! `yield_now`, on one lock or spread over 64. Its throughput runs (against every
 //! read-write implementation, `INFO commandstats` around them) and, for this crate,
 //! a pass that sorts the scripts one acquisition costs by kind with MONITOR: read
-//! attempts per read, write attempts per write, releases, and what else.
+//! attempts per read, write attempts per write, releases, and what else. Both also
+//! run on one lock from 3 clients (3 instances of a service: the tasks dealt out
+//! round robin), where readers of one client cannot learn from another's refusal.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,9 +17,7 @@ use tokio::time::{Instant, sleep};
 
 use crate::cluster::{delta, monitor_during};
 use crate::locks::{Clients, Impl, Lock, Mode, Wait};
-use crate::scenarios::{
-    Bench, Exclusion, LONG_WAIT, TASKS, WRITE_PERCENT, names::READ_HEAVY_SCRIPTS,
-};
+use crate::scenarios::{Bench, Exclusion, LONG_WAIT, TASKS, WRITE_PERCENT};
 
 /// Metric names of the MONITOR pass (per acquisition unless said otherwise).
 pub mod metric {
@@ -30,6 +30,9 @@ pub mod metric {
     pub const WRITE_ATTEMPTS: &str = "write_attempts_per_write";
     /// Refused read attempts, per acquisition of either kind.
     pub const REFUSED_READS: &str = "refused_reads_per_acquisition";
+    /// Read acquire calls beyond the first, per read acquisition (0: a read that
+    /// waited was granted by a release, without asking again).
+    pub const EXTRA_READ_ATTEMPTS: &str = "extra_read_attempts_per_read";
     /// Write attempts beyond one per write, per acquisition of either kind.
     pub const EXTRA_WRITES: &str = "extra_write_attempts_per_acquisition";
     pub const RELEASES: &str = "releases_per_acquisition";
@@ -48,13 +51,22 @@ struct Mix {
     violations: u64,
 }
 
+/// The locks of one run of the mix: each lock as every client names it (one
+/// `Lock` per client, all on the same key), with one exclusion checker per lock.
+struct MixLocks {
+    /// `by_client[c][l]`: lock `l` as client `c` names it.
+    by_client: Vec<Vec<Lock>>,
+    exclusion: Vec<Exclusion>,
+}
+
 /// Runs the mix: `tasks` tasks, each taking a random lock of `locks` in a random
-/// mode, holding it for one `yield_now`, for `seconds`.
+/// mode, holding it for one `yield_now`, for `seconds`. Task `i` uses client
+/// `i % instances.len()`.
 async fn run_mix(
-    clients: &Arc<Clients>,
+    instances: &[Arc<Clients>],
     run: usize,
     tasks: usize,
-    locks: Arc<Vec<(Lock, Exclusion)>>,
+    locks: Arc<MixLocks>,
     seconds: f64,
 ) -> Mix {
     let end = Instant::now() + Duration::from_secs_f64(seconds);
@@ -63,14 +75,17 @@ async fn run_mix(
     let failures = Arc::new(AtomicU64::new(0));
     let mut set = JoinSet::new();
     for task in 0..tasks {
-        let clients = clients.clone();
+        let client = task % instances.len();
+        let clients = instances[client].clone();
         let locks = locks.clone();
         let (in_window, by_mode, failures) = (in_window.clone(), by_mode.clone(), failures.clone());
         set.spawn(async move {
             // Deterministic per run and task; each task its own, no locking.
             let mut rng = SmallRng::seed_from_u64((run * 1000 + task) as u64);
+            let mine = &locks.by_client[client];
             while Instant::now() < end {
-                let (lock, exclusion) = &locks[rng.random_range(0..locks.len())];
+                let index = rng.random_range(0..mine.len());
+                let (lock, exclusion) = (&mine[index], &locks.exclusion[index]);
                 let mode = if rng.random_range(0..100) < WRITE_PERCENT {
                     Mode::Write
                 } else {
@@ -104,7 +119,7 @@ async fn run_mix(
         reads: by_mode[0].load(Ordering::Relaxed),
         writes: by_mode[1].load(Ordering::Relaxed),
         failures: failures.load(Ordering::Relaxed),
-        violations: locks.iter().map(|(_, e)| e.violations()).sum(),
+        violations: locks.exclusion.iter().map(Exclusion::violations).sum(),
     }
 }
 
@@ -119,39 +134,56 @@ impl Bench {
         }
     }
 
-    /// `imp`'s locks of those names, each with its exclusion checker.
-    fn read_heavy_locks(&self, imp: Impl, names: &[String]) -> Arc<Vec<(Lock, Exclusion)>> {
-        let locks = names
-            .iter()
-            .map(|n| (self.clients.lock(imp, n, LONG_WAIT), Exclusion::default()))
-            .collect();
-        Arc::new(locks)
+    /// `imp`'s locks of those names as each of `instances` names them, each lock
+    /// with its exclusion checker.
+    fn read_heavy_locks(imp: Impl, names: &[String], instances: &[Arc<Clients>]) -> Arc<MixLocks> {
+        Arc::new(MixLocks {
+            by_client: instances
+                .iter()
+                .map(|clients| {
+                    names
+                        .iter()
+                        .map(|n| clients.lock(imp, n, LONG_WAIT))
+                        .collect()
+                })
+                .collect(),
+            exclusion: names.iter().map(|_| Exclusion::default()).collect(),
+        })
     }
 
     /// `tasks` tasks, 95% reads / 5% writes, holds of one `yield_now`, on `locks`
-    /// locks (a random one per operation). Returns acquisitions per second.
+    /// locks (a random one per operation), from `clients` clients (instances).
+    /// Returns acquisitions per second.
+    #[allow(clippy::too_many_arguments)]
     pub async fn read_heavy(
         &mut self,
         run: usize,
         imp: Impl,
         tasks: usize,
         locks: usize,
+        clients: usize,
         seconds: f64,
         scenario: Option<&'static str>,
     ) -> f64 {
-        let tag = format!("rh{locks}x{tasks}");
+        let tag = if clients == 1 {
+            format!("rh{locks}x{tasks}")
+        } else {
+            format!("rh{locks}x{tasks}c{clients}")
+        };
         let names = self.read_heavy_names(run, locks, &tag);
-        let locks = self.read_heavy_locks(imp, &names);
+        let instances = self.instances(clients).await;
+        let locks = Self::read_heavy_locks(imp, &names, &instances);
         let before = self.masters.commandstats().await.ok();
-        let mix = run_mix(&self.clients, run, tasks, locks, seconds).await;
+        let mix = run_mix(&instances, run, tasks, locks, seconds).await;
         let after = self.masters.commandstats().await.ok();
         let (acquired, failures, violations) = (mix.in_window, mix.failures, mix.violations);
         let rate = acquired as f64 / seconds;
         if failures > 0 {
             self.note(format!(
-                "{}: {failures} failed/timed-out acquires or releases in read-heavy ({} locks, {tasks} tasks)",
+                "{}: {failures} failed/timed-out acquires or releases in read-heavy ({} locks, {tasks} tasks, {} clients)",
                 imp.label(),
-                names.len()
+                names.len(),
+                instances.len()
             ));
         }
         if let Some(scenario) = scenario {
@@ -189,23 +221,36 @@ impl Bench {
     }
 
     /// This crate's scripts per acquisition in the one-lock mix, sorted by kind:
-    /// the same run as the throughput's, watched with MONITOR on every master
-    /// (which slows the server: this pass measures counts, not speed).
-    pub async fn read_heavy_scripts(&mut self, run: usize, seconds: f64) {
+    /// the same run as the throughput's, from `clients` clients, watched with
+    /// MONITOR on every master (which slows the server: this pass measures counts,
+    /// not speed). Recorded under `scenario`.
+    pub async fn read_heavy_scripts(
+        &mut self,
+        run: usize,
+        seconds: f64,
+        clients: usize,
+        scenario: &'static str,
+    ) {
         let imp = Impl::Ours;
-        let names = self.read_heavy_names(run, 1, "rh-scripts");
-        let locks = self.read_heavy_locks(imp, &names);
-        let work = run_mix(&self.clients, run, TASKS, locks, seconds);
+        let tag = if clients == 1 {
+            "rh-scripts".to_owned()
+        } else {
+            format!("rh-scripts-c{clients}")
+        };
+        let names = self.read_heavy_names(run, 1, &tag);
+        let instances = self.instances(clients).await;
+        let locks = Self::read_heavy_locks(imp, &names, &instances);
+        let work = run_mix(&instances, run, TASKS, locks, seconds);
         let (sent, mix) = match monitor_during(&self.topology, &mut self.masters, work).await {
             Ok(watched) => watched,
             Err(err) => {
-                self.note(format!("read-heavy scripts by kind: {err}"));
+                self.note(format!("read-heavy scripts by kind ({scenario}): {err}"));
                 return;
             }
         };
         if mix.failures > 0 || mix.violations > 0 {
             self.note(format!(
-                "read-heavy scripts by kind: {} failures, {} violations",
+                "read-heavy scripts by kind ({scenario}): {} failures, {} violations",
                 mix.failures, mix.violations
             ));
         }
@@ -215,12 +260,16 @@ impl Bench {
         let other = sent.scripts - read_calls - write_calls - releases;
         let r = &mut self.results;
         let mut record = |metric: &'static str, value: f64| {
-            r.record(READ_HEAVY_SCRIPTS, imp, metric, "count", value);
+            r.record(scenario, imp, metric, "count", value);
         };
         record(metric::SCRIPTS, sent.scripts as f64 / acquisitions);
         record(
             metric::READ_ATTEMPTS,
             read_calls as f64 / mix.reads.max(1) as f64,
+        );
+        record(
+            metric::EXTRA_READ_ATTEMPTS,
+            read_calls.saturating_sub(mix.reads) as f64 / mix.reads.max(1) as f64,
         );
         record(
             metric::WRITE_ATTEMPTS,

@@ -2,6 +2,7 @@
 //! SVG plots.
 
 mod contention;
+mod reader_behind_writers;
 mod scale;
 mod upgradable;
 
@@ -17,8 +18,9 @@ use crate::contention::{CONTENTION_HOLD, CONTENTION_WRITE_PERCENT, Family};
 use crate::locks::{Impl, Original};
 use crate::read_heavy::metric as mix;
 use crate::scenarios::{
-    Bench, HANDOFF_HOLD, STREAM_READ_HOLD, STREAM_READERS, STREAM_WRITER_EVERY, SWEEP_TASKS,
-    ServerCostNames, TASKS, UncontendedNames, WAITERS, WRITE_PERCENT, WRITERS, names::*,
+    Bench, HANDOFF_HOLD, INSTANCES, STREAM_READ_HOLD, STREAM_READERS, STREAM_WRITER_EVERY,
+    SWEEP_TASKS, ServerCostNames, TASKS, UncontendedNames, WAITERS, WRITE_PERCENT, WRITERS,
+    names::*,
 };
 use crate::stats::{Metric, Results, percentile};
 use crate::upgradable::{BEHIND, PairNames, metric as upgrade, names::*};
@@ -334,6 +336,26 @@ pub fn targets(b: &Bench) -> Vec<Target> {
         "ms",
         |x| x < 20.0,
     ));
+    reader_behind_writers::targets(r, &mut out);
+    for (what, metric, limit) in [
+        (
+            "scripts per acquisition (MONITOR) <= 2.02",
+            mix::SCRIPTS,
+            2.02,
+        ),
+        (
+            "read attempts beyond the first per read (MONITOR) <= 0.01",
+            mix::EXTRA_READ_ATTEMPTS,
+            0.01,
+        ),
+    ] {
+        out.push(value_target(
+            format!("read-heavy mix on one lock from {INSTANCES} clients: {what}"),
+            r.get(READ_HEAVY_SCRIPTS_CLIENTS, Impl::Ours, metric),
+            "",
+            move |x| x <= limit,
+        ));
+    }
     upgradable_targets(r, &mut out);
     for family in Family::ALL {
         let sizes = family.sizes();
@@ -461,6 +483,7 @@ pub fn markdown(b: &Bench, machine: &Machine) -> String {
     read_heavy_tables(&mut o, b);
     handoff_table(&mut o, &b.results);
     stream_table(&mut o, b);
+    reader_behind_writers::table(&mut o, b);
     waiting_table(&mut o, b);
     contention::tables(&mut o, b);
     scale::table(&mut o, b);
@@ -696,37 +719,53 @@ fn read_heavy_tables(o: &mut String, b: &Bench) {
         );
         let _ = writeln!(o, "```\n{}\n```", b.redis_benchmarks[0].command_line);
     }
-    if r.get(READ_HEAVY_SCRIPTS, Impl::Ours, mix::SCRIPTS)
-        .is_some()
+    many_clients_table(o, r);
+    if [READ_HEAVY_SCRIPTS, READ_HEAVY_SCRIPTS_CLIENTS]
+        .iter()
+        .any(|&scenario| r.get(scenario, Impl::Ours, mix::SCRIPTS).is_some())
     {
         let _ = writeln!(
             o,
-            "\n{}'s scripts per acquisition in the one-lock mix, by kind (a separate run watched with MONITOR on every master; counts only, MONITOR slows the server):\n",
+            "\n{}'s scripts per acquisition in the one-lock mix, by kind (a separate run watched with MONITOR on every master; counts only, MONITOR slows the server). A read that waited and was let in by a release's grant sent one attempt:\n",
             Impl::Ours.label()
         );
         header(
             o,
             &[
+                "clients",
                 "scripts/acq",
                 "read attempts per read",
+                "read attempts beyond the first per read",
                 "write attempts per write",
-                "refused reads/acq",
+                "read attempts beyond one per read/acq",
                 "write attempts beyond one per write/acq",
                 "releases/acq",
                 "other scripts/acq",
             ],
         );
-        let cells = [
-            mix::SCRIPTS,
-            mix::READ_ATTEMPTS,
-            mix::WRITE_ATTEMPTS,
-            mix::REFUSED_READS,
-            mix::EXTRA_WRITES,
-            mix::RELEASES,
-            mix::OTHER,
-        ]
-        .map(|metric| at(r, READ_HEAVY_SCRIPTS, Impl::Ours, metric));
-        row(o, &cells);
+        for (clients, scenario) in [
+            (1, READ_HEAVY_SCRIPTS),
+            (INSTANCES, READ_HEAVY_SCRIPTS_CLIENTS),
+        ] {
+            if r.get(scenario, Impl::Ours, mix::SCRIPTS).is_none() {
+                continue;
+            }
+            let mut cells = vec![clients.to_string()];
+            cells.extend(
+                [
+                    mix::SCRIPTS,
+                    mix::READ_ATTEMPTS,
+                    mix::EXTRA_READ_ATTEMPTS,
+                    mix::WRITE_ATTEMPTS,
+                    mix::REFUSED_READS,
+                    mix::EXTRA_WRITES,
+                    mix::RELEASES,
+                    mix::OTHER,
+                ]
+                .map(|metric| at(r, scenario, Impl::Ours, metric)),
+            );
+            row(o, &cells);
+        }
     }
     let _ = writeln!(
         o,
@@ -741,6 +780,50 @@ fn read_heavy_tables(o: &mut String, b: &Bench) {
             cells.push(sweep_cell(r, imp, t));
         }
         row(o, &cells);
+    }
+}
+
+/// The one-lock mix from several clients (instances), when it ran.
+fn many_clients_table(o: &mut String, r: &Results) {
+    if !Impl::RW.iter().any(|&imp| {
+        r.get(READ_HEAVY_1_CLIENTS, imp, "acquisitions_per_s")
+            .is_some()
+    }) {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "\nThe same mix on one lock from {INSTANCES} clients ({INSTANCES} instances of a service, the {TASKS} tasks dealt out round robin):\n"
+    );
+    header(
+        o,
+        &[
+            "implementation",
+            "acq/s",
+            "vs original",
+            "server us/script",
+            "scripts/acq",
+            "(un)subscribes/acq",
+            "exclusion violations",
+        ],
+    );
+    let s = READ_HEAVY_1_CLIENTS;
+    for imp in Impl::RW {
+        row(
+            o,
+            &[
+                imp.label().into(),
+                at(r, s, imp, "acquisitions_per_s"),
+                ratio_cell(ratios(
+                    r.get(s, imp, "acquisitions_per_s"),
+                    r.get(s, Impl::Original, "acquisitions_per_s"),
+                )),
+                at(r, s, imp, "server_us_per_script"),
+                at(r, s, imp, "scripts_per_acquisition"),
+                at(r, s, imp, "subscriptions_per_acquisition"),
+                at(r, s, imp, "violations"),
+            ],
+        );
     }
 }
 
@@ -943,6 +1026,14 @@ pub fn json(b: &Bench, machine: &Machine) -> Value {
             json!({"implementation": imp.id(), "samples": gaps.len(), "percentiles": pct})
         })
         .collect();
+    let samples: Vec<Value> = b
+        .results
+        .samples
+        .iter()
+        .map(|((scenario, imp), runs)| {
+            json!({"scenario": scenario, "implementation": imp.id(), "runs": runs})
+        })
+        .collect();
     let targets: Vec<Value> = targets(b)
         .into_iter()
         .map(|t| json!({"target": t.name, "measured": t.measured, "met": t.met}))
@@ -956,6 +1047,8 @@ pub fn json(b: &Bench, machine: &Machine) -> Value {
             "stream_readers": STREAM_READERS, "stream_read_hold_ms": STREAM_READ_HOLD.as_millis() as u64,
             "stream_writer_every_ms": STREAM_WRITER_EVERY.as_millis() as u64,
             "waiters": WAITERS,
+            "read_heavy_clients": INSTANCES,
+            "reader_behind_writers": reader_behind_writers::parameters(&b.cfg),
             "contention": {
                 "writers_tasks": Family::Writers.sizes(), "readers_tasks": Family::Readers.sizes(),
                 "write_percent": CONTENTION_WRITE_PERCENT, "hold_ms": CONTENTION_HOLD.as_millis() as u64,
@@ -969,6 +1062,7 @@ pub fn json(b: &Bench, machine: &Machine) -> Value {
         "metrics": metrics,
         "sweep": sweep,
         "handoff_gap_distribution": gaps,
+        "samples_in_order": samples,
         "redis_benchmark": b.redis_benchmarks.iter().map(|rb| json!({"command": rb.command_line, "requests_per_sec": rb.requests_per_sec, "p50_ms": rb.p50_ms})).collect::<Vec<_>>(),
         "targets": targets,
         "at_scale": scale::json(b),

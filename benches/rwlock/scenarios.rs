@@ -47,6 +47,8 @@ pub struct Config {
     pub contention_settle_secs: f64,
     /// Upgrades behind readers per reader count (and as many control hand-overs).
     pub upgrade_iters: usize,
+    /// Reads the reader asks for behind the stream of writers (`reader_behind_writers`).
+    pub reader_behind_writers_reads: usize,
 }
 
 impl Config {
@@ -70,6 +72,7 @@ impl Config {
                 contention_secs: 1.0,
                 contention_settle_secs: 0.3,
                 upgrade_iters: 100,
+                reader_behind_writers_reads: 20,
             }
         } else {
             Config {
@@ -90,6 +93,7 @@ impl Config {
                 contention_secs: 3.0,
                 contention_settle_secs: 0.5,
                 upgrade_iters: 300,
+                reader_behind_writers_reads: 40,
             }
         };
         if let Some(runs) = std::env::var("BENCH_RUNS")
@@ -156,6 +160,9 @@ pub mod names {
     pub const READ_HEAVY_1: &str = "read_heavy_1_lock";
     pub const READ_HEAVY_64: &str = "read_heavy_64_locks";
     pub const READ_HEAVY_SCRIPTS: &str = "read_heavy_scripts";
+    /// The one-lock mix from [`super::INSTANCES`] clients: throughput, and the MONITOR pass.
+    pub const READ_HEAVY_1_CLIENTS: &str = "read_heavy_1_lock_3_clients";
+    pub const READ_HEAVY_SCRIPTS_CLIENTS: &str = "read_heavy_scripts_3_clients";
     pub const HANDOFF: &str = "writer_handoff";
     pub const STREAM: &str = "writer_behind_readers";
     pub const WAITING: &str = "waiting_cost";
@@ -189,6 +196,8 @@ pub const SWEEP_TASKS: [usize; 4] = [1, 4, 16, 64];
 /// Read-heavy mix.
 pub const TASKS: usize = 64;
 pub const WRITE_PERCENT: u64 = 5;
+/// Clients (instances of a service) in the many-client variant of the one-lock mix.
+pub const INSTANCES: usize = 3;
 /// Writer handoff.
 pub const WRITERS: usize = 20;
 pub const HANDOFF_HOLD: Duration = Duration::from_millis(1);
@@ -260,6 +269,27 @@ pub fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s)
 }
 
+/// One acquire + release per mode on a scratch lock of `clients`: loads scripts
+/// and opens connections. The error of a failed acquire, if one failed.
+async fn warm_up(clients: &Clients, imp: Impl) -> Option<String> {
+    let lock = clients.lock(imp, &format!("warmup-{}", imp.id()), LONG_WAIT);
+    let mode = if imp == Impl::Rslock {
+        Mode::Write
+    } else {
+        Mode::Read
+    };
+    let mut failed = None;
+    for mode in [mode, Mode::Write] {
+        match clients.acquire(&lock, mode, Wait::Upto(LONG_WAIT)).await {
+            Ok(held) => {
+                let _ = clients.release(held).await;
+            }
+            Err(err) => failed = Some(format!("{err:?}")),
+        }
+    }
+    failed
+}
+
 /// Everything the scenarios share.
 pub struct Bench {
     pub clients: Arc<Clients>,
@@ -276,6 +306,11 @@ pub struct Bench {
     pub read_script: Option<Vec<String>>,
     /// The `at_scale` scenario's comparisons, one per run.
     pub at_scale: Vec<crate::scale::Comparison>,
+    /// The cluster's seed nodes, for clients connected later.
+    pub nodes: Vec<String>,
+    /// More clients (instances of a service) beside `clients`, connected when a
+    /// scenario first asks for them ([`Bench::instances`]).
+    pub more_clients: Vec<Arc<Clients>>,
 }
 
 impl Bench {
@@ -286,6 +321,36 @@ impl Bench {
         }
     }
 
+    /// `count` clients, as `count` instances of a service would have: `clients`
+    /// first, then others of their own (own connections, own subscriptions, and
+    /// for this crate its own `LockClient`), connected and warmed up the first time
+    /// they are asked for. Fewer when one fails to connect (noted).
+    pub async fn instances(&mut self, count: usize) -> Vec<Arc<Clients>> {
+        while self.more_clients.len() + 1 < count {
+            match Clients::connect(&self.nodes).await {
+                Ok(clients) => {
+                    let clients = Arc::new(clients);
+                    for imp in Impl::ALL {
+                        warm_up(&clients, imp).await;
+                    }
+                    self.more_clients.push(clients);
+                }
+                Err(err) => {
+                    self.note(format!("cannot connect another client: {err}"));
+                    break;
+                }
+            }
+        }
+        std::iter::once(self.clients.clone())
+            .chain(
+                self.more_clients
+                    .iter()
+                    .take(count.saturating_sub(1))
+                    .cloned(),
+            )
+            .collect()
+    }
+
     /// A name whose hash tag lands on master `master`, unique per `base`.
     pub fn name_on(&self, master: usize, base: &str) -> String {
         self.topology
@@ -294,25 +359,8 @@ impl Bench {
 
     /// One acquire + release on a scratch lock: loads scripts and opens connections.
     pub async fn warm_up(&mut self, imp: Impl) {
-        let lock = self
-            .clients
-            .lock(imp, &format!("warmup-{}", imp.id()), LONG_WAIT);
-        let mode = if imp == Impl::Rslock {
-            Mode::Write
-        } else {
-            Mode::Read
-        };
-        for mode in [mode, Mode::Write] {
-            match self
-                .clients
-                .acquire(&lock, mode, Wait::Upto(LONG_WAIT))
-                .await
-            {
-                Ok(held) => {
-                    let _ = self.clients.release(held).await;
-                }
-                Err(err) => self.note(format!("{}: warm-up failed: {err:?}", imp.label())),
-            }
+        if let Some(err) = warm_up(&self.clients, imp).await {
+            self.note(format!("{}: warm-up failed: {err}", imp.label()));
         }
     }
 

@@ -46,6 +46,10 @@ pub struct Results {
     pub handoff_gaps: BTreeMap<Impl, Vec<f64>>,
     /// Acquisitions/s per (implementation, task count), one value per run.
     pub sweep: BTreeMap<(Impl, usize), Vec<f64>>,
+    /// Per (scenario, implementation), one list per run of samples in the order
+    /// they were taken (the reader's waits behind writers, ms): for the result file
+    /// and pooled percentiles.
+    pub samples: BTreeMap<(&'static str, Impl), Vec<Vec<f64>>>,
 }
 
 impl Results {
