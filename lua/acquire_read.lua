@@ -21,7 +21,11 @@
 --         name of the batch it waits in ('' when it does not wait in line): the
 --         message that grants the batch is that name.
 bind(KEYS, ARGV)
-local s = load(ARGV[4])
+local reply, now, now_us = layout.fast_path('acquire_read', ARGV)
+if reply then
+  return reply
+end
+local s = load(ARGV[4], false, now, now_us)
 local lease, writer_preferred, upgradable = tonumber(ARGV[5]), ARGV[6] == '1', ARGV[7] == '1'
 local intent_ttl = tonumber(ARGV[8]) or 0
 
@@ -52,7 +56,7 @@ if written or first or (writer_preferred and s.upgrade) or (upgradable and s.upg
   end
   settle(s)
   if first and not (s.writer or s.original_writer_until) then
-    return { 0, queue_hint(s), 0, batch }
+    return { 0, retry_hint(s, true), 0, batch }
   end
   return { 0, retry_hint(s), 0, batch }
 end

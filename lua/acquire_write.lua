@@ -19,7 +19,11 @@
 -- and a release hands the lock to the first queued writer (holds.lua, `settle`). An
 -- upgrade goes before them all: the upgradable hold already keeps every writer out.
 bind(KEYS, ARGV)
-local s = load(ARGV[4])
+local reply, now, now_us = layout.fast_path('acquire_write', ARGV)
+if reply then
+  return reply
+end
+local s = load(ARGV[4], false, now, now_us)
 local lease, intent_ttl, upgrade = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == '1'
 
 if s.writer == s.token then

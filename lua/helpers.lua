@@ -63,17 +63,29 @@ local function del(s, field)
   s.changes[field] = false
 end
 
--- The fields `names`, as this script has left them so far.
+-- The fields `names`, as this script has left them so far. Each field is asked of
+-- the server once per script: what one lookup brought (present or not) is kept in
+-- `s.known`, and the fields still unknown go in one HMGET.
 local function fields(s, names)
-  local v = redis.call('HMGET', KEY, unpack(names))
+  local unknown = {}
+  for _, name in ipairs(names) do
+    if s.changes[name] == nil and s.known[name] == nil then
+      unknown[#unknown + 1] = name
+    end
+  end
+  if #unknown > 0 then
+    local v = redis.call('HMGET', KEY, unpack(unknown))
+    for i, name in ipairs(unknown) do
+      s.known[name] = v[i]
+    end
+  end
   local out = {}
   for i, name in ipairs(names) do
-    local changed = s.changes[name]
-    if changed ~= nil then
-      out[i] = changed or nil
-    else
-      out[i] = v[i] or nil
+    local value = s.changes[name]
+    if value == nil then
+      value = s.known[name]
     end
+    out[i] = value or nil
   end
   return out
 end
@@ -94,6 +106,16 @@ local function flush(s)
   end
   if #written > 0 then
     redis.call('HSET', KEY, unpack(written))
+  end
+end
+
+-- Keeps the key alive at least IDLE / 2 ms past its longest deadline, `needed` ms
+-- from now: when it would not be, its TTL becomes that deadline + IDLE. `PTTL` reads
+-- without a write to replicate, so most grants in a row leave the TTL alone; it is
+-- never shortened.
+local function keep_alive(needed)
+  if redis.call('PTTL', KEY) < needed + IDLE / 2 then
+    redis.call('PEXPIRE', KEY, int(needed + IDLE))
   end
 end
 

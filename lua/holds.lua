@@ -36,23 +36,19 @@
 -- their count and latest deadline: once `readers_until` has passed, every counted
 -- reader has expired, and the count starts again from zero.
 
--- How many fields one sweep for leftover readers looks at, at most (HSCAN's COUNT;
--- a small hash is scanned whole).
-local SWEEP = 100
-
 -- Deletes the `r:` fields that readers which never released left behind, and the
 -- grants of batches whose readers all expired, as far as one bounded HSCAN each
--- finds them (rare: only when every counted reader has expired). A dead batch
+-- (COUNT 100: a small hash is scanned whole) finds them (rare: only when every counted reader has expired). A dead batch
 -- reader's `rw:` field stays until it would act or the key expires: it names a
 -- batch that no longer exists, which counts as nothing.
 local function sweep_leftovers(s)
-  local found = redis.call('HSCAN', KEY, 0, 'MATCH', 'r:*', 'COUNT', SWEEP)[2]
+  local found = redis.call('HSCAN', KEY, 0, 'MATCH', 'r:*', 'COUNT', 100)[2]
   for i = 1, #found, 2 do
     if tonumber(found[i + 1]) <= s.gone then
       del(s, found[i])
     end
   end
-  found = redis.call('HSCAN', KEY, 0, 'MATCH', 'rg:*', 'COUNT', SWEEP)[2]
+  found = redis.call('HSCAN', KEY, 0, 'MATCH', 'rg:*', 'COUNT', 100)[2]
   for i = 1, #found, 2 do
     if tonumber(found[i + 1]) <= s.gone then
       del(s, found[i])
@@ -170,10 +166,13 @@ end
 -- Reads the lock for an operation of `token` ('' for none): the summaries, the
 -- token's own fields and the layout's. Expired holds are noted as changes (written
 -- by `settle`; a read-only script never writes them), and so is the grant of a
--- batch of readers that nothing keeps out any more (unless `as_found`). Raises
--- WRONGTYPE before any write.
-local function load(token, as_found)
-  local now, now_us = server_time()
+-- batch of readers that nothing keeps out any more (unless `as_found`). `now`,
+-- `now_us`: the server's clock, if a fast path read it already. Raises WRONGTYPE
+-- before any write.
+local function load(token, as_found, now, now_us)
+  if not now then
+    now, now_us = server_time()
+  end
   local read_field, wait_field, next_field = 'r:' .. token, 'wait:' .. token, 'wn:' .. token
   local member_field = 'rw:' .. token
   local v = redis.call('HMGET', KEY, read_field, wait_field, next_field, member_field,
@@ -181,12 +180,14 @@ local function load(token, as_found)
   -- `h`: the fields present, by name (most are absent: they are left out).
   local h = { [read_field] = v[1] or nil, [wait_field] = v[2] or nil, [next_field] = v[3] or nil,
     [member_field] = v[4] or nil }
+  -- The token's own queue fields are known too (`fields` asks for no field twice).
+  local known = { [wait_field] = v[2], [next_field] = v[3] }
   for i = 1, #LOCK_FIELDS do
     if v[i + 4] then
       h[LOCK_FIELDS[i]] = v[i + 4]
     end
   end
-  local s = { now = now, now_us = now_us, token = token, h = h, changes = {},
+  local s = { now = now, now_us = now_us, token = token, h = h, changes = {}, known = known,
     fence = tonumber(h['fence']) or 0, nreaders = tonumber(h['readers']) or 0,
     readers_until = tonumber(h['readers_until']) or 0, gone = tonumber(h['readers_gone']) or 0,
     others_until = tonumber(h['u:others']) or 0,
@@ -246,7 +247,8 @@ local function load(token, as_found)
   -- The batch the token's reader waits in, or holds by (`mine`: its share counts).
   if h[member_field] then
     local batch = h[member_field]
-    local b = redis.call('HMGET', KEY, 'rg:' .. batch, 'wait:' .. batch)
+    -- Its count too: leaving the batch, or the batch's grant, needs it next.
+    local b = fields(s, { 'rg:' .. batch, 'wait:' .. batch, 'rn:' .. batch })
     if b[1] then
       s.grouped = batch
       if tonumber(b[1]) > s.gone then
@@ -299,15 +301,15 @@ local function holds_until(s)
     s.original_reader_until or 0)
 end
 
--- Milliseconds a refused caller may sleep before the holds could have expired.
-local function retry_hint(s)
-  return max(holds_until(s) - s.now, 1)
-end
-
--- Milliseconds a reader that only the writers' queue keeps out may sleep before the
--- queued places could have lapsed.
-local function queue_hint(s)
-  return max(s.queue_until - s.now, 1)
+-- Milliseconds a refused caller may sleep before the holds could have expired, or
+-- (`line`: a reader that only the line keeps out) before the places in line could
+-- have lapsed.
+local function retry_hint(s, line)
+  local until_ = holds_until(s)
+  if line then
+    until_ = s.queue_until
+  end
+  return max(until_ - s.now, 1)
 end
 
 -- Grants (or renews) the token a read hold of `lease` ms (the upgradable hold's
@@ -421,12 +423,15 @@ function batches.join(s, ttl, first_lease)
   end
   local batch, place = s.batch, s.batch_place
   if not batch then
+    -- The batch at the tail, if its place is live; else a new one (its name from
+    -- `rseq`). One HMGET asks for all it may need.
+    local count
     if s.tail and is_batch(s.tail) then
-      local v = fields(s, { 'wait:' .. s.tail })[1]
-      if v then
-        local deadline, lease = parse_place(v)
+      local v = fields(s, { 'wait:' .. s.tail, 'rn:' .. s.tail, 'rseq' })
+      if v[1] then
+        local deadline, lease = parse_place(v[1])
         if deadline > s.now then
-          batch, place = s.tail, { deadline = deadline, first_lease = lease }
+          batch, place, count = s.tail, { deadline = deadline, first_lease = lease }, v[2]
         end
       end
     end
@@ -436,7 +441,7 @@ function batches.join(s, ttl, first_lease)
       batch = 'r#' .. int(n)
     end
     set(s, 'rw:' .. s.token, batch)
-    set(s, 'rn:' .. batch, (tonumber(fields(s, { 'rn:' .. batch })[1]) or 0) + 1)
+    set(s, 'rn:' .. batch, (tonumber(count) or 0) + 1)
   end
   local deadline = join_queue(s, batch, place ~= nil, ttl, first_lease, place)
   s.batch, s.batch_place = batch, { deadline = deadline, first_lease = max(first_lease,
@@ -491,18 +496,13 @@ local function upgrade_to_write(s, lease)
   return grant_write(s, token, max(lease, read_until - s.now))
 end
 
--- Keeps the key alive at least IDLE / 2 ms past its longest deadline: when it would
--- not be, its TTL becomes that deadline + IDLE. `PTTL` reads without a write to
--- replicate, so most grants in a row leave the TTL alone; it is never shortened.
+-- Keeps the key alive past every deadline (`keep_alive`).
 local function set_expiry(s)
   local queue = 0
   if s.head then
     queue = s.queue_until
   end
-  local needed = max(max(holds_until(s), queue) - s.now, 0)
-  if redis.call('PTTL', KEY) < needed + IDLE / 2 then
-    redis.call('PEXPIRE', KEY, int(needed + IDLE))
-  end
+  keep_alive(max(max(holds_until(s), queue) - s.now, 0))
 end
 
 -- The end of every script that may change the lock: hands the lock on when it can

@@ -21,6 +21,12 @@ FIRST_USER_KEY = 4
 
 layout.fields = { 'orig:read' }
 
+-- No fast paths: every operation goes the full way (the keys' expiries are the
+-- state original clients see, read on every call).
+function layout.fast_path()
+  return nil
+end
+
 -- When a key expires in ms (now + PTTL); a key without expiry counts `fallback` ms.
 local function key_deadline(s, key, fallback)
   local ttl = redis.call('PTTL', key)

@@ -93,7 +93,11 @@ end
 -- nil.
 local function first_in_line(s)
   while s.head do
-    local v = fields(s, { 'wait:' .. s.head, 'wn:' .. s.head })
+    local names = { 'wait:' .. s.head, 'wn:' .. s.head }
+    if is_batch(s.head) then
+      names[3] = 'rn:' .. s.head -- its grant needs the count: asked in the same HMGET
+    end
+    local v = fields(s, names)
     if v[1] then
       local deadline, first_lease = parse_place(v[1])
       if deadline > s.now then

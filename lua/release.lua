@@ -7,7 +7,11 @@
 -- Returns 1 when a live hold was removed, 0 when this token held nothing (already
 -- released, expired, or a resent command): either way the token no longer holds.
 bind(KEYS, ARGV)
-local s = load(ARGV[4])
+local reply, now, now_us = layout.fast_path('release', ARGV)
+if reply then
+  return reply
+end
+local s = load(ARGV[4], false, now, now_us)
 
 local removed = 0
 if s.writer == s.token then

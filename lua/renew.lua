@@ -11,7 +11,11 @@
 --         now in the other mode), or an original-design client holds beside it (it
 --         judged our stamp stale and entered; renewing would overwrite its stamp).
 bind(KEYS, ARGV)
-local s = load(ARGV[4])
+local reply, now, now_us = layout.fast_path('renew', ARGV)
+if reply then
+  return reply
+end
+local s = load(ARGV[4], false, now, now_us)
 local lease, write = tonumber(ARGV[5]), ARGV[6] == 'write'
 
 local renewed = 0

@@ -192,8 +192,13 @@ const SHARED: [&str; 3] = [
     include_str!("../lua/holds.lua"),
 ];
 
-/// The hash layout's hooks.
-const HASH_LAYOUT: &str = include_str!("../lua/hash_layout.lua");
+/// The hash layout's hooks, then its fast paths: the common operations decided from
+/// a few fields, before the full way (the queue, the holds and the operation).
+const HASH_LAYOUT: &str = concat!(
+    include_str!("../lua/hash_layout.lua"),
+    "\n",
+    include_str!("../lua/fast_path.lua")
+);
 
 /// What comes before the operation in every script: the shared part with `layout`'s
 /// hooks. In the hash layout's function library it runs once, when it is loaded.

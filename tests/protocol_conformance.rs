@@ -65,6 +65,9 @@ struct Scripts {
     original_read: Script,
     original_write: Script,
     original_release: Script,
+    /// Runs only the fast path of the operation named by the last argument (on a
+    /// copy of the lock): 1 when it decided, 0 when it would go the full way.
+    fast_probe: Script,
 }
 
 impl Scripts {
@@ -80,6 +83,10 @@ impl Scripts {
             original_read: Script::new(include_str!("original/hash_acquire_read.lua")),
             original_write: Script::new(include_str!("original/hash_acquire_write.lua")),
             original_release: Script::new(include_str!("original/hash_release.lua")),
+            fast_probe: script(
+                "bind(KEYS, ARGV)\nlocal operation = table.remove(ARGV)\n\
+                 if layout.fast_path(operation, ARGV) then\n  return 1\nend\nreturn 0",
+            ),
         }
     }
 }
@@ -213,6 +220,8 @@ struct Run<'a> {
     /// Batches of readers, model -> real name (paired when a refusal names one;
     /// the numbers differ: the model's clock is the nominal tick's).
     batches: BTreeMap<Tok, String>,
+    /// The current step's script went its fast path (`goes_fast`).
+    fast: bool,
 }
 
 impl Run<'_> {
@@ -242,12 +251,40 @@ impl Run<'_> {
 
     /// Calls `script` with the common arguments and `args`, like src/scripts.rs.
     fn call(&mut self, script: &Script, args: &[String]) -> Result<Value, Stop> {
-        let common = [
+        self.call_plain(script, &[&self.common_args()[..], args].concat())
+    }
+
+    fn common_args(&self) -> [String; 3] {
+        [
             "PUBLISH".to_owned(),
             self.params.original_read.to_string(),
             self.params.original_write.to_string(),
-        ];
-        self.call_plain(script, &[&common[..], args].concat())
+        ]
+    }
+
+    /// Whether `operation` with `args` would go its fast path on the lock as it is
+    /// now: tried on a copy of the key (its messages go to the copy's channel).
+    fn goes_fast(&mut self, operation: &str, args: &[String]) -> Result<bool, Stop> {
+        let copy = format!("{}:fast-probe", self.key);
+        let exists: bool = redis::cmd("COPY")
+            .arg(&self.key)
+            .arg(&copy)
+            .arg("REPLACE")
+            .query(&mut self.conn)
+            .map_err(|e| self.fail(format!("COPY: {e}")))?;
+        if !exists {
+            let _: () = redis::cmd("DEL").arg(&copy).query(&mut self.conn).unwrap();
+        }
+        let mut invocation = self.scripts.fast_probe.key(&copy);
+        for a in self.common_args().iter().chain(args) {
+            invocation.arg(a);
+        }
+        let fast: i64 = invocation
+            .arg(operation)
+            .invoke(&mut self.conn)
+            .map_err(|e| self.fail(format!("fast path probe: {e}")))?;
+        let _: () = redis::cmd("DEL").arg(&copy).query(&mut self.conn).unwrap();
+        Ok(fast == 1)
     }
 
     /// Calls a script with `args` only (the original design's take no common ones).
@@ -270,6 +307,7 @@ impl Run<'_> {
         let p = self.params;
         let now = self.now;
         let before = lua::live_view(&self.model, &p, now);
+        self.fast = false;
         let (expected, real): (Option<Outcome>, Option<Value>) = match step {
             Step::Wait(ticks) => {
                 self.now += ticks * TICK;
@@ -345,6 +383,7 @@ impl Run<'_> {
                     flag(upgradable),
                     ttl.to_string(),
                 ];
+                self.fast = self.goes_fast("acquire_read", &args)?;
                 let s = self.scripts;
                 (Some(out), Some(self.call(&s.acquire_read, &args)?))
             }
@@ -359,12 +398,14 @@ impl Run<'_> {
                     ttl.to_string(),
                     flag(upgrade),
                 ];
+                self.fast = self.goes_fast("acquire_write", &args)?;
                 let s = self.scripts;
                 (Some(out), Some(self.call(&s.acquire_write, &args)?))
             }
             Step::Release(t) => {
                 let out = lua::release(&mut self.model, &p, now, tok(t));
                 let args = [self.tokens[t].clone()];
+                self.fast = self.goes_fast("release", &args)?;
                 let s = self.scripts;
                 (Some(out), Some(self.call(&s.release, &args)?))
             }
@@ -373,6 +414,7 @@ impl Run<'_> {
                 let out = lua::renew(&mut self.model, &p, now, tok(t), lease, write);
                 let mode = if write { "write" } else { "read" };
                 let args = [self.tokens[t].clone(), lease.to_string(), mode.into()];
+                self.fast = self.goes_fast("renew", &args)?;
                 let s = self.scripts;
                 (Some(out), Some(self.call(&s.renew, &args)?))
             }
@@ -414,9 +456,27 @@ impl Run<'_> {
 
     /// Counts the states worth reaching that `step` reached.
     fn note(&mut self, step: Step, before: &lua::View, after: &lua::View, out: Outcome) {
-        for what in reached(step, self.now, before, after, out) {
+        let fast = self.fast.then(|| fast_way(step, before));
+        for what in reached(step, self.now, before, after, out).into_iter().chain(fast) {
             *self.reached.entry(what).or_default() += 1;
         }
+    }
+}
+
+/// What a step that went its fast path did, as the states worth reaching name it.
+fn fast_way(step: Step, before: &lua::View) -> &'static str {
+    match step {
+        Step::AcquireRead(..) => "a read acquired the fast way",
+        Step::AcquireWrite(..) | Step::Upgrade(..) => "a write acquired the fast way",
+        Step::Release(t) if before.writer.is_some_and(|(w, _)| w == tok(t)) => {
+            "a writer released the fast way"
+        }
+        Step::Release(_) if !before.queue.is_empty() => {
+            "a reader released the fast way, a writer in line"
+        }
+        Step::Release(_) => "a reader released the fast way",
+        Step::Renew(_, true) => "a write renewed the fast way",
+        _ => "a read renewed the fast way",
     }
 }
 
@@ -858,6 +918,7 @@ fn run_seed(url: &str, scripts: &Scripts, seed: u64) -> Result<Ran, Stop> {
         messages: 0,
         reached: BTreeMap::new(),
         batches: BTreeMap::new(),
+        fast: false,
     };
     run.run_step(Step::Wait(0), &mut pubsub)?;
     let mut calls = 0;
@@ -890,7 +951,7 @@ fn step_token(step: Step) -> Option<Tok> {
 }
 
 /// The states the seeds together must reach, or the test proves less than it says.
-const MUST_REACH: [&str; 16] = [
+const MUST_REACH: [&str; 23] = [
     "an upgrade handed over by a reader's release",
     "a 'u' wake-up",
     "an upgradable read granted beside a reader",
@@ -907,6 +968,13 @@ const MUST_REACH: [&str; 16] = [
     "a reader waits in line in a batch",
     "a batch of readers granted by a release",
     "a batch reader's share becomes its own hold",
+    "a read acquired the fast way",
+    "a write acquired the fast way",
+    "a writer released the fast way",
+    "a reader released the fast way",
+    "a reader released the fast way, a writer in line",
+    "a write renewed the fast way",
+    "a read renewed the fast way",
 ];
 
 /// The spans are far enough from multiples of a tick that a script running up to

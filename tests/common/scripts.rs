@@ -7,6 +7,7 @@ pub fn hash_script(operation: &str) -> String {
     [
         include_str!("../../lua/helpers.lua"),
         include_str!("../../lua/hash_layout.lua"),
+        include_str!("../../lua/fast_path.lua"),
         include_str!("../../lua/queue.lua"),
         include_str!("../../lua/holds.lua"),
         operation,

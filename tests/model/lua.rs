@@ -377,6 +377,25 @@ impl Hash {
         readers_ok && queue_ok && upgradable_ok && batches_ok
     }
 
+    /// What the fast paths (lua/fast_path.lua) take for granted without reading it:
+    /// nothing of the line without `q:head` (no place, link, tail, `queue_until`, or
+    /// batch waiting for its grant), nothing of an upgradable hold without `u:owner`,
+    /// and (with [`summaries_agree`](Self::summaries_agree)) `readers_until` bounding
+    /// every counted hold.
+    pub fn fast_paths_may_skip(&self) -> bool {
+        let line = self.get(Field::QHead).is_some()
+            || !self.fields.keys().any(|f| match f {
+                Field::Wait(_) | Field::Wn(_) | Field::QTail | Field::QueueUntil => true,
+                Field::Rn(b) => self.get(Field::Rg(*b)).is_none(),
+                _ => false,
+            });
+        let upgradable = self.get(Field::UOwner).is_some()
+            || [Field::UUntil, Field::UUpgrade, Field::UOthers]
+                .iter()
+                .all(|&f| self.get(f).is_none());
+        line && upgradable
+    }
+
     /// Lazy (and active) expiry: Redis drops the key once `now > expires`.
     pub fn expire_if_due(&mut self, now: Time) {
         if self.expires.is_some_and(|at| now > at) {

@@ -62,6 +62,10 @@ impl Lock {
                 "the readers' and the queue's summaries bound their entries",
                 |_: &Lock, s: &State| s.hash.summaries_agree(),
             ),
+            Property::always(
+                "what the fast paths take for granted holds",
+                |_: &Lock, s: &State| s.hash.fast_paths_may_skip(),
+            ),
         ]
     }
 

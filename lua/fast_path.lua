@@ -1,0 +1,181 @@
+-- fast_path.lua: the hash layout's fast paths. The common operations on a lock that
+-- has only plain holds of ours (a read acquire and release, a write acquire on a
+-- free lock and its release with nobody waiting, a renewal) decide from the dozen
+-- fields they need, taken straight from one HMGET without building tables, and
+-- write with one HSET or HDEL. They come to exactly what the full way (`load`, the
+-- operation, `settle`) would: the same reply, fields, expiry and messages. Anything
+-- else goes the full way in the same call: a place in line or a batch of readers, an
+-- upgradable reader, an original client's stamp, an expired hold to clean up, the
+-- token's own earlier hold (a resent command).
+--
+-- What they rely on, which every script keeps (the model checker asserts it in every
+-- state it reaches, tests/model/lua.rs `fast_path_invariants`):
+--   1. nothing of the line without `q:head`: no `wait:`/`wn:` field, `q:tail` or
+--      `queue_until` (and no batch of readers) while it is absent;
+--   2. nothing of an upgradable hold without `u:owner`: no `u:until`, `u:upgrade`,
+--      `u:others`;
+--   3. `readers` and `readers_until` exist together, and no counted hold (an `r:`
+--      field above `readers_gone`, a batch's grant) ends after `readers_until`;
+--   4. our writer's `write` stamp equals `wstamp`; a `write` field that does not
+--      is an original writer's (and so is one without `w:owner`).
+-- Each returns the reply, or nil and the server's clock to go the full way.
+local fast = {}
+
+-- Runs `operation`'s fast path (by the name of its file), if it has one: returns
+-- its reply, or nil and the server's clock if it read it (the full way then reads
+-- the lock itself, without asking the clock again).
+function layout.fast_path(operation, argv)
+  local path = fast[operation]
+  if path then
+    return path(argv)
+  end
+end
+
+-- A plain read acquire on a lock without writer, line or upgradable reader, by a
+-- token that holds nothing yet (ARGV as acquire_read.lua).
+function fast.acquire_read(argv)
+  if argv[7] == '1' then
+    return nil -- upgradable
+  end
+  local token = argv[4]
+  local now, now_us = server_time()
+  local v = redis.call('HMGET', KEY, 'r:' .. token, 'rw:' .. token, 'w:owner', 'q:head',
+    'u:owner', 'write', 'orig:read', 'read', 'rstamp', 'readers', 'readers_until')
+  if v[1] or v[2] or v[3] or v[4] or v[5] or v[6] or v[7] or (v[8] and v[8] ~= v[9]) then
+    return nil, now, now_us
+  end
+  local n, last = tonumber(v[10]) or 0, tonumber(v[11]) or 0
+  if n > 0 and last <= now then
+    return nil, now, now_us -- every counted reader expired: the full way sweeps
+  end
+  local deadline = now + tonumber(argv[5])
+  last = max(last, deadline)
+  redis.call('HSET', KEY, 'r:' .. token, int(deadline), 'readers', n + 1, 'readers_until',
+    int(last), 'read', int(now), 'rstamp', int(now))
+  keep_alive(last - now)
+  return { 1, 0 }
+end
+
+-- A write acquire on a free lock nobody waits for, by a token that holds nothing
+-- (ARGV as acquire_write.lua).
+function fast.acquire_write(argv)
+  if argv[7] == '1' then
+    return nil -- an upgrade
+  end
+  local token = argv[4]
+  local now, now_us = server_time()
+  local v = redis.call('HMGET', KEY, 'w:owner', 'q:head', 'u:owner', 'readers', 'write', 'read',
+    'orig:read', 'r:' .. token, 'rw:' .. token, 'fence')
+  if v[1] or v[2] or v[3] or v[4] or v[5] or v[6] or v[7] or v[8] or v[9] then
+    return nil, now, now_us
+  end
+  local fence = max((tonumber(v[10]) or 0) + 1, now_us)
+  local deadline = now + tonumber(argv[5])
+  redis.call('HSET', KEY, 'fence', int(fence), 'w:owner', token, 'w:until', int(deadline),
+    'write', int(now), 'wstamp', int(now))
+  keep_alive(deadline - now)
+  return { 1, fence }
+end
+
+-- The fields a release or a renewal of `token` decides from, in this order.
+function fast.own_hold(token)
+  return redis.call('HMGET', KEY, 'r:' .. token, 'w:owner', 'w:until', 'rw:' .. token,
+    'u:owner', 'orig:read', 'read', 'rstamp', 'write', 'wstamp', 'readers', 'readers_until',
+    'readers_gone', 'q:head', 'queue_until', 'wait:' .. token)
+end
+
+-- When the last place in line in `v` (own_hold's fields) lapses; 0 without a line.
+function fast.queue_until(v)
+  if v[14] then
+    return tonumber(v[15]) or 0
+  end
+  return 0
+end
+
+-- True when the line in `v` (own_hold's fields) keeps readers' scripts from going
+-- the fast way: it has a head, and either the lock frees with this script (`last`:
+-- the last reader leaves, or the writer does) so the head may go, or the head is a
+-- batch of readers, which the full way lets in.
+function fast.line_in_the_way(v, last)
+  return v[14] and (last or sub(v[14], 1, 2) == 'r#')
+end
+
+-- `token`'s counted read hold in `v` (own_hold's fields), on a lock with no writer,
+-- upgradable reader or original client, and no place of the token's in line: its deadline, the readers' count and
+-- latest deadline. Nil for anything else.
+function fast.plain_reader(v, now)
+  if not v[1] or v[2] or v[4] or v[5] or v[6] or v[9] or v[16] or (v[7] and v[7] ~= v[8]) then
+    return nil
+  end
+  local mine, n, last = tonumber(v[1]), tonumber(v[11]) or 0, tonumber(v[12]) or 0
+  if n == 0 or last <= now or mine <= (tonumber(v[13]) or 0) then
+    return nil -- not counted, or every counted reader expired: the full way cleans up
+  end
+  return mine, n, last
+end
+
+-- True when `v` (own_hold's fields) has `token`'s live write hold, with no reader
+-- and no original client beside it.
+function fast.plain_writer(v, token, now)
+  return v[2] == token and (tonumber(v[3]) or 0) > now and not (v[1] or v[4] or v[5] or v[6] or v[7]
+    or v[11] or v[16]) and v[9] and v[9] == v[10]
+end
+
+-- A release of a plain read hold, or of the write hold with nobody in line
+-- (ARGV as release.lua).
+function fast.release(argv)
+  local token = argv[4]
+  local now, now_us = server_time()
+  local v = fast.own_hold(token)
+  local mine, n = fast.plain_reader(v, now)
+  if mine and not fast.line_in_the_way(v, n == 1) then
+    if n > 1 then
+      redis.call('HDEL', KEY, 'r:' .. token)
+      redis.call('HSET', KEY, 'readers', n - 1)
+    else
+      redis.call('HDEL', KEY, 'r:' .. token, 'readers', 'readers_until', 'read', 'rstamp')
+    end
+    if mine > now then
+      return 1
+    end
+    return 0
+  end
+  if fast.plain_writer(v, token, now) and not v[14] then
+    redis.call('HDEL', KEY, 'w:owner', 'w:until', 'write', 'wstamp')
+    redis.call(PUBLISH, CHANNEL, '*')
+    return 1
+  end
+  return nil, now, now_us
+end
+
+-- A renewal of a plain read hold on a lock nobody waits for, or of the write hold
+-- (ARGV as renew.lua).
+function fast.renew(argv)
+  local token, lease = argv[4], tonumber(argv[5])
+  local now, now_us = server_time()
+  local v = fast.own_hold(token)
+  if argv[6] == 'write' then
+    if not fast.plain_writer(v, token, now) then
+      return nil, now, now_us
+    end
+    local deadline = max(now + lease, tonumber(v[3]))
+    redis.call('HSET', KEY, 'w:owner', token, 'w:until', int(deadline), 'write', int(now),
+      'wstamp', int(now))
+    keep_alive(max(deadline, fast.queue_until(v)) - now)
+    return 1
+  end
+  local mine, _, last = fast.plain_reader(v, now)
+  if not mine or mine <= now or fast.line_in_the_way(v, false) then
+    return nil, now, now_us
+  end
+  local deadline = max(now + lease, mine)
+  if deadline > last then
+    last = deadline
+    redis.call('HSET', KEY, 'r:' .. token, int(deadline), 'readers_until', int(last), 'read',
+      int(now), 'rstamp', int(now))
+  else
+    redis.call('HSET', KEY, 'r:' .. token, int(deadline), 'read', int(now), 'rstamp', int(now))
+  end
+  keep_alive(max(last, fast.queue_until(v)) - now)
+  return 1
+end
