@@ -457,7 +457,10 @@ impl Run<'_> {
     /// Counts the states worth reaching that `step` reached.
     fn note(&mut self, step: Step, before: &lua::View, after: &lua::View, out: Outcome) {
         let fast = self.fast.then(|| fast_way(step, before));
-        for what in reached(step, self.now, before, after, out).into_iter().chain(fast) {
+        for what in reached(step, self.now, before, after, out)
+            .into_iter()
+            .chain(fast)
+        {
             *self.reached.entry(what).or_default() += 1;
         }
     }

@@ -26,9 +26,9 @@ trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -rf "$dir"' EXIT
 cli() { "${REDIS_CLI:-redis-cli}" -p "$port" "$@"; }
 for _ in $(seq 50); do cli PING >/dev/null 2>&1 && break; sleep 0.1; done
 
-# The crate composes helpers, the hash layout's hooks, queue and holds, then the
-# operation (src/scripts.rs).
-shared=$(cat lua/helpers.lua lua/hash_layout.lua lua/queue.lua lua/holds.lua)
+# The crate composes helpers, the hash layout's hooks and fast paths, queue and
+# holds, then the operation (src/scripts.rs).
+shared=$(cat lua/helpers.lua lua/hash_layout.lua lua/fast_path.lua lua/queue.lua lua/holds.lua)
 compose() { printf '%s\n\n%s' "$shared" "$1"; }
 
 # name | script text
