@@ -9,16 +9,17 @@
 -- token's own earlier hold (a resent command).
 --
 -- What they rely on, which every script keeps (the model checker asserts it in every
--- state it reaches, tests/model/lua.rs `fast_path_invariants`):
---   1. nothing of the line without `q:head`: no `wait:`/`wn:` field, `q:tail` or
---      `queue_until` (and no batch of readers) while it is absent;
+-- state it reaches, tests/model/lua.rs `fast_paths_may_skip`):
+--   1. nothing of the line without `q:head`: no `wait:`/`wn:` field, `q:tail`,
+--      `queue_until` or `layout` (and no batch of readers) while it is absent;
 --   2. nothing of an upgradable hold without `u:owner`: no `u:until`, `u:upgrade`,
 --      `u:others`;
 --   3. `readers` and `readers_until` exist together, and no counted hold (an `r:`
 --      field above `readers_gone`, a batch's grant) ends after `readers_until`;
 --   4. our writer's `write` stamp equals `wstamp`; a `write` field that does not
 --      is an original writer's (and so is one without `w:owner`).
--- Each returns the reply, or nil and the server's clock to go the full way.
+-- HMGET gives false for a missing field. Each returns the reply, or nil and the
+-- server's clock to go the full way.
 local fast = {}
 
 -- Runs `operation`'s fast path (by the name of its file), if it has one: returns

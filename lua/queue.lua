@@ -10,6 +10,12 @@
 --                   renews (the place's lifetime, capped by the lease)
 --   wn:<entry>      the next entry (absent for the tail)
 --   queue_until     no place lives past this (ms); absent while nobody waits in line
+--   layout          a text over 64 bytes, written when a line forms and deleted when
+--                   it empties: a hash holding a value that long is never stored as a
+--                   listpack, whose every field lookup scans the whole hash (a busy
+--                   lock's hundred readers would make each HMGET several times
+--                   dearer); Redis never turns a hash back into a listpack, so it
+--                   stays a hashtable while the key lives
 -- A withdrawn entry loses its `wait:` field at once but stays linked until it
 -- reaches the head; entries are taken out at the head only (withdrawn or lapsed ones
 -- on the way), each once, so the work per operation is constant on average.
@@ -40,6 +46,7 @@ local function set_head(s, entry)
     del(s, 'q:head')
     del(s, 'q:tail')
     del(s, 'queue_until')
+    del(s, 'layout')
   end
 end
 
@@ -59,6 +66,7 @@ local function join_queue(s, entry, linked, ttl, first_lease, place)
       set(s, 'wn:' .. s.tail, entry)
     else
       set_head(s, entry)
+      set(s, 'layout', 'a line of waiters formed: a value over 64 bytes keeps this hash a hashtable')
     end
     s.tail = entry
     set(s, 'q:tail', entry)

@@ -835,6 +835,7 @@ impl Run<'_> {
             "u:wanted" => Field::UWanted,
             "u:others" => Field::UOthers,
             "rseq" => Field::Rseq,
+            "layout" => Field::Layout,
             _ => {
                 if let Some(t) = name.strip_prefix("rw:") {
                     Field::Rw(self.token_of(t)?)
@@ -861,6 +862,8 @@ impl Run<'_> {
             | Field::Wn(_)
             | Field::UOwner
             | Field::Rw(_) => Val::Tok(self.token_of(value)?),
+            // Its text does not matter, its length does.
+            Field::Layout => (value.len() > 64).then_some(Val::Int(0))?,
             Field::Wait(_) | Field::UUpgrade => {
                 let (deadline, first_lease) = value.split_once(':')?;
                 Val::Place(deadline.parse().ok()?, first_lease.parse().ok()?)

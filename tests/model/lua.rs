@@ -80,6 +80,9 @@ pub enum Field {
     QTail,
     /// `queue_until`: no place lives past it.
     QueueUntil,
+    /// `layout`: a long text while a line exists (it keeps the hash a hashtable);
+    /// here `Int(0)`.
+    Layout,
     /// `u:owner`, `u:until`: the upgradable reader's token and deadline.
     UOwner,
     UUntil,
@@ -385,7 +388,11 @@ impl Hash {
     pub fn fast_paths_may_skip(&self) -> bool {
         let line = self.get(Field::QHead).is_some()
             || !self.fields.keys().any(|f| match f {
-                Field::Wait(_) | Field::Wn(_) | Field::QTail | Field::QueueUntil => true,
+                Field::Wait(_)
+                | Field::Wn(_)
+                | Field::QTail
+                | Field::QueueUntil
+                | Field::Layout => true,
                 Field::Rn(b) => self.get(Field::Rg(*b)).is_none(),
                 _ => false,
             });
@@ -532,6 +539,7 @@ fn set_head(s: &mut Loaded, token: Option<Tok>) {
             del(s, Field::QHead);
             del(s, Field::QTail);
             del(s, Field::QueueUntil);
+            del(s, Field::Layout);
         }
     }
 }
@@ -554,7 +562,10 @@ fn join_queue(
     if !linked {
         match s.tail {
             Some(tail) => set(s, Field::Wn(tail), Val::Tok(entry)),
-            None => set_head(s, Some(entry)),
+            None => {
+                set_head(s, Some(entry));
+                set(s, Field::Layout, Val::Int(0));
+            }
         }
         s.tail = Some(entry);
         set(s, Field::QTail, Val::Tok(entry));
@@ -1534,6 +1545,7 @@ impl fmt::Display for Hash {
                 Field::UUntil => write!(f, "u:until")?,
                 Field::UUpgrade => write!(f, "u:upgrade")?,
                 Field::UWanted => write!(f, "u:wanted")?,
+                Field::Layout => write!(f, "layout")?,
                 Field::UOthers => write!(f, "u:others")?,
                 Field::Fence => write!(f, "fence")?,
                 Field::Write => write!(f, "write")?,
