@@ -33,6 +33,7 @@ pub use connection::cluster_client_builder;
 pub use error::{Error, Result};
 pub use fenced::FencedWrites;
 pub use fleet::{ListCursor, ListOptions, LockPage, LockSummary};
+pub use library::library_name;
 pub use lock::RwLock;
 pub use options::{Fairness, LockOptions};
 pub use read_guard::RwLockReadGuard;

@@ -89,7 +89,7 @@ impl Operation {
 
 /// The hash layout's operations as one function library: the prelude once, each
 /// operation file as a function's body.
-static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
+pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
     let functions = Operation::ALL.map(|op| Function {
         name: op.name(),
         body: op.source(),

@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
@@ -18,8 +18,8 @@ use tokio::process::{Child, ChildStdout, Command};
 use tokio::time::{Instant, timeout};
 
 use common::{
-    cluster_client, read_only_user, shared_cluster, shared_standalone, standalone_client,
-    unique_name, wait_for,
+    RUN_LIMIT, bare, cluster_client, finish, read_only_user, run, shared_cluster,
+    shared_standalone, standalone_client, unique_name, wait_for,
 };
 
 /// Exit codes the tool documents.
@@ -31,21 +31,6 @@ const NOT_ACQUIRED: i32 = 75;
 const LEASE_LOST: i32 = 79;
 const NOT_FOUND: i32 = 127;
 
-/// No run of the tool in these tests should take longer.
-const RUN_LIMIT: Duration = Duration::from_secs(30);
-
-/// The tool with no Redis configured at all: no flags, no environment.
-fn bare() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_redis-rwlock"));
-    cmd.env_remove("REDIS_URL")
-        .env_remove("REDIS_CLUSTER_NODES")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    cmd
-}
-
 /// The tool on the shared cluster (`--cluster` flag), with `args`.
 fn cli(args: &[&str]) -> Command {
     let mut cmd = bare();
@@ -53,27 +38,6 @@ fn cli(args: &[&str]) -> Command {
         .arg(shared_cluster().urls().join(","))
         .args(args);
     cmd
-}
-
-/// Runs to the end; (exit code, stdout, stderr).
-async fn run(mut cmd: Command) -> (i32, String, String) {
-    let child = cmd.spawn().expect("start redis-rwlock");
-    finish(child).await
-}
-
-/// Waits for a started tool; (exit code, stdout, stderr).
-async fn finish(child: Child) -> (i32, String, String) {
-    let output: Output = timeout(RUN_LIMIT, child.wait_with_output())
-        .await
-        .expect("redis-rwlock did not finish in time")
-        .expect("wait for redis-rwlock");
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    let code = output
-        .status
-        .code()
-        .unwrap_or_else(|| panic!("redis-rwlock died of a signal; stderr: {stderr}"));
-    (code, stdout, stderr)
 }
 
 /// Starts the tool on a command that prints `ready` once it is set up (its traps

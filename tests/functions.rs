@@ -54,15 +54,6 @@ fn assert_no_eval(calls: &HashMap<String, u64>) {
     );
 }
 
-/// The names of the libraries loaded on `node`.
-fn libraries(redis: &LocalRedis, node: &Node) -> Vec<String> {
-    redis
-        .function_libraries(node)
-        .into_iter()
-        .map(|(name, _)| name)
-        .collect()
-}
-
 /// Every operation of a lock at least once: 9 FCALLs and 1 FCALL_RO, or more.
 async fn every_operation(lock: &RwLock) {
     let read = lock.read().await.unwrap();
@@ -98,20 +89,20 @@ async fn runs_as_functions_and_reloads_them(redis: &LocalRedis, client: &LockCli
         calls.get("fcall_ro").copied().unwrap_or(0) >= 1,
         "{calls:?}"
     );
-    let loaded = blocking(|| libraries(redis, &master));
+    let loaded = blocking(|| redis.library_names(&master));
     assert!(
         loaded.len() == 1 && loaded[0].starts_with("rwlock_"),
         "{loaded:?}"
     );
 
     blocking(|| redis.function_flush_all());
-    assert!(blocking(|| libraries(redis, &master)).is_empty());
+    assert!(blocking(|| redis.library_names(&master)).is_empty());
     let before = blocking(|| script_calls(redis, &master));
     lock.write().await.unwrap().release().await.unwrap();
     let calls = blocking(|| calls_since(redis, &master, &before));
     assert_no_eval(&calls);
     assert_eq!(calls.get("function|load"), Some(&1), "{calls:?}");
-    assert_eq!(blocking(|| libraries(redis, &master)), loaded);
+    assert_eq!(blocking(|| redis.library_names(&master)), loaded);
 }
 
 /// A library of another version (the same text under another name, as a newer
@@ -130,8 +121,7 @@ async fn another_version_beside_ours(redis: &LocalRedis, client: &LockClient) {
     let theirs = "rwlock_000000000000";
     assert_eq!(name.len(), theirs.len(), "{name}");
     blocking(|| redis.raw(&master, &["FUNCTION", "LOAD", &code.replace(name, theirs)]));
-    let mut loaded = blocking(|| libraries(redis, &master));
-    loaded.sort();
+    let loaded = blocking(|| redis.library_names(&master));
     let mut both = [name.as_str(), theirs];
     both.sort();
     assert_eq!(loaded, both);
@@ -191,12 +181,12 @@ async fn a_promoted_replica_already_has_the_library() {
     let master = blocking(|| redis.masters()[0].clone());
     let lock = client.rwlock(blocking(|| redis.name_on_master("fcall-failover", &master)));
     lock.write().await.unwrap().release().await.unwrap();
-    let loaded = blocking(|| libraries(&redis, &master));
+    let loaded = blocking(|| redis.library_names(&master));
     assert_eq!(loaded.len(), 1, "{loaded:?}");
 
     let replica = blocking(|| redis.replica_of(&master).unwrap().clone());
     let deadline = Instant::now() + Duration::from_secs(10);
-    while blocking(|| libraries(&redis, &replica)) != loaded {
+    while blocking(|| redis.library_names(&replica)) != loaded {
         assert!(
             Instant::now() < deadline,
             "the library never reached the replica"

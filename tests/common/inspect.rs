@@ -344,6 +344,17 @@ impl LocalRedis {
             .collect()
     }
 
+    /// The names of the function libraries loaded on `node`, sorted.
+    pub fn library_names(&self, node: &Node) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .function_libraries(node)
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        names.sort();
+        names
+    }
+
     /// Whether `master` itself lists `replica` among its replicas (`CLUSTER
     /// REPLICAS` on the master). Only then does it forward sharded pub/sub
     /// messages to subscribers on that replica.

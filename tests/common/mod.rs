@@ -33,6 +33,7 @@
 //! * `locks.rs`: clients, unique names and an exclusion checker for lock tests;
 //! * `original.rs`: clients of the original design (`tests/original/`);
 //! * `scripts.rs`: the scripts' sources, as the crate assembles them;
+//! * `tool.rs`: running the `redis-rwlock` binary (feature `cli`, unix);
 //! * `scale.rs`: one lock at scale, phase by phase, with each script's server time
 //!   per call (also run by the benchmark's `at_scale` scenario).
 
@@ -51,6 +52,8 @@ mod process;
 mod proxy;
 pub mod scale;
 mod scripts;
+#[cfg(all(unix, feature = "cli"))]
+mod tool;
 
 // Not every test binary uses every helper.
 #[allow(unused_imports)]
@@ -73,3 +76,6 @@ pub use process::*;
 pub use proxy::*;
 #[allow(unused_imports)]
 pub use scripts::*;
+#[cfg(all(unix, feature = "cli"))]
+#[allow(unused_imports)]
+pub use tool::*;

@@ -17,7 +17,8 @@ Exit codes (exec passes the command's own status through):
       watch: stopped by Ctrl-C, SIGTERM or SIGHUP
    1  status: the lock is free (no holder; writers may be queued); list: no lock
       matched
-  64  usage error: bad arguments, no Redis given, bad lock name, release without --force
+  64  usage error: bad arguments, no Redis given, bad lock name, release without --force,
+      a libraries removal refused (see libraries --help)
   65  the lock's key holds another Redis type
   69  Redis unreachable or failed
   70  unexpected internal error
@@ -136,6 +137,66 @@ pub enum Command {
     /// the next interval. Ctrl-C, SIGTERM or SIGHUP ends it with exit code 0.
     #[command(after_help = AFTER_HELP)]
     Watch(WatchArgs),
+    /// List the lock's function libraries on every master, and remove those of crate
+    /// versions no longer running.
+    ///
+    /// Each version of redis-rwlock loads its scripts as one Redis function library,
+    /// rwlock_<hash>, named after a hash of its text, at its first lock call on each
+    /// master; nothing ever removes one. So after upgrades the masters keep the
+    /// libraries of every version that ran, and each one loaded slows every function
+    /// call on its server (Lua's garbage collector steps through all of them).
+    ///
+    /// Without options it lists them: each library's name, whether it is this
+    /// tool's own version's, its function count and code size, and which masters have
+    /// it. Only names of the crate's shape are listed (rwlock_ and hex digits); other
+    /// libraries are never listed or removed.
+    ///
+    /// --remove-others removes every library but this tool's version's and those
+    /// named with --keep, --remove LIBRARY the named ones (this tool's version's too,
+    /// if named): with FUNCTION DELETE on every master, which replicates it to the
+    /// replicas. Do it once a rolling upgrade has finished and no service runs the
+    /// old versions any more, with a tool of the version the services now run (or
+    /// name theirs with --keep). Removing a library that a running version still uses
+    /// is safe, but costs it a reload: its next call on each master finds the
+    /// function missing, loads the library again (FUNCTION LOAD) and calls again.
+    /// --dry-run prints what would be removed. --remove-others is refused (exit 64)
+    /// while this version's library is loaded on no master, since the services then
+    /// likely run another version, unless --keep names theirs; and so is a --keep
+    /// that names no loaded library (a typo would remove the library meant).
+    ///
+    /// Listing needs +function|list, removing also +function|delete.
+    #[command(after_help = AFTER_HELP)]
+    Libraries(LibrariesArgs),
+}
+
+/// `libraries [--json] [--remove-others [--keep LIBRARY]... | --remove LIBRARY...]
+/// [--dry-run]`
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("removal").args(["remove_others", "remove"])))]
+pub struct LibrariesArgs {
+    /// Remove from every master every library but this tool's version's and those
+    /// named with --keep.
+    #[arg(long)]
+    pub remove_others: bool,
+
+    /// With --remove-others: keep this library too (a version still running, e.g.
+    /// during a rolling upgrade). Repeatable.
+    #[arg(long, value_name = "LIBRARY", requires = "remove_others", value_parser = parse_library)]
+    pub keep: Vec<String>,
+
+    /// Remove this library from every master (this tool's version's too, when named
+    /// here). Repeatable.
+    #[arg(long, value_name = "LIBRARY", value_parser = parse_library)]
+    pub remove: Vec<String>,
+
+    /// With --remove-others or --remove: print what would be removed, and remove
+    /// nothing.
+    #[arg(long, requires = "removal")]
+    pub dry_run: bool,
+
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `list [PATTERN] [--json] [--limit N]`
@@ -231,6 +292,19 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
         });
     }
     humantime::parse_duration(text).map_err(|err| err.to_string())
+}
+
+/// A library of the crate, as `--keep` and `--remove` take it: `rwlock_` and hex
+/// digits, so no other library can be named by mistake.
+fn parse_library(text: &str) -> Result<String, String> {
+    if crate::libraries::is_ours(text) {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "{text:?} is not a library of redis-rwlock (rwlock_ and hex digits, as \
+             `redis-rwlock libraries` lists them)"
+        ))
+    }
 }
 
 /// The shortest `watch --interval`: a view at most a hundred times a second.
@@ -423,6 +497,35 @@ mod tests {
             assert!(Cli::try_parse_from(args).is_err(), "{short} accepted");
         }
         assert!(Cli::try_parse_from(["redis-rwlock", "watch"]).is_err());
+    }
+
+    #[test]
+    fn libraries_lists_unless_told_to_remove() {
+        let parse = |args: &[&str]| {
+            let cli = Cli::try_parse_from([&["redis-rwlock", "libraries"], args].concat());
+            cli.map(|cli| match cli.command {
+                Command::Libraries(args) => args,
+                other => panic!("not libraries: {other:?}"),
+            })
+        };
+        let list = parse(&[]).unwrap();
+        assert!(!list.remove_others && list.remove.is_empty() && !list.dry_run);
+        let old = "rwlock_0123456789ab";
+        let others = parse(&["--remove-others", "--keep", old, "--dry-run"]).unwrap();
+        assert!(others.remove_others && others.dry_run);
+        assert_eq!(others.keep, [old]);
+        let named = parse(&["--remove", old, "--remove", "rwlock_000000000000"]).unwrap();
+        assert_eq!(named.remove, [old, "rwlock_000000000000"]);
+        for bad in [
+            &["--dry-run"][..],
+            &["--keep", old],
+            &["--remove-others", "--remove", old],
+            &["--remove", "mylib"],
+            &["--remove", "rwlock_"],
+            &["--remove-others", "--keep", "rwlock_xyz"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} accepted");
+        }
     }
 
     #[test]

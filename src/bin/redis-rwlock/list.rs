@@ -9,7 +9,8 @@ use redis_rwlock::{Holder, ListOptions, LockClient, LockMode, LockState, LockSum
 use serde::Serialize;
 
 use crate::cli::ListArgs;
-use crate::failure::{Failure, code};
+use crate::failure::Failure;
+use crate::output::{self, print_json};
 use crate::status::remaining_text;
 
 /// The exit code of `list` when at least one lock matched.
@@ -65,9 +66,7 @@ pub async fn run(client: &LockClient, prefix: &str, args: ListArgs) -> Result<Ex
             truncated,
             locks: rows,
         };
-        let text = serde_json::to_string_pretty(&view)
-            .map_err(|err| Failure::new(code::SOFTWARE, "cannot encode JSON").caused_by(err))?;
-        println!("{text}");
+        print_json(&view)?;
     } else {
         print!("{}", table(&rows, &args.pattern, limit, truncated));
     }
@@ -172,23 +171,7 @@ fn table(rows: &[Row], pattern: &str, limit: usize, truncated: bool) -> String {
         return out;
     }
     let cells: Vec<[String; 6]> = rows.iter().map(Row::cells).collect();
-    let mut widths = HEADERS.map(|h| h.chars().count());
-    for row in &cells {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let mut line = |cells: &[&str]| {
-        let mut text = String::new();
-        for (cell, width) in cells.iter().zip(widths) {
-            let _ = write!(text, "{cell:<width$}  ");
-        }
-        let _ = writeln!(out, "{}", text.trim_end());
-    };
-    line(&HEADERS);
-    for row in &cells {
-        line(&row.each_ref().map(String::as_str));
-    }
+    out.push_str(&output::table(HEADERS, &cells));
     let count = match rows.len() {
         1 => "1 lock".to_owned(),
         n => format!("{n} locks"),

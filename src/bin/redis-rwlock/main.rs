@@ -10,6 +10,9 @@
 //!   list [PATTERN] [--json] [--limit N]
 //!                                     every lock matching PATTERN, on every master
 //!   watch NAME [--interval D]         redraw NAME's status until interrupted
+//!   libraries [--remove-others [--keep LIB]... | --remove LIB...] [--dry-run] [--json]
+//!                                     the lock's function libraries on every master;
+//!                                     remove those of versions no longer running
 //! ```
 //!
 //! Without `--url`/`--cluster`, `REDIS_URL` (one server) or `REDIS_CLUSTER_NODES`
@@ -40,7 +43,13 @@ mod exec;
 #[cfg(unix)]
 mod failure;
 #[cfg(unix)]
+mod libraries;
+#[cfg(unix)]
 mod list;
+#[cfg(unix)]
+mod masters;
+#[cfg(unix)]
+mod output;
 #[cfg(unix)]
 mod release;
 #[cfg(unix)]
@@ -61,6 +70,8 @@ use crate::cli::{Cli, Command};
 use crate::connect::Endpoint;
 #[cfg(unix)]
 use crate::failure::{Failure, code};
+#[cfg(unix)]
+use crate::masters::Masters;
 
 /// Not a unix system: `exec` has no signals or process groups to stop its command
 /// with, so the tool does nothing at all.
@@ -122,5 +133,6 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Watch(args) => {
             watch::run(&client.rwlock_with(args.name, options), args.interval).await
         }
+        Command::Libraries(args) => libraries::run(&Masters::connect(&endpoint).await?, args).await,
     }
 }

@@ -9,6 +9,7 @@ use redis_rwlock::{Holder, LockMode, LockState, RwLock};
 use serde::Serialize;
 
 use crate::failure::Failure;
+use crate::output::print_json;
 
 /// The exit code of `status` for a lock that is held (for read or write).
 pub const HELD: u8 = 0;
@@ -30,10 +31,7 @@ pub async fn run(lock: &RwLock, json: bool) -> Result<ExitCode, Failure> {
     let state = lock.state().await.map_err(cannot)?;
     let view = StatusView::new(lock.name(), key, &state);
     if json {
-        let text = serde_json::to_string_pretty(&view).map_err(|err| {
-            Failure::new(crate::failure::code::SOFTWARE, "cannot encode JSON").caused_by(err)
-        })?;
-        println!("{text}");
+        print_json(&view)?;
     } else {
         print!("{}", view.text());
     }

@@ -1,0 +1,56 @@
+//! How the commands print: JSON for tools, aligned tables for people.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::failure::{Failure, code};
+
+/// Prints `view` as pretty JSON on stdout.
+pub fn print_json(view: &impl Serialize) -> Result<(), Failure> {
+    let text = serde_json::to_string_pretty(view)
+        .map_err(|err| Failure::new(code::SOFTWARE, "cannot encode JSON").caused_by(err))?;
+    println!("{text}");
+    Ok(())
+}
+
+/// `headers`, then `rows`, each column as wide as its widest cell and two spaces
+/// apart, without trailing blanks.
+pub fn table<const N: usize>(headers: [&str; N], rows: &[[String; N]]) -> String {
+    let mut widths = headers.map(|h| h.chars().count());
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: [&str; N]| {
+        let mut text = String::new();
+        for (cell, width) in cells.iter().zip(widths) {
+            let _ = write!(text, "{cell:<width$}  ");
+        }
+        let _ = writeln!(out, "{}", text.trim_end());
+    };
+    line(headers);
+    for row in rows {
+        line(row.each_ref().map(String::as_str));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_are_as_wide_as_their_widest_cell() {
+        let rows = [
+            ["a".to_owned(), "ünïcode".to_owned()],
+            ["longer".to_owned(), "-".to_owned()],
+        ];
+        assert_eq!(
+            table(["NAME", "X"], &rows),
+            "NAME    X\na       ünïcode\nlonger  -\n"
+        );
+    }
+}
