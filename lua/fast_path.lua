@@ -101,18 +101,33 @@ function fast.line_in_the_way(v, last)
   return v[14] and (last or sub(v[14], 1, 2) == 'r#')
 end
 
--- `token`'s counted read hold in `v` (own_hold's fields), on a lock with no writer,
--- upgradable reader or original client, and no place of the token's in line: its deadline, the readers' count and
--- latest deadline. Nil for anything else.
-function fast.plain_reader(v, now)
-  if not v[1] or v[2] or v[4] or v[5] or v[6] or v[9] or v[16] or (v[7] and v[7] ~= v[8]) then
+-- `token`'s counted read hold in `v` (own_hold's fields) on a lock with no writer,
+-- upgradable reader or original client, and no place of the token's in line: its
+-- own `r:` field, or (`shares`) its share of a granted batch of readers (its `rw:`
+-- field; the batch's deadline and count come from a second HMGET). Returns the
+-- hold's deadline, the readers' count and latest deadline, and for a share the batch
+-- and its count. Nil for anything else (the full way cleans up what expired).
+function fast.plain_reader(v, now, shares)
+  if v[2] or v[5] or v[6] or v[9] or v[16] or (v[7] and v[7] ~= v[8]) then
     return nil
   end
-  local mine, n, last = tonumber(v[1]), tonumber(v[11]) or 0, tonumber(v[12]) or 0
-  if n == 0 or last <= now or mine <= (tonumber(v[13]) or 0) then
-    return nil -- not counted, or every counted reader expired: the full way cleans up
+  local n, last, gone = tonumber(v[11]) or 0, tonumber(v[12]) or 0, tonumber(v[13]) or 0
+  if n == 0 or last <= now then
+    return nil
   end
-  return mine, n, last
+  if v[1] and not v[4] then
+    local mine = tonumber(v[1])
+    if mine > gone then
+      return mine, n, last
+    end
+  elseif v[4] and not v[1] and shares then
+    local b = redis.call('HMGET', KEY, 'rg:' .. v[4], 'rn:' .. v[4])
+    local mine = tonumber(b[1])
+    if mine and mine > gone then
+      return mine, n, last, v[4], tonumber(b[2]) or 1
+    end
+  end
+  return nil
 end
 
 -- True when `v` (own_hold's fields) has `token`'s live write hold, with no reader
@@ -122,15 +137,40 @@ function fast.plain_writer(v, token, now)
     or v[11] or v[16]) and v[9] and v[9] == v[10]
 end
 
+-- A reader that holds by its share of `batch` (`count` readers) leaves it and the
+-- readers (`n`): the batch goes with its last reader, the summaries and the stamp
+-- with the last reader.
+function fast.leave_batch(token, batch, count, n)
+  local deleted, written = { 'rw:' .. token }, {}
+  if count > 1 then
+    written[1], written[2] = 'rn:' .. batch, count - 1
+  else
+    deleted[2], deleted[3] = 'rn:' .. batch, 'rg:' .. batch
+  end
+  if n > 1 then
+    written[#written + 1], written[#written + 2] = 'readers', n - 1
+  else
+    for _, field in ipairs({ 'readers', 'readers_until', 'read', 'rstamp' }) do
+      deleted[#deleted + 1] = field
+    end
+  end
+  redis.call('HDEL', KEY, unpack(deleted))
+  if #written > 0 then
+    redis.call('HSET', KEY, unpack(written))
+  end
+end
+
 -- A release of a plain read hold, or of the write hold with nobody in line
 -- (ARGV as release.lua).
 function fast.release(argv)
   local token = argv[4]
   local now, now_us = server_time()
   local v = fast.own_hold(token)
-  local mine, n = fast.plain_reader(v, now)
+  local mine, n, _, batch, count = fast.plain_reader(v, now, true)
   if mine and not fast.line_in_the_way(v, n == 1) then
-    if n > 1 then
+    if batch then
+      fast.leave_batch(token, batch, count, n)
+    elseif n > 1 then
       redis.call('HDEL', KEY, 'r:' .. token)
       redis.call('HSET', KEY, 'readers', n - 1)
     else
