@@ -32,8 +32,9 @@ function layout.fast_path(operation, argv)
   end
 end
 
--- A plain read acquire on a lock without writer, line or upgradable reader, by a
--- token that holds nothing yet (ARGV as acquire_read.lua).
+-- A plain read acquire by a token that holds nothing yet and waits nowhere: granted
+-- on a lock without writer, line or upgradable reader, or (`fast.join`) put in line
+-- behind our writer or a queued writer (ARGV as acquire_read.lua).
 function fast.acquire_read(argv)
   if argv[7] == '1' then
     return nil -- upgradable
@@ -41,13 +42,17 @@ function fast.acquire_read(argv)
   local token = argv[4]
   local now, now_us = server_time()
   local v = redis.call('HMGET', KEY, 'r:' .. token, 'rw:' .. token, 'w:owner', 'q:head',
-    'u:owner', 'write', 'orig:read', 'read', 'rstamp', 'readers', 'readers_until')
-  if v[1] or v[2] or v[3] or v[4] or v[5] or v[6] or v[7] or (v[8] and v[8] ~= v[9]) then
-    return nil, now, now_us
-  end
+    'u:owner', 'write', 'orig:read', 'read', 'rstamp', 'readers', 'readers_until', 'q:tail')
   local n, last = tonumber(v[10]) or 0, tonumber(v[11]) or 0
-  if n > 0 and last <= now then
-    return nil, now, now_us -- every counted reader expired: the full way sweeps
+  if v[1] or v[2] or v[5] or v[7] or (v[8] and v[8] ~= v[9]) or (n > 0 and last <= now) then
+    return nil, now, now_us -- its own fields, an upgradable reader, an original reader,
+    -- or readers that all expired (the full way sweeps them)
+  end
+  if v[3] or v[4] then
+    return fast.join(argv, now, now_us, v, n, last), now, now_us
+  end
+  if v[6] then
+    return nil, now, now_us -- an original writer's stamp
   end
   local deadline = now + tonumber(argv[5])
   last = max(last, deadline)
@@ -55,6 +60,84 @@ function fast.acquire_read(argv)
     int(last), 'read', int(now), 'rstamp', int(now))
   keep_alive(last - now)
   return { 1, 0 }
+end
+
+-- A plain reader that must wait under writer preference joins the line: the batch
+-- of readers at its tail, or a new one there (holds.lua `batches.join`). Only behind
+-- our live writer, or behind a live writer's place at the head of the line while
+-- readers hold; `v`: acquire_read's fields, `n` and `last` the readers' count and
+-- latest deadline. Returns the refusal, or nil for the full way.
+function fast.join(argv, now, now_us, v, n, last)
+  local token, head, tail = argv[4], v[4], v[12]
+  local ttl = tonumber(argv[8]) or 0
+  if argv[6] ~= '1' or ttl <= 0 or head == token or tail == token then
+    return nil
+  end
+  local b = redis.call('HMGET', KEY, 'w:until', 'wstamp', 'queue_until', 'wait:' .. token,
+    'wn:' .. token, 'wait:' .. (head or ''), 'wait:' .. (tail or ''), 'rn:' .. (tail or ''),
+    'rseq')
+  if b[4] or b[5] then
+    return nil -- a place of its own in line
+  end
+  local writer_until, queue_until = tonumber(b[1]) or 0, tonumber(b[3]) or 0
+  if v[3] then
+    if writer_until <= now or not v[6] or v[6] ~= b[2] then
+      return nil -- our writer expired, or an original writer's stamp
+    end
+  elseif v[6] or n == 0 or sub(head, 1, 2) == 'r#' then
+    return nil -- the line may move: the full way serves it
+  end
+  -- The head's place must be live (the full way would take out a lapsed one).
+  local first = head and queue_until > now
+  if first and (not b[6] or parse_place(b[6]) <= now) then
+    return nil
+  end
+  if not first and not v[3] then
+    return nil -- the line lapsed: the reader may go
+  end
+  local lease = tonumber(argv[5])
+  local first_lease, deadline = min(ttl, lease), now + ttl
+  local batch, count
+  local writes = {}
+  if tail and sub(tail, 1, 2) == 'r#' and b[7] then
+    local place_deadline, place_lease = parse_place(b[7])
+    if place_deadline > now then
+      batch, count = tail, tonumber(b[8]) or 0
+      deadline, first_lease = max(deadline, place_deadline), max(first_lease, place_lease)
+    end
+  end
+  if not batch then
+    local number = max((tonumber(b[9]) or 0) + 1, now_us)
+    batch, count = 'r#' .. int(number), 0
+    writes = { 'rseq', int(number), 'q:tail', batch }
+    if tail then
+      writes[5], writes[6] = 'wn:' .. tail, batch
+    else
+      writes[5], writes[6] = 'q:head', batch
+      writes[7], writes[8] = 'layout', LINE_MARK
+    end
+  end
+  writes[#writes + 1], writes[#writes + 2] = 'rw:' .. token, batch
+  writes[#writes + 1], writes[#writes + 2] = 'rn:' .. batch, count + 1
+  writes[#writes + 1], writes[#writes + 2] = 'wait:' .. batch,
+    int(deadline) .. ':' .. int(first_lease)
+  if deadline > queue_until then
+    queue_until = deadline
+    writes[#writes + 1], writes[#writes + 2] = 'queue_until', int(deadline)
+  end
+  redis.call('HSET', KEY, unpack(writes))
+  local holds = 0
+  if v[3] then
+    holds = writer_until
+  end
+  if n > 0 then
+    holds = max(holds, last)
+  end
+  keep_alive(max(holds, queue_until) - now)
+  if first and not v[3] then
+    return { 0, max(queue_until - now, 1), 0, batch }
+  end
+  return { 0, max(holds - now, 1), 0, batch }
 end
 
 -- A write acquire on a free lock nobody waits for, by a token that holds nothing

@@ -41,6 +41,15 @@ local function bind(keys, argv)
   ORIGINAL_WRITE = argv[3]
 end
 
+-- "<deadline>:<first lease>" as two numbers.
+local function parse_place(value)
+  local colon = find(value, ':', 1, true)
+  return tonumber(sub(value, 1, colon - 1)), tonumber(sub(value, colon + 1))
+end
+
+-- The `layout` field's value while a line exists (queue.lua): over 64 bytes long.
+local LINE_MARK = 'a line of waiters formed: a value over 64 bytes keeps this hash a hashtable'
+
 -- Integers as exact decimal strings (Lua prints large doubles as 1.7e+15).
 local function int(n)
   return format('%d', n)

@@ -10,7 +10,7 @@
 --                   renews (the place's lifetime, capped by the lease)
 --   wn:<entry>      the next entry (absent for the tail)
 --   queue_until     no place lives past this (ms); absent while nobody waits in line
---   layout          a text over 64 bytes, written when a line forms and deleted when
+--   layout          LINE_MARK (helpers.lua), written when a line forms and deleted when
 --                   it empties: a hash holding a value that long is never stored as a
 --                   listpack, whose every field lookup scans the whole hash (a busy
 --                   lock's hundred readers would make each HMGET several times
@@ -19,12 +19,6 @@
 -- A withdrawn entry loses its `wait:` field at once but stays linked until it
 -- reaches the head; entries are taken out at the head only (withdrawn or lapsed ones
 -- on the way), each once, so the work per operation is constant on average.
-
--- "<deadline>:<first lease>" as two numbers.
-local function parse_place(value)
-  local colon = find(value, ':', 1, true)
-  return tonumber(sub(value, 1, colon - 1)), tonumber(sub(value, colon + 1))
-end
 
 -- True for a batch of readers, false for a writer's token.
 local function is_batch(entry)
@@ -66,7 +60,7 @@ local function join_queue(s, entry, linked, ttl, first_lease, place)
       set(s, 'wn:' .. s.tail, entry)
     else
       set_head(s, entry)
-      set(s, 'layout', 'a line of waiters formed: a value over 64 bytes keeps this hash a hashtable')
+      set(s, 'layout', LINE_MARK)
     end
     s.tail = entry
     set(s, 'q:tail', entry)
