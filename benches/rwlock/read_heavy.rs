@@ -15,7 +15,7 @@ use rand::{RngExt, SeedableRng};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep};
 
-use crate::cluster::{delta, monitor_during};
+use crate::cluster::{ServerCounters, delta, monitor_during};
 use crate::locks::{Clients, Impl, Lock, Mode, Wait};
 use crate::scenarios::{Bench, Exclusion, LONG_WAIT, TASKS, WRITE_PERCENT};
 
@@ -174,7 +174,9 @@ impl Bench {
         let instances = self.instances(clients).await;
         let locks = Self::read_heavy_locks(imp, &names, &instances);
         let before = self.masters.commandstats().await.ok();
+        let cpu_before = self.masters.server_costs().await.ok();
         let mix = run_mix(&instances, run, tasks, locks, seconds).await;
+        let cpu_after = self.masters.server_costs().await.ok();
         let after = self.masters.commandstats().await.ok();
         let (acquired, failures, violations) = (mix.in_window, mix.failures, mix.violations);
         let rate = acquired as f64 / seconds;
@@ -190,6 +192,17 @@ impl Bench {
             let r = &mut self.results;
             r.record(scenario, imp, "acquisitions_per_s", "1/s", rate);
             r.record(scenario, imp, "violations", "count", violations as f64);
+            if let (Some(before), Some(after)) = (cpu_before, cpu_after) {
+                // Main-thread CPU of every master: the mix spreads its locks over them.
+                let used = ServerCounters::sum(&after).since(&ServerCounters::sum(&before));
+                r.record(
+                    scenario,
+                    imp,
+                    "cpu_us_per_acquisition",
+                    "us",
+                    used.cpu_us / acquired.max(1) as f64,
+                );
+            }
             if let (Some(before), Some(after)) = (before, after) {
                 let d = delta(&before, &after);
                 if d.scripts > 0 {
