@@ -1,9 +1,11 @@
 -- fast_path.lua: the hash layout's fast paths. The common operations on a lock that
--- has only plain holds of ours (a read acquire and release, a write acquire on a
--- free lock and its release with nobody waiting, a renewal) decide from the dozen
--- fields they need, taken straight from one HMGET without building tables, and
--- write with one HSET or HDEL. They come to exactly what the full way (`load`, the
--- operation, `settle`) would: the same reply, fields, expiry and messages. Anything
+-- has only plain holds of ours (a read acquire and release, upgradable or not, a
+-- write acquire on a free lock and its release with nobody waiting, a renewal), and
+-- the two a busy lock's readers make most (joining the line behind a writer, leaving
+-- the batch they were let in with), decide from the fields they need, taken straight
+-- from one HMGET (two for those two) without building tables, and write with one
+-- HSET or HDEL. They come to exactly what the full way (`load`, the operation,
+-- `settle`) would: the same reply, fields, expiry and messages. Anything
 -- else goes the full way in the same call: a place in line or a batch of readers, an
 -- upgradable reader, an original client's stamp, an expired hold to clean up, the
 -- token's own earlier hold (a resent command).
@@ -36,10 +38,7 @@ end
 -- on a lock without writer, line or upgradable reader, or (`fast.join`) put in line
 -- behind our writer or a queued writer (ARGV as acquire_read.lua).
 function fast.acquire_read(argv)
-  if argv[7] == '1' then
-    return nil -- upgradable
-  end
-  local token = argv[4]
+  local token, upgradable = argv[4], argv[7] == '1'
   local now, now_us = server_time()
   local v = redis.call('HMGET', KEY, 'r:' .. token, 'rw:' .. token, 'w:owner', 'q:head',
     'u:owner', 'write', 'orig:read', 'read', 'rstamp', 'readers', 'readers_until', 'q:tail')
@@ -49,15 +48,27 @@ function fast.acquire_read(argv)
     -- or readers that all expired (the full way sweeps them)
   end
   if v[3] or v[4] then
+    if upgradable then
+      return nil, now, now_us -- refused: the full way (an upgradable reader waits apart)
+    end
     return fast.join(argv, now, now_us, v, n, last), now, now_us
   end
   if v[6] then
     return nil, now, now_us -- an original writer's stamp
   end
   local deadline = now + tonumber(argv[5])
+  local others = last -- no other reader's deadline is later
   last = max(last, deadline)
   redis.call('HSET', KEY, 'r:' .. token, int(deadline), 'readers', n + 1, 'readers_until',
     int(last), 'read', int(now), 'rstamp', int(now))
+  if upgradable then
+    -- The upgradable hold, the same deadline as its read hold.
+    if n > 0 then
+      redis.call('HSET', KEY, 'u:owner', token, 'u:until', int(deadline), 'u:others', int(others))
+    else
+      redis.call('HSET', KEY, 'u:owner', token, 'u:until', int(deadline))
+    end
+  end
   keep_alive(last - now)
   return { 1, 0 }
 end
@@ -165,7 +176,7 @@ end
 function fast.own_hold(token)
   return redis.call('HMGET', KEY, 'r:' .. token, 'w:owner', 'w:until', 'rw:' .. token,
     'u:owner', 'orig:read', 'read', 'rstamp', 'write', 'wstamp', 'readers', 'readers_until',
-    'readers_gone', 'q:head', 'queue_until', 'wait:' .. token)
+    'readers_gone', 'q:head', 'queue_until', 'wait:' .. token, 'u:upgrade', 'u:wanted')
 end
 
 -- When the last place in line in `v` (own_hold's fields) lapses; 0 without a line.
@@ -186,12 +197,16 @@ end
 
 -- `token`'s counted read hold in `v` (own_hold's fields) on a lock with no writer,
 -- upgradable reader or original client, and no place of the token's in line: its
--- own `r:` field, or (`shares`) its share of a granted batch of readers (its `rw:`
--- field; the batch's deadline and count come from a second HMGET). Returns the
+-- own `r:` field, or (`releasing`) its share of a granted batch of readers (its `rw:`
+-- field; the batch's deadline and count come from a second HMGET), or its own
+-- upgradable hold when no upgrade waits and no other upgradable reader asked. Returns the
 -- hold's deadline, the readers' count and latest deadline, and for a share the batch
 -- and its count. Nil for anything else (the full way cleans up what expired).
-function fast.plain_reader(v, now, shares)
-  if v[2] or v[5] or v[6] or v[9] or v[16] or (v[7] and v[7] ~= v[8]) then
+function fast.plain_reader(v, now, token, releasing)
+  if v[2] or v[6] or v[9] or v[16] or (v[7] and v[7] ~= v[8]) then
+    return nil
+  end
+  if v[5] and not (releasing and v[5] == token and v[1] and not (v[17] or v[18])) then
     return nil
   end
   local n, last, gone = tonumber(v[11]) or 0, tonumber(v[12]) or 0, tonumber(v[13]) or 0
@@ -203,7 +218,7 @@ function fast.plain_reader(v, now, shares)
     if mine > gone then
       return mine, n, last
     end
-  elseif v[4] and not v[1] and shares then
+  elseif v[4] and not v[1] and releasing then
     local b = redis.call('HMGET', KEY, 'rg:' .. v[4], 'rn:' .. v[4])
     local mine = tonumber(b[1])
     if mine and mine > gone then
@@ -243,16 +258,30 @@ function fast.leave_batch(token, batch, count, n)
   end
 end
 
+-- The upgradable reader leaves the readers (`n`), its upgradable hold with it
+-- (nobody waits for that hold: no upgrade, no other upgradable reader refused).
+function fast.leave_upgradable(token, n)
+  if n > 1 then
+    redis.call('HDEL', KEY, 'r:' .. token, 'u:owner', 'u:until', 'u:others')
+    redis.call('HSET', KEY, 'readers', n - 1)
+  else
+    redis.call('HDEL', KEY, 'r:' .. token, 'u:owner', 'u:until', 'u:others', 'readers',
+      'readers_until', 'read', 'rstamp')
+  end
+end
+
 -- A release of a plain read hold, or of the write hold with nobody in line
 -- (ARGV as release.lua).
 function fast.release(argv)
   local token = argv[4]
   local now, now_us = server_time()
   local v = fast.own_hold(token)
-  local mine, n, _, batch, count = fast.plain_reader(v, now, true)
+  local mine, n, _, batch, count = fast.plain_reader(v, now, token, true)
   if mine and not fast.line_in_the_way(v, n == 1) then
     if batch then
       fast.leave_batch(token, batch, count, n)
+    elseif v[5] then
+      fast.leave_upgradable(token, n)
     elseif n > 1 then
       redis.call('HDEL', KEY, 'r:' .. token)
       redis.call('HSET', KEY, 'readers', n - 1)
@@ -288,7 +317,7 @@ function fast.renew(argv)
     keep_alive(max(deadline, fast.queue_until(v)) - now)
     return 1
   end
-  local mine, _, last = fast.plain_reader(v, now)
+  local mine, _, last = fast.plain_reader(v, now, token, false)
   if not mine or mine <= now or fast.line_in_the_way(v, false) then
     return nil, now, now_us
   end
