@@ -1,10 +1,12 @@
 -- fast_path.lua: the hash layout's fast paths. The common operations on a lock that
 -- has only plain holds of ours (a read acquire and release, upgradable or not, a
--- write acquire on a free lock and its release with nobody waiting, a renewal), and
--- the two a busy lock's readers make most (joining the line behind a writer, leaving
--- the batch they were let in with), decide from the fields they need, taken straight
--- from one HMGET (two for those two) without building tables, and write with one
--- HSET or HDEL. They come to exactly what the full way (`load`, the operation,
+-- write acquire on a free lock and its release with nobody waiting, a renewal), the
+-- two a busy lock's readers make most (joining the line behind a writer, leaving
+-- the batch they were let in with) and the two its writers make (joining the line
+-- behind our holders, and the release that hands the lock to the writer first in
+-- line) decide from the fields they need, taken straight from one HMGET (two for the
+-- batches and the hand-over) without building tables, and write with one HSET or
+-- HDEL (both for a hand-over). They come to exactly what the full way (`load`, the operation,
 -- `settle`) would: the same reply, fields, expiry and messages. Anything
 -- else goes the full way in the same call: a place in line or a batch of readers, an
 -- upgradable reader, an original client's stamp, an expired hold to clean up, the
@@ -40,8 +42,9 @@ end
 function fast.acquire_read(argv)
   local token, upgradable = argv[4], argv[7] == '1'
   local now, now_us = server_time()
-  local v = redis.call('HMGET', KEY, 'r:' .. token, 'rw:' .. token, 'w:owner', 'q:head',
-    'u:owner', 'write', 'orig:read', 'read', 'rstamp', 'readers', 'readers_until', 'q:tail')
+  local mine = 'r:' .. token
+  local v = redis.call('HMGET', KEY, mine, 'rw:' .. token, 'w:owner', 'q:head', 'u:owner',
+    'write', 'orig:read', 'read', 'rstamp', 'readers', 'readers_until', 'q:tail', 'fence')
   local n, last = tonumber(v[10]) or 0, tonumber(v[11]) or 0
   if v[1] or v[2] or v[5] or v[7] or (v[8] and v[8] ~= v[9]) or (n > 0 and last <= now) then
     return nil, now, now_us -- its own fields, an upgradable reader, an original reader,
@@ -58,18 +61,23 @@ function fast.acquire_read(argv)
   end
   local deadline = now + tonumber(argv[5])
   local others = last -- no other reader's deadline is later
-  last = max(last, deadline)
-  redis.call('HSET', KEY, 'r:' .. token, int(deadline), 'readers', n + 1, 'readers_until',
-    int(last), 'read', int(now), 'rstamp', int(now))
+  local until_text, stamp = int(deadline), int(now)
+  if deadline >= last then
+    last = deadline
+    redis.call('HSET', KEY, mine, until_text, 'readers', n + 1, 'readers_until', until_text,
+      'read', stamp, 'rstamp', stamp)
+  else
+    redis.call('HSET', KEY, mine, until_text, 'readers', n + 1, 'read', stamp, 'rstamp', stamp)
+  end
   if upgradable then
     -- The upgradable hold, the same deadline as its read hold.
     if n > 0 then
-      redis.call('HSET', KEY, 'u:owner', token, 'u:until', int(deadline), 'u:others', int(others))
+      redis.call('HSET', KEY, 'u:owner', token, 'u:until', until_text, 'u:others', int(others))
     else
-      redis.call('HSET', KEY, 'u:owner', token, 'u:until', int(deadline))
+      redis.call('HSET', KEY, 'u:owner', token, 'u:until', until_text)
     end
   end
-  keep_alive(last - now)
+  keep_alive(last - now, n == 0 and not v[13])
   return { 1, 0 }
 end
 
@@ -151,8 +159,9 @@ function fast.join(argv, now, now_us, v, n, last)
   return { 0, max(holds - now, 1), 0, batch }
 end
 
--- A write acquire on a free lock nobody waits for, by a token that holds nothing
--- (ARGV as acquire_write.lua).
+-- A write acquire by a token that holds nothing and waits nowhere: granted on a free
+-- lock nobody waits for, or (`fast.queue_writer`) put at the tail of the line behind
+-- our live writer or our live readers (ARGV as acquire_write.lua).
 function fast.acquire_write(argv)
   if argv[7] == '1' then
     return nil -- an upgrade
@@ -160,16 +169,65 @@ function fast.acquire_write(argv)
   local token = argv[4]
   local now, now_us = server_time()
   local v = redis.call('HMGET', KEY, 'w:owner', 'q:head', 'u:owner', 'readers', 'write', 'read',
-    'orig:read', 'r:' .. token, 'rw:' .. token, 'fence')
-  if v[1] or v[2] or v[3] or v[4] or v[5] or v[6] or v[7] or v[8] or v[9] then
-    return nil, now, now_us
+    'orig:read', 'r:' .. token, 'rw:' .. token, 'fence', 'w:until', 'wstamp', 'rstamp',
+    'readers_until', 'q:tail', 'queue_until', 'wait:' .. token, 'wn:' .. token)
+  if v[1] == token or v[3] or v[7] or v[8] or v[9] or v[17] or v[18] then
+    return nil, now, now_us -- the token's own fields, an upgradable or original reader
+  end
+  if v[1] or v[2] or v[4] or v[5] or v[6] then
+    return fast.queue_writer(argv, now, now_us, v), now, now_us
   end
   local fence = max((tonumber(v[10]) or 0) + 1, now_us)
   local deadline = now + tonumber(argv[5])
+  local stamp = int(now)
   redis.call('HSET', KEY, 'fence', int(fence), 'w:owner', token, 'w:until', int(deadline),
-    'write', int(now), 'wstamp', int(now))
-  keep_alive(deadline - now)
+    'write', stamp, 'wstamp', stamp)
+  keep_alive(deadline - now, not v[10])
   return { 1, fence }
+end
+
+-- A writer refused behind our live writer, or behind our live readers with no batch
+-- of readers at the head of the line (which the full way may let in), takes a place
+-- at the tail of the line (queue.lua `join_queue`); `v`: acquire_write's fields.
+-- Returns the refusal, or nil for the full way.
+function fast.queue_writer(argv, now, now_us, v)
+  local token, ttl = argv[4], tonumber(argv[6])
+  local head, tail = v[2], v[15]
+  if ttl <= 0 or head == token or tail == token or (head == nil) ~= (tail == nil) then
+    return nil
+  end
+  if (v[5] and v[5] ~= v[12]) or (v[6] and v[6] ~= v[13]) then
+    return nil -- an original client's stamp
+  end
+  local n, holds = tonumber(v[4]) or 0, nil
+  if v[1] then
+    holds = tonumber(v[11]) or 0
+    if n > 0 or v[6] or not v[5] or holds <= now then
+      return nil -- readers beside the writer, a stale read stamp, or the writer expired
+    end
+  else
+    holds = tonumber(v[14]) or 0
+    if v[5] or n == 0 or holds <= now or (head and sub(head, 1, 2) == 'r#') then
+      return nil
+    end
+  end
+  local deadline = now + ttl
+  local writes = { 'wait:' .. token, int(deadline) .. ':' .. int(min(ttl, tonumber(argv[5]))),
+    'q:tail', token }
+  if tail then
+    writes[5], writes[6] = 'wn:' .. tail, token
+  else
+    writes[5], writes[6] = 'q:head', token
+    writes[7], writes[8] = 'layout', LINE_MARK
+  end
+  local queue_until = tonumber(v[16]) or 0
+  if deadline > queue_until then
+    queue_until = deadline
+    writes[#writes + 1], writes[#writes + 2] = 'queue_until', int(deadline)
+  end
+  redis.call('HSET', KEY, unpack(writes))
+  keep_alive(max(holds, queue_until) - now)
+  return { 0, max(holds - now, 1), max(tonumber(v[10]) or 0, now_us) }
 end
 
 -- The fields a release or a renewal of `token` decides from, in this order.
@@ -293,12 +351,50 @@ function fast.release(argv)
     end
     return 0
   end
-  if fast.plain_writer(v, token, now) and not v[14] then
-    redis.call('HDEL', KEY, 'w:owner', 'w:until', 'write', 'wstamp')
-    redis.call(PUBLISH, CHANNEL, '*')
-    return 1
+  if fast.plain_writer(v, token, now) then
+    if not v[14] then
+      redis.call('HDEL', KEY, 'w:owner', 'w:until', 'write', 'wstamp')
+      publish('*')
+      return 1
+    end
+    return fast.hand_over(v, now, now_us), now, now_us
   end
   return nil, now, now_us
+end
+
+-- Our writer (`v`: own_hold's fields, of a plain writer) leaves a lock whose line
+-- starts with a writer's live place: the lock goes to that writer for its first
+-- lease, cut to its place's end (holds.lua `settle`), and the line moves up one.
+-- Returns the release's reply, or nil for the full way.
+function fast.hand_over(v, now, now_us)
+  local head = v[14]
+  if sub(head, 1, 2) == 'r#' then
+    return nil -- a batch of readers: the full way grants it
+  end
+  local b = redis.call('HMGET', KEY, 'wait:' .. head, 'wn:' .. head, 'fence')
+  if not b[1] then
+    return nil -- a withdrawn place: the full way takes it out
+  end
+  local deadline, first_lease = parse_place(b[1])
+  if deadline <= now then
+    return nil -- a lapsed place, likewise
+  end
+  local fence = max((tonumber(b[3]) or 0) + 1, now_us)
+  local until_ = now + min(first_lease, deadline - now)
+  local stamp, queue_until = int(now), 0
+  if b[2] then
+    redis.call('HDEL', KEY, 'wait:' .. head, 'wn:' .. head)
+    redis.call('HSET', KEY, 'q:head', b[2], 'fence', int(fence), 'w:owner', head, 'w:until',
+      int(until_), 'write', stamp, 'wstamp', stamp)
+    queue_until = tonumber(v[15]) or 0
+  else
+    redis.call('HDEL', KEY, 'wait:' .. head, 'q:head', 'q:tail', 'queue_until', 'layout')
+    redis.call('HSET', KEY, 'fence', int(fence), 'w:owner', head, 'w:until', int(until_),
+      'write', stamp, 'wstamp', stamp)
+  end
+  keep_alive(max(until_, queue_until) - now)
+  publish(head .. ':' .. int(fence))
+  return 1
 end
 
 -- A renewal of a plain read hold on a lock nobody waits for, or of the write hold
@@ -312,8 +408,9 @@ function fast.renew(argv)
       return nil, now, now_us
     end
     local deadline = max(now + lease, tonumber(v[3]))
-    redis.call('HSET', KEY, 'w:owner', token, 'w:until', int(deadline), 'write', int(now),
-      'wstamp', int(now))
+    local stamp = int(now)
+    redis.call('HSET', KEY, 'w:owner', token, 'w:until', int(deadline), 'write', stamp,
+      'wstamp', stamp)
     keep_alive(max(deadline, fast.queue_until(v)) - now)
     return 1
   end
@@ -322,12 +419,13 @@ function fast.renew(argv)
     return nil, now, now_us
   end
   local deadline = max(now + lease, mine)
+  local until_text, stamp = int(deadline), int(now)
   if deadline > last then
     last = deadline
-    redis.call('HSET', KEY, 'r:' .. token, int(deadline), 'readers_until', int(last), 'read',
-      int(now), 'rstamp', int(now))
+    redis.call('HSET', KEY, 'r:' .. token, until_text, 'readers_until', until_text, 'read',
+      stamp, 'rstamp', stamp)
   else
-    redis.call('HSET', KEY, 'r:' .. token, int(deadline), 'read', int(now), 'rstamp', int(now))
+    redis.call('HSET', KEY, 'r:' .. token, until_text, 'read', stamp, 'rstamp', stamp)
   end
   keep_alive(max(last, fast.queue_until(v)) - now)
   return 1

@@ -23,7 +23,7 @@ local tonumber, unpack, pairs, ipairs, format, find, sub, max, min, floor
 -- The call's context, set by `bind`. The original clients' timeouts stay the
 -- decimal strings ARGV gives (Lua converts one where it is added to a number):
 -- most calls never look at them.
-local KEY, CHANNEL, PUBLISH, ORIGINAL_READ, ORIGINAL_WRITE
+local KEY, PUBLISH, ORIGINAL_READ, ORIGINAL_WRITE
 -- Set by the layout's hooks (the legacy layout has two more keys).
 local FIRST_USER_KEY = 2
 -- How long (ms) a key outlives its last deadline: an idle lock keeps its fencing
@@ -35,10 +35,15 @@ local function bind(keys, argv)
     tonumber, unpack, pairs, ipairs, format, find, sub, max, min, floor = standard()
   end
   KEY = keys[1]
-  CHANNEL = KEY .. ':released'
   PUBLISH = argv[1]
   ORIGINAL_READ = argv[2]
   ORIGINAL_WRITE = argv[3]
+end
+
+-- Tells the lock's waiters `message` on its channel (see src/wakeups.rs for what
+-- each message means to whom).
+local function publish(message)
+  redis.call(PUBLISH, KEY .. ':released', message)
 end
 
 -- "<deadline>:<first lease>" as two numbers.
@@ -121,8 +126,13 @@ end
 -- Keeps the key alive at least IDLE / 2 ms past its longest deadline, `needed` ms
 -- from now: when it would not be, its TTL becomes that deadline + IDLE. `PTTL` reads
 -- without a write to replicate, so most grants in a row leave the TTL alone; it is
--- never shortened.
-local function keep_alive(needed)
+-- never shortened. `new`: the caller saw no field that outlives a hold, so the key
+-- most likely was just created, without a TTL: `PEXPIRE NX` sets it in one call
+-- where it has none, and changes nothing (then `PTTL` decides) where it has one.
+local function keep_alive(needed, new)
+  if new and redis.call('PEXPIRE', KEY, int(needed + IDLE), 'NX') == 1 then
+    return
+  end
   if redis.call('PTTL', KEY) < needed + IDLE / 2 then
     redis.call('PEXPIRE', KEY, int(needed + IDLE))
   end

@@ -556,19 +556,19 @@ local function settle(s)
   local written = s.writer or s.original_writer_until
   if s.granted then
     -- The batch's readers hold; to other readers it is an 'r' (a writer left).
-    redis.call(PUBLISH, CHANNEL, s.granted)
+    publish(s.granted)
   end
   if handed then
-    redis.call(PUBLISH, CHANNEL, handed)
+    publish(handed)
   elseif s.granted then
     return
   elseif is_free(s) then
     if s.freed_writer or s.dequeued or s.upgrade_ended or wanted then
-      redis.call(PUBLISH, CHANNEL, '*')
+      publish('*')
     end
   elseif not written and (s.freed_writer or (not s.head and (s.dequeued or s.upgrade_ended))) then
-    redis.call(PUBLISH, CHANNEL, 'r')
+    publish('r')
   elseif not written and wanted then
-    redis.call(PUBLISH, CHANNEL, 'u')
+    publish('u')
   end
 end

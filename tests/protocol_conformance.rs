@@ -474,7 +474,20 @@ fn fast_way(step: Step, before: &lua::View) -> &'static str {
             "a reader put in line the fast way"
         }
         Step::AcquireRead(..) => "a read acquired the fast way",
+        Step::AcquireWrite(..) if before.writer.is_some() || !before.readers.is_empty() => {
+            "a writer put in line the fast way"
+        }
         Step::AcquireWrite(..) | Step::Upgrade(..) => "a write acquired the fast way",
+        Step::Release(t)
+            if before.writer.is_some_and(|(w, _)| w == tok(t)) && before.queue.len() > 1 =>
+        {
+            "a writer handed the lock over the fast way, the line going on"
+        }
+        Step::Release(t)
+            if before.writer.is_some_and(|(w, _)| w == tok(t)) && !before.queue.is_empty() =>
+        {
+            "a writer handed the lock over the fast way"
+        }
         Step::Release(t) if before.writer.is_some_and(|(w, _)| w == tok(t)) => {
             "a writer released the fast way"
         }
@@ -956,11 +969,12 @@ fn run_seed(url: &str, scripts: &Scripts, seed: u64) -> Result<Ran, Stop> {
     })
 }
 
-/// The steps every seed starts with, before its random ones: a batch of two readers
-/// granted by a writer's release while another writer waits behind them, whose
-/// first reader's release goes the fast way (a share of a batch, the batch not
-/// the last of the readers), which random steps with few tokens rarely reach.
-const FIRST_STEPS: [Step; 9] = [
+/// The steps every seed starts with, before its random ones, for what random steps
+/// with few tokens rarely reach: a batch of two readers granted by a writer's
+/// release while another writer waits behind them, whose first reader's release
+/// goes the fast way (a share of a batch, the batch not the last of the readers);
+/// then a writer's release handing the lock to a writer with another behind it.
+const FIRST_STEPS: [Step; 15] = [
     Step::AcquireWrite(0, true),
     Step::AcquireRead(1, false, true),
     Step::AcquireRead(2, false, true),
@@ -970,6 +984,12 @@ const FIRST_STEPS: [Step; 9] = [
     Step::Release(2),
     Step::Release(3),
     Step::Wait(1),
+    Step::AcquireWrite(0, true),
+    Step::AcquireWrite(1, true),
+    Step::AcquireWrite(2, true),
+    Step::Release(0),
+    Step::Release(1),
+    Step::Release(2),
 ];
 
 /// The token a step acts for, if any.
@@ -987,7 +1007,7 @@ fn step_token(step: Step) -> Option<Tok> {
 }
 
 /// The states the seeds together must reach, or the test proves less than it says.
-const MUST_REACH: [&str; 27] = [
+const MUST_REACH: [&str; 30] = [
     "an upgrade handed over by a reader's release",
     "a 'u' wake-up",
     "an upgradable read granted beside a reader",
@@ -1006,7 +1026,10 @@ const MUST_REACH: [&str; 27] = [
     "a batch reader's share becomes its own hold",
     "a read acquired the fast way",
     "a write acquired the fast way",
+    "a writer put in line the fast way",
     "a writer released the fast way",
+    "a writer handed the lock over the fast way",
+    "a writer handed the lock over the fast way, the line going on",
     "a reader released the fast way",
     "a reader released the fast way, a writer in line",
     "a batch reader released the fast way",
