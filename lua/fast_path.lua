@@ -169,9 +169,8 @@ function fast.acquire_write(argv)
   local token = argv[4]
   local now, now_us = server_time()
   local v = redis.call('HMGET', KEY, 'w:owner', 'q:head', 'u:owner', 'readers', 'write', 'read',
-    'orig:read', 'r:' .. token, 'rw:' .. token, 'fence', 'w:until', 'wstamp', 'rstamp',
-    'readers_until', 'q:tail', 'queue_until', 'wait:' .. token, 'wn:' .. token)
-  if v[1] == token or v[3] or v[7] or v[8] or v[9] or v[17] or v[18] then
+    'orig:read', 'r:' .. token, 'rw:' .. token, 'fence')
+  if v[1] == token or v[3] or v[7] or v[8] or v[9] then
     return nil, now, now_us -- the token's own fields, an upgradable or original reader
   end
   if v[1] or v[2] or v[4] or v[5] or v[6] then
@@ -188,13 +187,22 @@ end
 
 -- A writer refused behind our live writer, or behind our live readers with no batch
 -- of readers at the head of the line (which the full way may let in), takes a place
--- at the tail of the line (queue.lua `join_queue`); `v`: acquire_write's fields.
--- Returns the refusal, or nil for the full way.
+-- at the tail of the line (queue.lua `join_queue`); `v`: acquire_write's fields, to
+-- which one more HMGET adds what the line and the holds' ends need. Returns the
+-- refusal, or nil for the full way.
 function fast.queue_writer(argv, now, now_us, v)
   local token, ttl = argv[4], tonumber(argv[6])
+  if ttl <= 0 then
+    return nil -- try_write
+  end
+  local more = redis.call('HMGET', KEY, 'w:until', 'wstamp', 'rstamp', 'readers_until', 'q:tail',
+    'queue_until', 'wait:' .. token, 'wn:' .. token)
+  for i = 1, 8 do
+    v[10 + i] = more[i]
+  end
   local head, tail = v[2], v[15]
-  if ttl <= 0 or head == token or tail == token or (head == nil) ~= (tail == nil) then
-    return nil
+  if v[17] or v[18] or head == token or tail == token or (head == nil) ~= (tail == nil) then
+    return nil -- a place of its own, or a line without both ends
   end
   if (v[5] and v[5] ~= v[12]) or (v[6] and v[6] ~= v[13]) then
     return nil -- an original client's stamp
