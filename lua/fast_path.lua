@@ -128,13 +128,8 @@ function fast.join(argv, now, now_us, v, n, last)
   if not batch then
     local number = max((tonumber(b[9]) or 0) + 1, now_us)
     batch, count = 'r#' .. int(number), 0
-    writes = { 'rseq', int(number), 'q:tail', batch }
-    if tail then
-      writes[5], writes[6] = 'wn:' .. tail, batch
-    else
-      writes[5], writes[6] = 'q:head', batch
-      writes[7], writes[8] = 'layout', LINE_MARK
-    end
+    writes = { 'rseq', int(number) }
+    fast.link(writes, tail, batch)
   end
   writes[#writes + 1], writes[#writes + 2] = 'rw:' .. token, batch
   writes[#writes + 1], writes[#writes + 2] = 'rn:' .. batch, count + 1
@@ -157,6 +152,19 @@ function fast.join(argv, now, now_us, v, n, last)
     return { 0, max(queue_until - now, 1), 0, batch }
   end
   return { 0, max(holds - now, 1), 0, batch }
+end
+
+-- Adds to `writes` (field-value pairs for one HSET) what puts `entry` at the tail of
+-- the line (queue.lua `join_queue`): behind `tail`, or first in a new line.
+function fast.link(writes, tail, entry)
+  local n = #writes
+  writes[n + 1], writes[n + 2] = 'q:tail', entry
+  if tail then
+    writes[n + 3], writes[n + 4] = 'wn:' .. tail, entry
+  else
+    writes[n + 3], writes[n + 4] = 'q:head', entry
+    writes[n + 5], writes[n + 6] = 'layout', LINE_MARK
+  end
 end
 
 -- A write acquire by a token that holds nothing and waits nowhere: granted on a free
@@ -220,14 +228,8 @@ function fast.queue_writer(argv, now, now_us, v)
     end
   end
   local deadline = now + ttl
-  local writes = { 'wait:' .. token, int(deadline) .. ':' .. int(min(ttl, tonumber(argv[5]))),
-    'q:tail', token }
-  if tail then
-    writes[5], writes[6] = 'wn:' .. tail, token
-  else
-    writes[5], writes[6] = 'q:head', token
-    writes[7], writes[8] = 'layout', LINE_MARK
-  end
+  local writes = { 'wait:' .. token, int(deadline) .. ':' .. int(min(ttl, tonumber(argv[5]))) }
+  fast.link(writes, tail, token)
   local queue_until = tonumber(v[16]) or 0
   if deadline > queue_until then
     queue_until = deadline
