@@ -15,7 +15,8 @@
 -- What they rely on, which every script keeps (the model checker asserts it in every
 -- state it reaches, tests/model/lua.rs `fast_paths_may_skip`):
 --   1. nothing of the line without `q:head`: no `wait:`/`wn:` field, `q:tail`,
---      `queue_until` or `layout` (and no batch of readers) while it is absent;
+--      `queue_until` or `layout` (and no batch of readers) while it is absent, and
+--      `q:tail` with it while it is present;
 --   2. nothing of an upgradable hold without `u:owner`: no `u:until`, `u:upgrade`,
 --      `u:others`;
 --   3. `readers` and `readers_until` exist together, and no counted hold (an `r:`
@@ -154,6 +155,18 @@ function fast.join(argv, now, now_us, v, n, last)
   return { 0, max(holds - now, 1), 0, batch }
 end
 
+-- Adds to `writes` (field-value pairs for one HSET) the write hold of `token` until
+-- `deadline` with the fencing token after `fence` (the field's value; holds.lua
+-- `grant_write`), and returns that token.
+function fast.grant_write(writes, fence, token, deadline, now, now_us)
+  local granted, stamp, n = max((tonumber(fence) or 0) + 1, now_us), int(now), #writes
+  writes[n + 1], writes[n + 2] = 'fence', int(granted)
+  writes[n + 3], writes[n + 4], writes[n + 5], writes[n + 6] = 'w:owner', token, 'w:until',
+    int(deadline)
+  writes[n + 7], writes[n + 8], writes[n + 9], writes[n + 10] = 'write', stamp, 'wstamp', stamp
+  return granted
+end
+
 -- Adds to `writes` (field-value pairs for one HSET) what puts `entry` at the tail of
 -- the line (queue.lua `join_queue`): behind `tail`, or first in a new line.
 function fast.link(writes, tail, entry)
@@ -184,11 +197,9 @@ function fast.acquire_write(argv)
   if v[1] or v[2] or v[4] or v[5] or v[6] then
     return fast.queue_writer(argv, now, now_us, v), now, now_us
   end
-  local fence = max((tonumber(v[10]) or 0) + 1, now_us)
-  local deadline = now + tonumber(argv[5])
-  local stamp = int(now)
-  redis.call('HSET', KEY, 'fence', int(fence), 'w:owner', token, 'w:until', int(deadline),
-    'write', stamp, 'wstamp', stamp)
+  local deadline, writes = now + tonumber(argv[5]), {}
+  local fence = fast.grant_write(writes, v[10], token, deadline, now, now_us)
+  redis.call('HSET', KEY, unpack(writes))
   keep_alive(deadline - now, not v[10])
   return { 1, fence }
 end
@@ -209,8 +220,8 @@ function fast.queue_writer(argv, now, now_us, v)
     v[10 + i] = more[i]
   end
   local head, tail = v[2], v[15]
-  if v[17] or v[18] or head == token or tail == token or (head == nil) ~= (tail == nil) then
-    return nil -- a place of its own, or a line without both ends
+  if v[17] or v[18] or head == token or tail == token then
+    return nil -- a place of its own
   end
   if (v[5] and v[5] ~= v[12]) or (v[6] and v[6] ~= v[13]) then
     return nil -- an original client's stamp
@@ -389,19 +400,16 @@ function fast.hand_over(v, now, now_us)
   if deadline <= now then
     return nil -- a lapsed place, likewise
   end
-  local fence = max((tonumber(b[3]) or 0) + 1, now_us)
-  local until_ = now + min(first_lease, deadline - now)
-  local stamp, queue_until = int(now), 0
+  local until_, queue_until, writes = now + min(first_lease, deadline - now), 0, {}
   if b[2] then
     redis.call('HDEL', KEY, 'wait:' .. head, 'wn:' .. head)
-    redis.call('HSET', KEY, 'q:head', b[2], 'fence', int(fence), 'w:owner', head, 'w:until',
-      int(until_), 'write', stamp, 'wstamp', stamp)
+    writes = { 'q:head', b[2] }
     queue_until = tonumber(v[15]) or 0
   else
     redis.call('HDEL', KEY, 'wait:' .. head, 'q:head', 'q:tail', 'queue_until', 'layout')
-    redis.call('HSET', KEY, 'fence', int(fence), 'w:owner', head, 'w:until', int(until_),
-      'write', stamp, 'wstamp', stamp)
   end
+  local fence = fast.grant_write(writes, b[3], head, until_, now, now_us)
+  redis.call('HSET', KEY, unpack(writes))
   keep_alive(max(until_, queue_until) - now)
   publish(head .. ':' .. int(fence))
   return 1

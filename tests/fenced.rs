@@ -152,3 +152,55 @@ async fn force_release_ends_every_hold_and_the_holders_notice() {
     assert!(writer.is_held());
     writer.release().await.unwrap();
 }
+
+/// A fencing token is the stored one + 1 when that is ahead of the server's clock
+/// in microseconds (a clock stepped back; here the counter is moved ahead instead):
+/// never a repeat. Checked on the three ways a writer gets the lock: a free lock,
+/// a hand-over to the writer first in line with another behind it, and one to the
+/// last writer in line.
+#[tokio::test]
+async fn fencing_tokens_go_up_when_the_counter_is_ahead_of_the_clock() {
+    let client = cluster_client().await;
+    let name = unique_name("fence-ahead");
+    let lock = client.rwlock(&name);
+    let key = lock.key().unwrap().to_owned();
+    let mut raw = raw_cluster().await;
+    // Far ahead of any clock (microseconds in the year 2223), below 2^53.
+    let ahead: u64 = 8_000_000_000_000_000;
+
+    let _: () = raw.hset(&key, "fence", ahead).await.unwrap();
+    let first = lock.write().await.unwrap();
+    assert_eq!(
+        first.fencing_token(),
+        ahead + 1,
+        "a write acquire on a free lock"
+    );
+
+    let (second_lock, third_lock) = (lock.clone(), lock.clone());
+    let second = tokio::spawn(async move { second_lock.write().await.unwrap() });
+    wait_for(&lock, |s| s.queued_writers.len() == 1).await;
+    let third = tokio::spawn(async move { third_lock.write().await.unwrap() });
+    wait_for(&lock, |s| s.queued_writers.len() == 2).await;
+
+    first.release().await.unwrap();
+    let second = timeout(Duration::from_secs(5), second)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        second.fencing_token(),
+        ahead + 2,
+        "a hand-over, the line going on"
+    );
+    second.release().await.unwrap();
+    let third = timeout(Duration::from_secs(5), third)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        third.fencing_token(),
+        ahead + 3,
+        "a hand-over to the last in line"
+    );
+    third.release().await.unwrap();
+}

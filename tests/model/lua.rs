@@ -382,7 +382,8 @@ impl Hash {
 
     /// What the fast paths (lua/fast_path.lua) take for granted without reading it:
     /// nothing of the line without `q:head` (no place, link, tail, `queue_until`, or
-    /// batch waiting for its grant), nothing of an upgradable hold without `u:owner`,
+    /// batch waiting for its grant), `q:head` and `q:tail` together, nothing of an
+    /// upgradable hold without `u:owner`,
     /// and (with [`summaries_agree`](Self::summaries_agree)) `readers_until` bounding
     /// every counted hold.
     pub fn fast_paths_may_skip(&self) -> bool {
@@ -396,11 +397,12 @@ impl Hash {
                 Field::Rn(b) => self.get(Field::Rg(*b)).is_none(),
                 _ => false,
             });
+        let ends = self.get(Field::QHead).is_some() == self.get(Field::QTail).is_some();
         let upgradable = self.get(Field::UOwner).is_some()
             || [Field::UUntil, Field::UUpgrade, Field::UOthers]
                 .iter()
                 .all(|&f| self.get(f).is_none());
-        line && upgradable
+        line && ends && upgradable
     }
 
     /// Lazy (and active) expiry: Redis drops the key once `now > expires`.
