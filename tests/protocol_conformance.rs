@@ -307,6 +307,7 @@ impl Run<'_> {
         let p = self.params;
         let now = self.now;
         let before = lua::live_view(&self.model, &p, now);
+        let hash_before = self.model.clone();
         self.fast = false;
         let (expected, real): (Option<Outcome>, Option<Value>) = match step {
             Step::Wait(ticks) => {
@@ -441,6 +442,9 @@ impl Run<'_> {
         if let Some(out) = expected {
             let after = lua::live_view(&self.model, &p, now);
             self.note(step, &before, &after, out);
+            for what in reached_in_hash(step, now, &hash_before, &self.model) {
+                *self.reached.entry(what).or_default() += 1;
+            }
         }
         let mut line = format!("t={:>5} {step:?}", now - self.start);
         if let (Some(out), Some(real)) = (expected, real) {
@@ -810,10 +814,13 @@ impl Run<'_> {
                 // Batch numbers follow each side's clock in µs: compared by the names.
                 (Field::Rseq, Val::Int(_), Val::Int(_)) => true,
                 (Field::Rn(_), Val::Int(m), Val::Int(r)) => m == r,
-                (Field::Readers, Val::Int(m), Val::Int(r)) => m == r,
+                (Field::Readers | Field::Shares, Val::Int(m), Val::Int(r)) => m == r,
                 (_, Val::Int(m), Val::Int(r)) => (m - r).abs() <= SLACK,
                 (_, Val::Tok(m), Val::Tok(r)) => m == r,
                 (_, Val::Place(md, ml), Val::Place(rd, rl)) => ml == rl && (md - rd).abs() <= SLACK,
+                (_, Val::Member(mb, md), Val::Member(rb, rd)) => {
+                    mb == rb && (md - rd).abs() <= SLACK
+                }
                 _ => false,
             };
             if !ok {
@@ -858,6 +865,7 @@ impl Run<'_> {
             "u:wanted" => Field::UWanted,
             "u:others" => Field::UOthers,
             "rseq" => Field::Rseq,
+            "shares" => Field::Shares,
             "layout" => Field::Layout,
             _ => {
                 if let Some(t) = name.strip_prefix("rw:") {
@@ -879,12 +887,13 @@ impl Run<'_> {
 
     fn parse_value(&self, field: Field, value: &str) -> Option<Val> {
         Some(match field {
-            Field::WOwner
-            | Field::QHead
-            | Field::QTail
-            | Field::Wn(_)
-            | Field::UOwner
-            | Field::Rw(_) => Val::Tok(self.token_of(value)?),
+            Field::WOwner | Field::QHead | Field::QTail | Field::Wn(_) | Field::UOwner => {
+                Val::Tok(self.token_of(value)?)
+            }
+            Field::Rw(_) => {
+                let (batch, deadline) = value.split_once(':')?;
+                Val::Member(self.token_of(batch)?, deadline.parse().ok()?)
+            }
             // Its text does not matter, its length does.
             Field::Layout => (value.len() > 64).then_some(Val::Int(0))?,
             Field::Wait(_) | Field::UUpgrade => {
@@ -973,8 +982,12 @@ fn run_seed(url: &str, scripts: &Scripts, seed: u64) -> Result<Ran, Stop> {
 /// with few tokens rarely reach: a batch of two readers granted by a writer's
 /// release while another writer waits behind them, whose first reader's release
 /// goes the fast way (a share of a batch, the batch not the last of the readers);
-/// then a writer's release handing the lock to a writer with another behind it.
-const FIRST_STEPS: [Step; 15] = [
+/// then a writer's release handing the lock to a writer with another behind it; a
+/// reader whose batch's place lapses while a writer holds, coming back; and two
+/// readers in a batch, one of which stops coming back just before a writer's release
+/// grants the batch: once its own place lapses, the next writer's attempt ends its
+/// share.
+const FIRST_STEPS: [Step; 34] = [
     Step::AcquireWrite(0, true),
     Step::AcquireRead(1, false, true),
     Step::AcquireRead(2, false, true),
@@ -990,7 +1003,62 @@ const FIRST_STEPS: [Step; 15] = [
     Step::Release(0),
     Step::Release(1),
     Step::Release(2),
+    // A reader's batch lapses behind a writer; it comes back while the writer holds.
+    Step::AcquireWrite(0, true),
+    Step::AcquireRead(1, false, true),
+    Step::Wait(3),
+    Step::AcquireRead(1, false, true),
+    Step::Release(0),
+    Step::Release(1),
+    // Reader 1 stops coming back; reader 2 keeps the batch's place alive.
+    Step::AcquireWrite(0, true),
+    Step::AcquireRead(1, false, true),
+    Step::AcquireRead(2, false, true),
+    Step::Wait(1),
+    Step::AcquireRead(2, false, true),
+    Step::Wait(1),
+    Step::Release(0),
+    Step::Release(2),
+    Step::Wait(1),
+    Step::AcquireWrite(3, true),
+    Step::Release(3),
+    Step::Release(1),
+    Step::Wait(1),
 ];
+
+/// The states worth reaching that only the hash shows (`before` and `after` the
+/// step at `now`): a reader coming back to a batch whose place lapsed while a writer
+/// held, and a writer's attempt that ended the shares of readers whose own places in
+/// a granted batch had lapsed.
+fn reached_in_hash(step: Step, now: Time, before: &Hash, after: &Hash) -> Vec<&'static str> {
+    let mut reached = Vec::new();
+    let member = |h: &Hash, t: Tok| match h.fields.get(&Field::Rw(t)) {
+        Some(&Val::Member(batch, own)) => Some((batch, own)),
+        _ => None,
+    };
+    if let Step::AcquireRead(t, false, true) = step
+        && before.fields.contains_key(&Field::WOwner)
+        && let Some((batch, _)) = member(before, tok(t))
+        && matches!(before.fields.get(&Field::Wait(batch)), Some(&Val::Place(d, _)) if d <= now)
+    {
+        reached.push("a reader back in line after its batch's place lapsed");
+    }
+    let lapsed_shares = |h: &Hash| {
+        (0..TOKENS)
+            .filter(|&t| {
+                member(h, tok(t)).is_some_and(|(batch, own)| {
+                    own <= now && h.fields.contains_key(&Field::Rg(batch))
+                })
+            })
+            .count()
+    };
+    if matches!(step, Step::AcquireWrite(..) | Step::Upgrade(..))
+        && lapsed_shares(after) < lapsed_shares(before)
+    {
+        reached.push("a share whose reader's place lapsed ended by a writer's attempt");
+    }
+    reached
+}
 
 /// The token a step acts for, if any.
 fn step_token(step: Step) -> Option<Tok> {
@@ -1007,7 +1075,9 @@ fn step_token(step: Step) -> Option<Tok> {
 }
 
 /// The states the seeds together must reach, or the test proves less than it says.
-const MUST_REACH: [&str; 30] = [
+const MUST_REACH: [&str; 32] = [
+    "a reader back in line after its batch's place lapsed",
+    "a share whose reader's place lapsed ended by a writer's attempt",
     "an upgrade handed over by a reader's release",
     "a 'u' wake-up",
     "an upgradable read granted beside a reader",

@@ -435,6 +435,45 @@ fn two_upgraders_and_wait_timeouts() {
     check(cfg);
 }
 
+/// A reader that dies while it waits in a batch, beside a live reader that keeps the
+/// batch's place alive, blocks nobody past its own place: not the writer queued
+/// behind the batch, also when the batch is granted just before that place lapses
+/// (its share of the grant ends there; the writer's next attempt takes it out).
+#[test]
+fn a_reader_that_dies_in_a_batch_blocks_nobody_past_its_place() {
+    let mut cfg = base("2R+1W, leases 3, a reader dies in a batch");
+    cfg.writers = 1;
+    cfg.acquisitions = 2;
+    (cfg.read_lease, cfg.write_lease, cfg.intent_ttl) = (3, 3, 3);
+    (cfg.params.original_read, cfg.params.original_write) = (3, 3);
+    cfg.max_hold = 2;
+    cfg.horizon = 5;
+    cfg.try_ops = false;
+    cfg.downgrade = false;
+    cfg.faults.crashes = 1;
+    cfg.examples = vec!["a reader holds by its batch's grant"];
+    check(cfg);
+}
+
+/// The same behind an upgrade: the readers wait in a batch behind the upgradable
+/// reader's pending upgrade, one dies, and once the upgrader's write hold ends and
+/// the batch is granted, the next upgrade waits for the live reader only.
+#[test]
+fn an_upgrade_is_not_held_up_by_a_reader_that_died_in_a_batch() {
+    let mut cfg = base("1U+2R, leases 3, a reader dies in a batch behind an upgrade");
+    (cfg.writers, cfg.upgraders) = (0, 1);
+    cfg.acquisitions = 2;
+    (cfg.read_lease, cfg.write_lease, cfg.intent_ttl) = (3, 3, 3);
+    (cfg.params.original_read, cfg.params.original_write) = (3, 3);
+    cfg.max_hold = 2;
+    cfg.horizon = 5;
+    cfg.try_ops = false;
+    cfg.downgrade = false;
+    cfg.faults.crashes = 1;
+    cfg.examples = vec!["a reader holds by its batch's grant"];
+    check(cfg);
+}
+
 /// Liveness, bounded: an upgrade waits for the other readers to leave, also for a
 /// reader that crashed (its hold expires while the upgrader keeps renewing its
 /// own); it is served within 3 ticks.

@@ -68,7 +68,8 @@ pub enum Field {
     Wait(Tok),
     /// `wn:<entry>`: the next entry in line.
     Wn(Tok),
-    /// `rw:<token>`: the batch a reader waits in, or holds by.
+    /// `rw:<token>`: `"<batch>:<deadline>"`, the batch a reader waits in, or holds
+    /// by, and the deadline of its own place in it.
     Rw(Tok),
     /// `rn:<batch>`: its readers that wait, or hold by its grant.
     Rn(Tok),
@@ -76,6 +77,9 @@ pub enum Field {
     Rg(Tok),
     /// `rseq`: the last batch number.
     Rseq,
+    /// `shares`: how many counted readers hold by a batch's grant without an `r:`
+    /// field of their own yet.
+    Shares,
     QHead,
     QTail,
     /// `queue_until`: no place lives past it.
@@ -106,6 +110,8 @@ pub enum Val {
     Tok(Tok),
     /// `"<deadline>:<first lease>"` (a queue place, or a pending upgrade)
     Place(Time, Time),
+    /// `"<batch>:<deadline>"` (a reader's `rw:` field: its batch and its own place)
+    Member(Tok, Time),
 }
 
 /// The lock's Redis key: its fields and its expiry (absolute, like PEXPIREAT).
@@ -196,6 +202,10 @@ pub struct Loaded {
     /// The batch it waits in, and that batch's place (deadline, first lease).
     pub batch: Option<Tok>,
     pub batch_place: Option<(Time, Time)>,
+    /// The deadline of the token's own place in its batch (its `rw:` field).
+    pub member_until: Option<Time>,
+    /// `shares`: counted readers that hold by a grant without an `r:` field yet.
+    pub shares: i64,
     /// The batch this script granted.
     pub granted: Option<Tok>,
     pub leftover: bool,
@@ -277,6 +287,13 @@ impl Hash {
         }
     }
 
+    fn member(&self, field: Field) -> Option<(Tok, Time)> {
+        match self.get(field) {
+            Some(Val::Member(b, d)) => Some((b, d)),
+            _ => None,
+        }
+    }
+
     fn hset(&mut self, field: Field, value: Val) {
         self.fields.insert(field, value);
     }
@@ -331,18 +348,28 @@ impl Hash {
         // A batch counts exactly the readers that name it.
         let batches_ok = self.fields.iter().all(|(k, v)| match (k, v) {
             (Field::Rn(b), Val::Int(n)) => {
-                let named = self.fields.values().filter(|&&v| v == Val::Tok(*b)).count() as i64
-                    - i64::from(self.tok(Field::QHead) == Some(*b))
-                    - i64::from(self.tok(Field::QTail) == Some(*b))
-                    - self
-                        .fields
-                        .iter()
-                        .filter(|(f, v)| matches!(f, Field::Wn(_)) && **v == Val::Tok(*b))
-                        .count() as i64;
+                let named = self
+                    .fields
+                    .values()
+                    .filter(|v| matches!(v, Val::Member(m, _) if m == b))
+                    .count() as i64;
                 *n > 0 && named == *n
             }
             _ => true,
         });
+        // `shares` counts the readers of the grants that count.
+        let shares: i64 = self
+            .fields
+            .iter()
+            .filter_map(|(k, v)| match (k, v) {
+                (Field::Rg(b), Val::Int(d)) if *d > gone => self.int(Field::Rn(*b)),
+                _ => None,
+            })
+            .sum();
+        let shares_ok = match self.int(Field::Shares) {
+            None => shares == 0,
+            Some(n) => n > 0 && n == shares,
+        };
         let readers_ok = self.int(Field::Readers).unwrap_or(0) == counted.len() as i64
             && match self.int(Field::ReadersUntil) {
                 None => counted.is_empty(),
@@ -377,13 +404,14 @@ impl Hash {
                 None => true,
             })
             && owner.is_none_or(others_bounded);
-        readers_ok && queue_ok && upgradable_ok && batches_ok
+        readers_ok && queue_ok && upgradable_ok && batches_ok && shares_ok
     }
 
     /// What the fast paths (lua/fast_path.lua) take for granted without reading it:
     /// nothing of the line without `q:head` (no place, link, tail, `queue_until`, or
     /// batch waiting for its grant), `q:head` and `q:tail` together, nothing of an
-    /// upgradable hold without `u:owner`,
+    /// upgradable hold without `u:owner` (`u:until`, `u:upgrade`, `u:others`,
+    /// `u:wanted`),
     /// and (with [`summaries_agree`](Self::summaries_agree)) `readers_until` bounding
     /// every counted hold.
     pub fn fast_paths_may_skip(&self) -> bool {
@@ -399,10 +427,61 @@ impl Hash {
             });
         let ends = self.get(Field::QHead).is_some() == self.get(Field::QTail).is_some();
         let upgradable = self.get(Field::UOwner).is_some()
-            || [Field::UUntil, Field::UUpgrade, Field::UOthers]
-                .iter()
-                .all(|&f| self.get(f).is_none());
+            || [
+                Field::UUntil,
+                Field::UUpgrade,
+                Field::UOthers,
+                Field::UWanted,
+            ]
+            .iter()
+            .all(|&f| self.get(f).is_none());
         line && ends && upgradable
+    }
+
+    /// Every entry with a place (`wait:`) is in the line: reached from `q:head` by
+    /// the `wn:` links, which end at `q:tail` (releases grant only what heads the
+    /// line, so an entry outside it is never served).
+    pub fn line_is_linked(&self) -> bool {
+        let mut reached = Vec::new();
+        let mut at = self.tok(Field::QHead);
+        while let Some(entry) = at {
+            if reached.contains(&entry) {
+                return false; // a cycle
+            }
+            reached.push(entry);
+            at = self.tok(Field::Wn(entry));
+        }
+        let tail_ok = reached.last().copied() == self.tok(Field::QTail);
+        tail_ok
+            && self.fields.keys().all(|f| match f {
+                Field::Wait(entry) => reached.contains(entry),
+                _ => true,
+            })
+    }
+
+    /// When nothing that `token` left stops others any more, had its client died now:
+    /// the end of its write hold, of its place in line (a queued writer's place, or
+    /// its own place in a batch of readers, also once the batch is granted). None for
+    /// a client with a counted read hold of its own (`r:`): that one ends with the
+    /// readers' summary (at most one read lease after the last live reader's last
+    /// renewal), or when it holds nothing at all.
+    pub fn waiter_bound(&self, token: Tok, now: Time) -> Option<Time> {
+        let gone = self.int(Field::ReadersGone).unwrap_or(0);
+        if self
+            .int(Field::R(token))
+            .is_some_and(|d| d > gone && d > now)
+        {
+            return None;
+        }
+        let writer = (self.tok(Field::WOwner) == Some(token))
+            .then(|| self.int(Field::WUntil))
+            .flatten();
+        let place = match self.get(Field::Wait(token)) {
+            Some(Val::Place(deadline, _)) => Some(deadline),
+            _ => None,
+        };
+        let member = self.member(Field::Rw(token)).map(|(_, own)| own);
+        [writer, place, member].into_iter().flatten().max()
     }
 
     /// Lazy (and active) expiry: Redis drops the key once `now > expires`.
@@ -670,6 +749,8 @@ pub fn load_as(h: &mut Hash, p: &Params, now: Time, token: Tok, serve: bool) -> 
         grouped: None,
         batch: None,
         batch_place: None,
+        member_until: None,
+        shares: h.int(Field::Shares).unwrap_or(0),
         granted: None,
         leftover: false,
         place: None,
@@ -707,6 +788,7 @@ pub fn load_as(h: &mut Hash, p: &Params, now: Time, token: Tok, serve: bool) -> 
         set(&mut s, Field::ReadersGone, Val::Int(gone));
         del(&mut s, Field::Readers);
         del(&mut s, Field::ReadersUntil);
+        forget_shares(&mut s);
         sweep_leftovers(h, &mut s);
     }
     // The upgradable reader (its deadline is its `r:` field's) and its pending upgrade.
@@ -735,16 +817,18 @@ pub fn load_as(h: &mut Hash, p: &Params, now: Time, token: Tok, serve: bool) -> 
     }
     s.linked = h.get(Field::Wn(token)).is_some() || s.head == Some(token) || s.tail == Some(token);
     // The batch the token's reader waits in, or holds by.
-    if let Some(batch) = h.tok(Field::Rw(token)) {
+    if let Some((batch, own)) = h.member(Field::Rw(token)) {
         if let Some(deadline) = h.int(Field::Rg(batch)) {
             s.grouped = Some(batch);
             if deadline > s.gone {
-                s.mine = Some(deadline);
+                // Its share ends with the grant, or with its own place if that is earlier.
+                s.mine = Some(deadline.min(own));
             }
         } else if let Some(Val::Place(deadline, first_lease)) = h.get(Field::Wait(batch)) {
             (s.batch, s.batch_place) = (Some(batch), Some((deadline, first_lease)));
-            if deadline <= now {
-                leave_batch(h, &mut s, batch, false);
+            s.member_until = Some(own);
+            if deadline <= now || own <= now {
+                leave_batch(h, &mut s, batch, false); // its place lapsed
             }
         } else {
             del(&mut s, Field::Rw(token));
@@ -784,9 +868,10 @@ fn sweep_leftovers(h: &Hash, s: &mut Loaded) {
     }
 }
 
-/// `leave_batch`: the caller's reader leaves `batch` (`granted`: it held by its grant).
-fn leave_batch(h: &Hash, s: &mut Loaded, batch: Tok, granted: bool) {
-    del(s, Field::Rw(s.token));
+/// `batches.drop_member`: `token`'s reader leaves `batch` (`granted`: it held by
+/// its grant).
+fn drop_member(h: &Hash, s: &mut Loaded, token: Tok, batch: Tok, granted: bool) {
+    del(s, Field::Rw(token));
     let n = match field(h, s, Field::Rn(batch)) {
         Some(Val::Int(n)) => n,
         _ => 1,
@@ -802,10 +887,38 @@ fn leave_batch(h: &Hash, s: &mut Loaded, batch: Tok, granted: bool) {
             s.dequeued = true;
         }
     }
+}
+
+/// `batches.add_shares`: `shares` moves by `n`.
+fn add_shares(s: &mut Loaded, n: i64) {
+    s.shares += n;
+    if s.shares > 0 {
+        set(s, Field::Shares, Val::Int(s.shares));
+    } else {
+        del(s, Field::Shares);
+    }
+}
+
+/// `batches.forget`: no share counts any more (every counted reader's hold ended).
+fn forget_shares(s: &mut Loaded) {
+    if s.shares > 0 {
+        s.shares = 0;
+        del(s, Field::Shares);
+    }
+}
+
+/// `batches.leave`: the caller's reader leaves `batch` (`granted`: it held by its
+/// grant, counted while `mine` is set).
+fn leave_batch(h: &Hash, s: &mut Loaded, batch: Tok, granted: bool) {
+    let token = s.token;
+    drop_member(h, s, token, batch, granted);
     if granted {
         s.grouped = None;
+        if s.mine.is_some() {
+            add_shares(s, -1);
+        }
     } else {
-        s.batch = None;
+        (s.batch, s.batch_place, s.member_until) = (None, None, None);
     }
 }
 
@@ -821,45 +934,72 @@ fn wait_in_line(h: &Hash, s: &mut Loaded, ttl: Time, first_lease: Time) -> Tok {
     } else if s.leftover {
         del(s, Field::R(s.token));
     }
-    let (batch, place) = match s.batch {
-        Some(batch) => (batch, s.batch_place),
-        None => {
-            let tail_batch =
-                s.tail
-                    .filter(|&t| is_batch(t))
-                    .and_then(|t| match field(h, s, Field::Wait(t)) {
-                        Some(Val::Place(d, l)) if d > s.now => Some((t, (d, l))),
-                        _ => None,
-                    });
-            let (batch, place) = match tail_batch {
-                Some((t, place)) => (t, Some(place)),
-                None => {
-                    let last = match field(h, s, Field::Rseq) {
-                        Some(Val::Int(n)) => n,
-                        _ => 0,
-                    };
-                    let n = (last + 1).max(s.now_us);
-                    set(s, Field::Rseq, Val::Int(n));
-                    let batch = Tok {
-                        client: BATCH,
-                        generation: n as u64,
-                    };
-                    (batch, None)
-                }
+    let (mut batch, mut place) = (s.batch, s.batch_place);
+    if batch.is_none() {
+        // The batch at the tail, if its place is live; else a new one (its name from
+        // `rseq`).
+        let mut count = None;
+        if let Some(t) = s.tail.filter(|&t| is_batch(t))
+            && let Some(Val::Place(d, l)) = field(h, s, Field::Wait(t))
+            && d > s.now
+        {
+            (batch, place) = (Some(t), Some((d, l)));
+            count = match field(h, s, Field::Rn(t)) {
+                Some(Val::Int(n)) => Some(n),
+                _ => None,
             };
-            set(s, Field::Rw(s.token), Val::Tok(batch));
-            let n = match field(h, s, Field::Rn(batch)) {
+        }
+        if batch.is_none() {
+            let last = match field(h, s, Field::Rseq) {
                 Some(Val::Int(n)) => n,
                 _ => 0,
             };
-            set(s, Field::Rn(batch), Val::Int(n + 1));
-            (batch, place)
+            let n = (last + 1).max(s.now_us);
+            set(s, Field::Rseq, Val::Int(n));
+            batch = Some(Tok {
+                client: BATCH,
+                generation: n as u64,
+            });
         }
-    };
+        let b = batch.expect("a batch");
+        set(s, Field::Rn(b), Val::Int(count.unwrap_or(0) + 1));
+    }
+    let batch = batch.expect("a batch");
     let deadline = join_queue(s, batch, place.is_some(), ttl, first_lease, place);
     let longest = first_lease.max(place.map_or(0, |(_, l)| l));
     (s.batch, s.batch_place) = (Some(batch), Some((deadline, longest)));
+    // Its own place: the batch's lives while any of its readers comes back.
+    let own = s.now + ttl;
+    s.member_until = Some(own);
+    set(s, Field::Rw(s.token), Val::Member(batch, own));
     batch
+}
+
+/// `batches.drop_lapsed`: the shares of granted batches whose readers' own places
+/// have lapsed end (a reader that died while it waited in line blocks nobody past
+/// its place); the model's hashes are small, so HSCAN sees every field.
+fn drop_lapsed_shares(h: &Hash, s: &mut Loaded) {
+    if s.shares == 0 {
+        return;
+    }
+    let members: Vec<(Tok, Tok, Time)> = h
+        .fields
+        .iter()
+        .filter_map(|(&f, &v)| match (f, v) {
+            (Field::Rw(t), Val::Member(b, own)) => Some((t, b, own)),
+            _ => None,
+        })
+        .collect();
+    for (token, batch, own) in members {
+        if own <= s.now && token != s.token && !s.changes.contains_key(&Field::Rw(token)) {
+            let granted = matches!(field(h, s, Field::Rg(batch)), Some(Val::Int(d)) if d > s.gone);
+            if granted {
+                drop_member(h, s, token, batch, true);
+                add_shares(s, -1);
+                drop_reader(h, s, token);
+            }
+        }
+    }
 }
 
 /// `grant_batch`: every reader of `batch` (first in line) holds from now, counted,
@@ -885,10 +1025,13 @@ fn grant_batch(h: &Hash, s: &mut Loaded, batch: Tok, first_lease: Time, place_de
         set(s, Field::UOthers, Val::Int(deadline));
     }
     set(s, Field::Rg(batch), Val::Int(deadline));
+    add_shares(s, n);
     stamp_read(s);
     (s.extended, s.granted) = (true, Some(batch));
     if s.batch == Some(batch) {
-        (s.grouped, s.mine, s.batch) = (Some(batch), Some(deadline), None);
+        let own = s.member_until.unwrap_or(deadline);
+        (s.grouped, s.mine) = (Some(batch), Some(deadline.min(own)));
+        (s.batch, s.batch_place, s.member_until) = (None, None, None);
     }
 }
 
@@ -1063,7 +1206,7 @@ fn upgrade_to_write(h: &Hash, s: &mut Loaded, lease: Time) -> i64 {
     if s.upgrade.is_some() || s.upgrade_was_stored {
         del(s, Field::UUpgrade);
     }
-    if s.wanted_was_stored {
+    if s.wanted_was_stored || s.changes.get(&Field::UWanted).is_some_and(Option::is_some) {
         del(s, Field::UWanted); // waiting upgradable readers now wait for the writer
     }
     (s.upgradable, s.upgradable_until, s.upgrade) = (None, None, None);
@@ -1077,6 +1220,7 @@ fn upgrade_to_write(h: &Hash, s: &mut Loaded, lease: Time) -> i64 {
         del(s, Field::Readers);
         del(s, Field::ReadersUntil);
         clear_read(s);
+        forget_shares(s);
         sweep_leftovers(h, s);
     }
     grant_write(s, token, lease.max(read_until - s.now))
@@ -1268,6 +1412,7 @@ pub fn acquire_write(
         let published = settle(h, &mut s, p);
         return done(Reply::Granted(s.fence), published);
     }
+    drop_lapsed_shares(h, &mut s);
     if upgrade {
         if s.upgradable != Some(token) || original_beside(&s, false) {
             let published = settle(h, &mut s, p);
@@ -1367,6 +1512,7 @@ pub fn force_release(h: &mut Hash, p: &Params, now: Time) -> Outcome {
     del(&mut s, Field::Readers);
     del(&mut s, Field::ReadersUntil);
     del(&mut s, Field::ReadersGone);
+    forget_shares(&mut s);
     if s.upgradable.is_some() {
         end_upgradable(&mut s);
     }
@@ -1461,8 +1607,13 @@ pub fn live_view(h: &Hash, p: &Params, now: Time) -> View {
     // What loading noted (expired entries purged, a batch of readers granted).
     flush(&mut copy, &s);
     let gone = s.gone;
-    let grant = |t: Tok| match copy.get(Field::Rw(t)) {
-        Some(Val::Tok(b)) => copy.int(Field::Rg(b)),
+    // A member's share counts while its batch's grant does; it holds until the
+    // grant's deadline or its own place's, whichever is earlier.
+    let grant = |t: Tok| match copy.member(Field::Rw(t)) {
+        Some((b, own)) => copy
+            .int(Field::Rg(b))
+            .filter(|&d| d > gone)
+            .map(|d| d.min(own)),
         _ => None,
     };
     let counted: BTreeMap<Tok, Time> = if s.nreaders > 0 {
@@ -1470,7 +1621,7 @@ pub fn live_view(h: &Hash, p: &Params, now: Time) -> View {
             .iter()
             .filter_map(|(f, v)| match (f, v) {
                 (Field::R(t), Val::Int(d)) if *d > gone => Some((*t, *d)),
-                (Field::Rw(t), _) => grant(*t).filter(|&d| d > gone).map(|d| (*t, d)),
+                (Field::Rw(t), _) => grant(*t).map(|d| (*t, d)),
                 _ => None,
             })
             .collect()
@@ -1540,6 +1691,7 @@ impl fmt::Display for Hash {
                 Field::Rn(t) => write!(f, "rn:{t}")?,
                 Field::Rg(t) => write!(f, "rg:{t}")?,
                 Field::Rseq => write!(f, "rseq")?,
+                Field::Shares => write!(f, "shares")?,
                 Field::QHead => write!(f, "q:head")?,
                 Field::QTail => write!(f, "q:tail")?,
                 Field::QueueUntil => write!(f, "queue_until")?,
@@ -1560,6 +1712,7 @@ impl fmt::Display for Hash {
                 Val::Int(n) => write!(f, "={n}")?,
                 Val::Tok(t) => write!(f, "={t}")?,
                 Val::Place(deadline, lease) => write!(f, "={deadline}:{lease}")?,
+                Val::Member(batch, deadline) => write!(f, "={batch}:{deadline}")?,
             }
         }
         if let Some(at) = self.expires {

@@ -63,6 +63,10 @@ impl Lock {
                 |_: &Lock, s: &State| s.hash.summaries_agree(),
             ),
             Property::always(
+                "every place in line is reachable from q:head",
+                |_: &Lock, s: &State| s.hash.line_is_linked(),
+            ),
+            Property::always(
                 "what the fast paths take for granted holds",
                 |_: &Lock, s: &State| s.hash.fast_paths_may_skip(),
             ),
@@ -282,6 +286,10 @@ impl Lock {
                 })
             },
         ));
+        props.push(Property::always(
+            "a client that died blocks nobody past its write hold or its place in line",
+            |m: &Lock, s: &State| dead_block_nobody(m, s),
+        ));
         if self.cfg.wait_bound.is_some() {
             props.push(Property::always(
                 "every waiter is served within the wait bound",
@@ -319,6 +327,37 @@ fn waits_bounded(m: &Lock, s: &State) -> bool {
             }
             _ => true,
         }
+    })
+}
+
+/// Once a dead client's bound has passed ([`lua::Hash::waiter_bound`]), every
+/// waiter's acquire that would be granted had the dead client released is granted.
+fn dead_block_nobody(m: &Lock, s: &State) -> bool {
+    let p = &m.cfg.params;
+    s.clients.iter().all(|d| {
+        let Some((dead, _)) = d.dead.filter(|&(_, bound)| s.now >= bound) else {
+            return true;
+        };
+        s.clients.iter().all(|w| {
+            // A waiting acquire, or an upgrade (it waits while its read hold goes on).
+            let access = match w.phase {
+                Phase::Waiting { access, .. } => access,
+                _ => Access::Upgrade,
+            };
+            let (Some(wait), Some(token)) = (w.wait(), w.token()) else {
+                return true;
+            };
+            if wait.paused || w.paused_until > s.now || w.inflight.is_some() {
+                return true;
+            }
+            let granted = |h: &mut lua::Hash| {
+                let out = m.acquire(h, s.now, token, access, true);
+                matches!(out.reply, Reply::Granted(_))
+            };
+            let mut without = s.hash.clone();
+            lua::release(&mut without, p, s.now, dead);
+            !granted(&mut without) || granted(&mut s.hash.clone())
+        })
     })
 }
 

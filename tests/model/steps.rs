@@ -72,7 +72,7 @@ impl Lock {
     }
 
     /// Runs acquire `access` as the crate does (writer preference).
-    fn acquire(
+    pub(super) fn acquire(
         &self,
         h: &mut lua::Hash,
         now: Time,
@@ -133,7 +133,7 @@ impl Lock {
         let queued = &view_before.queue;
         // A reader whose batch heads the line (behind places that lapsed) goes with it.
         let first_in_its_batch = match before.fields.get(&lua::Field::Rw(token)) {
-            Some(&lua::Val::Tok(batch)) => queued.first().is_some_and(|&(t, _)| t == batch),
+            Some(&lua::Val::Member(batch, _)) => queued.first().is_some_and(|&(t, _)| t == batch),
             _ => false,
         };
         if let (Op::Acquire { access, .. }, Reply::Granted(_)) = (op, out.reply) {
@@ -618,7 +618,13 @@ impl Lock {
             Action::GiveUp(i) => self.give_up(&mut s, i, note)?,
             Action::Crash(i) => {
                 s.budget.crashes -= 1;
+                let token = s.clients[i as usize].token();
+                // A renewal still on its way may extend what it left: no bound then.
+                let bound = token
+                    .filter(|_| s.clients[i as usize].late.is_none())
+                    .and_then(|t| s.hash.waiter_bound(t, now).map(|b| (t, b)));
                 let c = &mut s.clients[i as usize];
+                c.dead = bound;
                 c.phase = Phase::Crashed;
                 c.inflight = None;
                 c.woken = false;

@@ -112,6 +112,9 @@ impl Lock {
             if let Some(late) = &mut c.late {
                 late.token = self.rename_tok(perm, late.token);
             }
+            if let Some((token, _)) = &mut c.dead {
+                *token = self.rename_tok(perm, *token);
+            }
             out.clients[perm[i]] = c;
         }
         out

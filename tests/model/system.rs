@@ -345,6 +345,10 @@ pub struct Client {
     /// its next renewal, downgrade, upgrade or fenced write), but none of those may
     /// succeed, and its belief does not count for exclusion.
     pub evicted: bool,
+    /// It crashed while it waited (or held a write hold, or a share of a batch's
+    /// grant): its token, and when what it left in the hash stops blocking others
+    /// ([`lua::Hash::waiter_bound`]).
+    pub dead: Option<(Tok, Time)>,
 }
 
 /// Violations recorded when they happen (bits of `State::violations`).
@@ -521,6 +525,7 @@ impl Model for Lock {
             gave_up: false,
             grantable_since: None,
             evicted: false,
+            dead: None,
         };
         vec![State {
             now: 0,
