@@ -31,6 +31,7 @@ if s.writer == s.token then
   settle(s)
   return { 1, s.fence }
 end
+batches.drop_lapsed(s) -- readers that died in line keep nobody out past their places
 
 if upgrade then
   if s.upgradable ~= s.token or original_beside(s, false) then

@@ -19,8 +19,9 @@
 --      `q:tail` with it while it is present;
 --   2. nothing of an upgradable hold without `u:owner`: no `u:until`, `u:upgrade`,
 --      `u:others`;
---   3. `readers` and `readers_until` exist together, and no counted hold (an `r:`
---      field above `readers_gone`, a batch's grant) ends after `readers_until`;
+--   3. `readers` and `readers_until` exist together, no counted hold (an `r:`
+--      field above `readers_gone`, a batch's grant) ends after `readers_until`,
+--      and `shares` exists only while a batch's grant counts;
 --   4. our writer's `write` stamp equals `wstamp`; a `write` field that does not
 --      is an original writer's (and so is one without `w:owner`).
 -- HMGET gives false for a missing field. Each returns the reply, or nil and the
@@ -132,7 +133,7 @@ function fast.join(argv, now, now_us, v, n, last)
     writes = { 'rseq', int(number) }
     fast.link(writes, tail, batch)
   end
-  writes[#writes + 1], writes[#writes + 2] = 'rw:' .. token, batch
+  writes[#writes + 1], writes[#writes + 2] = 'rw:' .. token, batch .. ':' .. int(now + ttl)
   writes[#writes + 1], writes[#writes + 2] = 'rn:' .. batch, count + 1
   writes[#writes + 1], writes[#writes + 2] = 'wait:' .. batch,
     int(deadline) .. ':' .. int(first_lease)
@@ -205,8 +206,9 @@ function fast.acquire_write(argv)
 end
 
 -- A writer refused behind our live writer, or behind our live readers with no batch
--- of readers at the head of the line (which the full way may let in), takes a place
--- at the tail of the line (queue.lua `join_queue`); `v`: acquire_write's fields, to
+-- of readers at the head of the line (which the full way may let in) and none that
+-- holds by a batch's grant (whose places the full way looks at), takes a place at
+-- the tail of the line (queue.lua `join_queue`); `v`: acquire_write's fields, to
 -- which one more HMGET adds what the line and the holds' ends need. Returns the
 -- refusal, or nil for the full way.
 function fast.queue_writer(argv, now, now_us, v)
@@ -215,8 +217,8 @@ function fast.queue_writer(argv, now, now_us, v)
     return nil -- try_write
   end
   local more = redis.call('HMGET', KEY, 'w:until', 'wstamp', 'rstamp', 'readers_until', 'q:tail',
-    'queue_until', 'wait:' .. token, 'wn:' .. token)
-  for i = 1, 8 do
+    'queue_until', 'wait:' .. token, 'wn:' .. token, 'shares')
+  for i = 1, 9 do
     v[10 + i] = more[i]
   end
   local head, tail = v[2], v[15]
@@ -234,7 +236,7 @@ function fast.queue_writer(argv, now, now_us, v)
     end
   else
     holds = tonumber(v[14]) or 0
-    if v[5] or n == 0 or holds <= now or (head and sub(head, 1, 2) == 'r#') then
+    if v[5] or n == 0 or holds <= now or (head and sub(head, 1, 2) == 'r#') or v[19] then
       return nil
     end
   end
@@ -279,8 +281,8 @@ end
 -- own `r:` field, or (`releasing`) its share of a granted batch of readers (its `rw:`
 -- field; the batch's deadline and count come from a second HMGET), or its own
 -- upgradable hold when no upgrade waits and no other upgradable reader asked. Returns the
--- hold's deadline, the readers' count and latest deadline, and for a share the batch
--- and its count. Nil for anything else (the full way cleans up what expired).
+-- hold's deadline, the readers' count and latest deadline, and for a share the batch,
+-- its count and `shares`. Nil for anything else (the full way cleans up what expired).
 function fast.plain_reader(v, now, token, releasing)
   if v[2] or v[6] or v[9] or v[16] or (v[7] and v[7] ~= v[8]) then
     return nil
@@ -298,10 +300,12 @@ function fast.plain_reader(v, now, token, releasing)
       return mine, n, last
     end
   elseif v[4] and not v[1] and releasing then
-    local b = redis.call('HMGET', KEY, 'rg:' .. v[4], 'rn:' .. v[4])
-    local mine = tonumber(b[1])
-    if mine and mine > gone then
-      return mine, n, last, v[4], tonumber(b[2]) or 1
+    local batch, own = parse_place(v[4])
+    local b = redis.call('HMGET', KEY, 'rg:' .. batch, 'rn:' .. batch, 'shares')
+    local granted = tonumber(b[1])
+    if granted and granted > gone then
+      -- Its share ends with the grant, or with its own place if that is earlier.
+      return min(granted, own), n, last, batch, tonumber(b[2]) or 1, tonumber(b[3]) or 1
     end
   end
   return nil
@@ -314,15 +318,20 @@ function fast.plain_writer(v, token, now)
     or v[11] or v[16]) and v[9] and v[9] == v[10]
 end
 
--- A reader that holds by its share of `batch` (`count` readers) leaves it and the
--- readers (`n`): the batch goes with its last reader, the summaries and the stamp
--- with the last reader.
-function fast.leave_batch(token, batch, count, n)
+-- A reader that holds by its share of `batch` (`count` readers) leaves it, the
+-- counted shares (`shares`) and the readers (`n`): the batch goes with its last
+-- reader, the summaries and the stamp with the last reader.
+function fast.leave_batch(token, batch, count, shares, n)
   local deleted, written = { 'rw:' .. token }, {}
   if count > 1 then
     written[1], written[2] = 'rn:' .. batch, count - 1
   else
     deleted[2], deleted[3] = 'rn:' .. batch, 'rg:' .. batch
+  end
+  if shares > 1 then
+    written[#written + 1], written[#written + 2] = 'shares', shares - 1
+  else
+    deleted[#deleted + 1] = 'shares'
   end
   if n > 1 then
     written[#written + 1], written[#written + 2] = 'readers', n - 1
@@ -355,10 +364,10 @@ function fast.release(argv)
   local token = argv[4]
   local now, now_us = server_time()
   local v = fast.own_hold(token)
-  local mine, n, _, batch, count = fast.plain_reader(v, now, token, true)
+  local mine, n, _, batch, count, shares = fast.plain_reader(v, now, token, true)
   if mine and not fast.line_in_the_way(v, n == 1) then
     if batch then
-      fast.leave_batch(token, batch, count, n)
+      fast.leave_batch(token, batch, count, shares, n)
     elseif v[5] then
       fast.leave_upgradable(token, n)
     elseif n > 1 then

@@ -44,6 +44,7 @@ end)
 del(s, 'readers')
 del(s, 'readers_until')
 del(s, 'readers_gone')
+batches.forget(s)
 if s.upgradable then
   end_upgradable(s)
 end

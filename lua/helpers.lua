@@ -46,10 +46,12 @@ local function publish(message)
   redis.call(PUBLISH, KEY .. ':released', message)
 end
 
--- "<deadline>:<first lease>" as two numbers.
+-- A place, "<deadline>:<first lease>", as two numbers; a reader's `rw:` field,
+-- "<batch>:<deadline>", as its batch's name and a number.
 local function parse_place(value)
   local colon = find(value, ':', 1, true)
-  return tonumber(sub(value, 1, colon - 1)), tonumber(sub(value, colon + 1))
+  local first = sub(value, 1, colon - 1)
+  return tonumber(first) or first, tonumber(sub(value, colon + 1))
 end
 
 -- The `layout` field's value while a line exists (queue.lua): over 64 bytes long.

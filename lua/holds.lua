@@ -19,14 +19,19 @@
 --                     held, so the end of that hold is announced ('u')
 --   fence             last fencing token issued: max(fence + 1, server time in
 --                     microseconds), so tokens keep rising after the key expired
---   rw:<token>        the batch a reader waits in (writer preference: readers that
---                     find writers ahead wait in line, in batches), until its share
---                     of the batch's grant becomes its own `r:` field
+--   rw:<token>        "<batch>:<deadline>": the batch a reader waits in (writer
+--                     preference: readers that find writers ahead wait in line, in
+--                     batches), until its share of the batch's grant becomes its own
+--                     `r:` field, and the deadline of its own place in it (ms; its
+--                     last attempt plus the place's lifetime)
 --   rn:<batch>        how many readers wait in the batch, or (once granted) hold by
 --                     it without an `r:` field of their own yet
 --   rg:<batch>        the deadline of a granted batch's readers (ms): they are
---                     counted in `readers`; each one's hold ends there unless it
---                     renews (its next script turns its share into an `r:` field)
+--                     counted in `readers`; each one's hold ends there, or at its own
+--                     place's deadline if that is earlier, unless it renews (its next
+--                     script turns its share into an `r:` field)
+--   shares            how many counted readers hold by a batch's grant without an
+--                     `r:` field of their own yet (absent: none)
 --   rseq              the last batch number: max(rseq + 1, server time in µs), so
 --                     a batch's name is never used twice, also after the key expired
 --   the line of writers and reader batches (queue.lua) and the layout's stamps
@@ -58,14 +63,15 @@ local function sweep_leftovers(s)
 end
 
 -- Readers waiting in line, in batches (one table: a function library's chunk may
--- hold no more than 60 locals): `leave`, `join`, `grant`, `serve` below.
+-- hold no more than 60 locals): `leave`, `join`, `grant`, `serve`, `drop_lapsed`
+-- and the count of their shares below.
 local batches = {}
 
--- The caller's reader leaves its batch (`granted`: it held by the batch's grant):
--- the batch counts one reader less, and goes when none is left (a waiting batch's
--- place is then withdrawn).
-function batches.leave(s, batch, granted)
-  del(s, 'rw:' .. s.token)
+-- `token`'s reader leaves `batch` (`granted`: it held by the batch's grant): the
+-- batch counts one reader less, and goes when none is left (a waiting batch's place
+-- is then withdrawn).
+function batches.drop_member(s, token, batch, granted)
+  del(s, 'rw:' .. token)
   local n = (tonumber(fields(s, { 'rn:' .. batch })[1]) or 1) - 1
   if n > 0 then
     set(s, 'rn:' .. batch, n)
@@ -78,10 +84,37 @@ function batches.leave(s, batch, granted)
       s.dequeued = true
     end
   end
+end
+
+-- `shares` moves by `n`.
+function batches.add_shares(s, n)
+  s.shares = s.shares + n
+  if s.shares > 0 then
+    set(s, 'shares', s.shares)
+  else
+    del(s, 'shares')
+  end
+end
+
+-- No share counts any more: every counted reader's hold ended.
+function batches.forget(s)
+  if s.shares > 0 then
+    s.shares = 0
+    del(s, 'shares')
+  end
+end
+
+-- The caller's reader leaves its batch (`granted`: it held by the batch's grant,
+-- counted while `mine` is set).
+function batches.leave(s, batch, granted)
+  batches.drop_member(s, s.token, batch, granted)
   if granted then
     s.grouped = nil
+    if s.mine then
+      batches.add_shares(s, -1)
+    end
   else
-    s.batch = nil
+    s.batch, s.batch_place, s.member_until = nil, nil, nil
   end
 end
 
@@ -129,10 +162,12 @@ function batches.grant(s, batch, first_lease, place_deadline)
     set(s, 'u:others', int(deadline))
   end
   set(s, 'rg:' .. batch, int(deadline))
+  batches.add_shares(s, n)
   layout.stamp_read(s)
   s.extended, s.granted = true, batch
   if s.batch == batch then
-    s.grouped, s.mine, s.batch = batch, deadline, nil
+    s.grouped, s.mine = batch, min(deadline, s.member_until or deadline)
+    s.batch, s.batch_place, s.member_until = nil, nil, nil
   end
 end
 
@@ -158,7 +193,8 @@ end
 -- summaries above and the queue's ends, then the layout's. Built once (in the
 -- function library, once per load of the library).
 local LOCK_FIELDS = { 'w:owner', 'w:until', 'readers', 'readers_until', 'readers_gone', 'fence',
-  'q:head', 'q:tail', 'queue_until', 'u:owner', 'u:until', 'u:upgrade', 'u:others', 'u:wanted' }
+  'q:head', 'q:tail', 'queue_until', 'u:owner', 'u:until', 'u:upgrade', 'u:others', 'u:wanted',
+  'shares' }
 for i = 1, #layout.fields do
   LOCK_FIELDS[#LOCK_FIELDS + 1] = layout.fields[i]
 end
@@ -190,7 +226,7 @@ local function load(token, as_found, now, now_us)
   local s = { now = now, now_us = now_us, token = token, h = h, changes = {}, known = known,
     fence = tonumber(h['fence']) or 0, nreaders = tonumber(h['readers']) or 0,
     readers_until = tonumber(h['readers_until']) or 0, gone = tonumber(h['readers_gone']) or 0,
-    others_until = tonumber(h['u:others']) or 0,
+    others_until = tonumber(h['u:others']) or 0, shares = tonumber(h['shares']) or 0,
     head = h['q:head'], tail = h['q:tail'], queue_until = tonumber(h['queue_until']) or 0,
     freed_writer = false, dequeued = false, extended = false,
     upgradable_ended = false, upgrade_ended = false }
@@ -212,6 +248,7 @@ local function load(token, as_found, now, now_us)
     set(s, 'readers_gone', int(s.gone))
     del(s, 'readers')
     del(s, 'readers_until')
+    batches.forget(s)
     sweep_leftovers(s)
   end
   -- The upgradable reader (its deadline is its `r:` field's, so it expires with it)
@@ -246,18 +283,20 @@ local function load(token, as_found, now, now_us)
   s.linked = token ~= '' and (h[next_field] ~= nil or s.head == token or s.tail == token)
   -- The batch the token's reader waits in, or holds by (`mine`: its share counts).
   if h[member_field] then
-    local batch = h[member_field]
+    local batch, own = parse_place(h[member_field])
     -- Its count too: leaving the batch, or the batch's grant, needs it next.
     local b = fields(s, { 'rg:' .. batch, 'wait:' .. batch, 'rn:' .. batch })
     if b[1] then
       s.grouped = batch
       if tonumber(b[1]) > s.gone then
-        s.mine = tonumber(b[1])
+        -- Its share ends with the grant, or with its own place if that is earlier.
+        s.mine = min(tonumber(b[1]), own)
       end
     elseif b[2] then
       local deadline, first_lease = parse_place(b[2])
       s.batch, s.batch_place = batch, { deadline = deadline, first_lease = first_lease }
-      if deadline <= now then
+      s.member_until = own
+      if deadline <= now or own <= now then
         batches.leave(s, batch, false) -- its place lapsed: it waits in line no more
       end
     else
@@ -440,13 +479,45 @@ function batches.join(s, ttl, first_lease)
       set(s, 'rseq', int(n))
       batch = 'r#' .. int(n)
     end
-    set(s, 'rw:' .. s.token, batch)
     set(s, 'rn:' .. batch, (tonumber(count) or 0) + 1)
   end
   local deadline = join_queue(s, batch, place ~= nil, ttl, first_lease, place)
   s.batch, s.batch_place = batch, { deadline = deadline, first_lease = max(first_lease,
     place and place.first_lease or 0) }
+  -- Its own place: the batch's lives while any of its readers comes back.
+  s.member_until = s.now + ttl
+  set(s, 'rw:' .. s.token, batch .. ':' .. int(s.member_until))
   return batch
+end
+
+-- The shares of granted batches whose readers' own places have lapsed end: a
+-- reader that died while it waited in line blocks nobody past its place, also when
+-- its batch was granted after it died. Looks only while some share counts
+-- (`shares`), through every `rw:` field (HSCAN pages): a writer or an upgrade is
+-- refused while readers that have not claimed their shares are counted, which live
+-- readers do at once (their release or first renewal).
+function batches.drop_lapsed(s)
+  if s.shares == 0 then
+    return
+  end
+  local cursor = '0'
+  repeat
+    local page = redis.call('HSCAN', KEY, cursor, 'MATCH', 'rw:*', 'COUNT', 100)
+    cursor = page[1]
+    local found = page[2]
+    for i = 1, #found, 2 do
+      local batch, own = parse_place(found[i + 1])
+      local token = sub(found[i], 4)
+      if own <= s.now and token ~= s.token and s.changes[found[i]] == nil then
+        local granted = tonumber(fields(s, { 'rg:' .. batch })[1])
+        if granted and granted > s.gone then
+          batches.drop_member(s, token, batch, true)
+          batches.add_shares(s, -1)
+          drop_reader(s, token)
+        end
+      end
+    end
+  until cursor == '0'
 end
 
 local function drop_writer(s)
@@ -478,7 +549,7 @@ local function upgrade_to_write(s, lease)
   if s.upgrade or s.h['u:upgrade'] then
     del(s, 'u:upgrade')
   end
-  if s.h['u:wanted'] then
+  if s.h['u:wanted'] or s.changes['u:wanted'] then
     del(s, 'u:wanted') -- waiting upgradable readers now wait for the writer
   end
   s.upgradable, s.upgradable_until, s.upgrade = nil, nil, nil
@@ -491,6 +562,7 @@ local function upgrade_to_write(s, lease)
     del(s, 'readers')
     del(s, 'readers_until')
     layout.clear_read(s)
+    batches.forget(s)
     sweep_leftovers(s)
   end
   return grant_write(s, token, max(lease, read_until - s.now))

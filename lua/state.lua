@@ -11,8 +11,9 @@
 --          {{waiting_reader_token, until_ms}, ...}}
 -- with queued writers first in line first; the upgradable reader is also one of the
 -- readers; readers that hold by a batch's grant are readers (until: the batch's
--- deadline); waiting readers are those that wait in line (until: when their batch's
--- place lapses unless one of them comes back), first in line first.
+-- deadline, or their own place's if that is earlier); waiting readers are those that
+-- wait in line (until: when their own place lapses unless they come back), first in
+-- line first.
 bind(KEYS, ARGV)
 local s = load('', true)
 
@@ -25,8 +26,9 @@ local readers, members = {}, {}
 for field, value in pairs(h) do
   local kind = sub(field, 1, 3)
   if kind == 'rw:' then
-    members[value] = members[value] or {}
-    members[value][#members[value] + 1] = sub(field, 4)
+    local batch, own = parse_place(value)
+    members[batch] = members[batch] or {}
+    members[batch][#members[batch] + 1] = { sub(field, 4), own }
   elseif s.nreaders > 0 and sub(field, 1, 2) == 'r:' then
     local deadline = tonumber(value)
     if deadline > s.gone and deadline > s.now then
@@ -37,9 +39,12 @@ end
 -- Readers that hold by a batch's grant.
 for batch, tokens in pairs(members) do
   local deadline = tonumber(h['rg:' .. batch])
-  if s.nreaders > 0 and deadline and deadline > s.gone and deadline > s.now then
-    for _, token in ipairs(tokens) do
-      readers[#readers + 1] = { token, deadline }
+  if s.nreaders > 0 and deadline and deadline > s.gone then
+    for _, member in ipairs(tokens) do
+      local until_ = min(deadline, member[2])
+      if until_ > s.now then
+        readers[#readers + 1] = { member[1], until_ }
+      end
     end
   end
 end
@@ -51,8 +56,10 @@ while entry do
     if deadline <= s.now then
       -- lapsed: nobody waits there any more
     elseif is_batch(entry) then
-      for _, token in ipairs(members[entry] or {}) do
-        waiting[#waiting + 1] = { token, deadline }
+      for _, member in ipairs(members[entry] or {}) do
+        if member[2] > s.now then
+          waiting[#waiting + 1] = member
+        end
       end
     else
       queue[#queue + 1] = { entry, deadline }
