@@ -15,15 +15,13 @@
 
 mod common;
 
-use std::io::Read;
-use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;
 
-use redis_rwlock::{Error, LockOptions, RwLock};
+use redis_rwlock::{Error, LockMode, LockOptions, RwLock};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 
-use common::{cluster_client, kill9, shared_cluster, unique_name};
+use common::{Exec, cluster_client, unique_name, until_changed};
 
 /// How long a queued place lives after its waiter's last attempt with the default
 /// 10 s write lease: a place lives the write lease kept between 1.5 s and 3.3 s
@@ -56,95 +54,6 @@ struct Blocked {
     try_read: Option<Duration>,
 }
 
-/// The writer that dies: `redis-rwlock exec --write --lease <write lease> <name> --
-/// cat` on the shared cluster, in a process of its own. Dropping it SIGKILLs the tool
-/// if it still runs, and closes the stdin that `cat` (the command, run only if the
-/// tool ever got the lock) reads, so a failing test leaves no process behind.
-struct DoomedWriter {
-    child: Child,
-    /// The write end of the command's stdin: `cat` ends when it closes.
-    stdin: Option<ChildStdin>,
-    killed: bool,
-}
-
-impl DoomedWriter {
-    fn start(name: &str, write_lease: Duration) -> DoomedWriter {
-        let lease = format!("{}ms", write_lease.as_millis());
-        let mut child = Command::new(env!("CARGO_BIN_EXE_redis-rwlock"))
-            .env_remove("REDIS_URL")
-            .env_remove("REDIS_CLUSTER_NODES")
-            .arg("--cluster")
-            .arg(shared_cluster().urls().join(","))
-            .args(["exec", "--write", "--lease", &lease, name, "--", "cat"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start redis-rwlock");
-        let stdin = child.stdin.take();
-        DoomedWriter {
-            child,
-            stdin,
-            killed: false,
-        }
-    }
-
-    /// Fails, with what the tool said, if it has exited.
-    fn assert_running(&mut self) {
-        if let Some(status) = self.child.try_wait().unwrap() {
-            panic!(
-                "redis-rwlock exited ({status}) while waiting: {}",
-                self.stderr()
-            );
-        }
-    }
-
-    /// Polls the lock's state until `n` writers are queued (the tool among them);
-    /// fails after 10 s, or at once if the tool exited.
-    async fn until_queued(&mut self, lock: &RwLock, n: usize) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            self.assert_running();
-            let state = lock.state().await.unwrap();
-            if state.queued_writers.len() == n {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{n} writers never queued; last: {state:?}"
-            );
-            sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    /// SIGKILLs the tool (it never sends another command) and waits until it is gone.
-    fn kill(&mut self) {
-        self.assert_running();
-        kill9(self.child.id());
-        self.killed = true;
-    }
-
-    /// What the tool wrote to stderr (read once it has exited).
-    fn stderr(&mut self) -> String {
-        let mut text = String::new();
-        if let Some(mut stderr) = self.child.stderr.take() {
-            let _ = stderr.read_to_string(&mut text);
-        }
-        text
-    }
-}
-
-impl Drop for DoomedWriter {
-    fn drop(&mut self) {
-        if !self.killed {
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
-        // Ends `cat` if the tool ever started it.
-        self.stdin = None;
-    }
-}
-
 /// The deadline of the place at the head of the queue, in server time (ms).
 async fn head_place(lock: &RwLock) -> i64 {
     let state = lock.state().await.unwrap();
@@ -167,8 +76,11 @@ async fn waiter_behind_a_dead_writer(write_lease: Duration, behind: Behind) -> B
     let lock = holders.rwlock_with(&name, options.clone());
     let reader = lock.read().await.unwrap();
 
-    let mut doomed = DoomedWriter::start(&name, write_lease);
-    doomed.until_queued(&lock, 1).await;
+    // The writer that dies: `cat` would run only if it ever got the lock.
+    let mut doomed = Exec::start(&name, LockMode::Write, write_lease, &["cat"]);
+    doomed
+        .until(&lock, "the writer queued", |s| s.queued_writers.len() == 1)
+        .await;
     let waiter: JoinHandle<Instant> = {
         let lock = waiters.rwlock_with(&name, options);
         match behind {
@@ -187,20 +99,18 @@ async fn waiter_behind_a_dead_writer(write_lease: Duration, behind: Behind) -> B
         }
     };
     if let Behind::Writer = behind {
-        doomed.until_queued(&lock, 2).await;
+        doomed
+            .until(&lock, "2 writers queued", |s| s.queued_writers.len() == 2)
+            .await;
     }
 
     // W1 dies right after a refresh of its place (a re-check comes every 0.5 s to a
     // third of the place's lifetime).
     let before = head_place(&lock).await;
-    let watching = Instant::now();
-    while head_place(&lock).await == before {
-        assert!(
-            watching.elapsed() < Duration::from_secs(3),
-            "the queued writer never refreshed its place"
-        );
-        sleep(Duration::from_millis(5)).await;
-    }
+    let within = Instant::now() + Duration::from_secs(3);
+    until_changed(&before, || head_place(&lock), within)
+        .await
+        .expect("the queued writer never refreshed its place");
     let died = Instant::now();
     doomed.kill();
     assert!(

@@ -46,19 +46,40 @@ pub async fn raw_cluster() -> redis::cluster_async::ClusterConnection {
         .expect("connect to the test cluster")
 }
 
-/// Polls the lock's state until `pred` holds; fails after 10 s.
-pub async fn wait_for(lock: &RwLock, pred: impl Fn(&LockState) -> bool) {
+/// Polls the lock's state until `pred` holds, and returns that state; fails after
+/// 10 s.
+pub async fn wait_for(lock: &RwLock, pred: impl Fn(&LockState) -> bool) -> LockState {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let state = lock.state().await.expect("read the lock state");
         if pred(&state) {
-            return;
+            return state;
         }
         assert!(
             Instant::now() < deadline,
             "state never reached; last: {state:?}"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Polls `look` every 5 ms until it answers something other than `before` (say, a
+/// place in line that its waiter's re-check refreshed), and returns that answer;
+/// `None` if it still answers `before` at `deadline`.
+pub async fn until_changed<T: PartialEq, F: Future<Output = T>>(
+    before: &T,
+    mut look: impl FnMut() -> F,
+    deadline: Instant,
+) -> Option<T> {
+    loop {
+        let now = look().await;
+        if now != *before {
+            return Some(now);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 

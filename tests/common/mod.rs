@@ -33,7 +33,8 @@
 //! * `locks.rs`: clients, unique names and an exclusion checker for lock tests;
 //! * `original.rs`: clients of the original design (`tests/original/`);
 //! * `scripts.rs`: the scripts' sources, as the crate assembles them;
-//! * `tool.rs`: running the `redis-rwlock` binary (feature `cli`, unix);
+//! * `tool.rs`: running the `redis-rwlock` binary (feature `cli`, unix), also as a
+//!   waiter in a process of its own ([`Exec`]);
 //! * `scale.rs`: one lock at scale, phase by phase, with each script's server time
 //!   per call (also run by the benchmark's `at_scale` scenario).
 
