@@ -48,8 +48,9 @@ fn options() -> LockOptions {
     LockOptions::default().read_lease(LEASE).write_lease(LEASE)
 }
 
-/// Where the reader with `token` waits, as stored: the batch its `rw:` field names
-/// and that batch's place (`wait:<batch>`).
+/// Where the reader with `token` waits, as stored: its `rw:` field (the batch it
+/// names and its own place's deadline, `"<batch>:<deadline>"`) and that batch's
+/// place (`wait:<batch>`).
 async fn stored_place(
     mut raw: ClusterConnection,
     key: &str,
@@ -61,7 +62,7 @@ async fn stored_place(
         .query_async(&mut raw)
         .await
         .unwrap();
-    let place = match &batch {
+    let place = match batch.as_deref().and_then(|b| b.split(':').next()) {
         Some(batch) => redis::cmd("HGET")
             .arg(key)
             .arg(format!("wait:{batch}"))
@@ -76,7 +77,30 @@ async fn stored_place(
 /// The deadline of the first waiting batch's place, if a batch waits.
 async fn batch_place(lock: &RwLock) -> Option<chrono::DateTime<chrono::Utc>> {
     let state = lock.state().await.unwrap();
-    state.waiting_readers.first().map(|reader| reader.until)
+    // Each waiting reader shows its own place; the batch's is the latest of them.
+    state
+        .waiting_readers
+        .iter()
+        .map(|reader| reader.until)
+        .max()
+}
+
+/// The batches the lock's readers wait in, from their `rw:` fields
+/// (`"<batch>:<deadline>"`).
+async fn batches_waited_in(key: &str) -> Vec<String> {
+    let fields: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+        .arg(key)
+        .query_async(&mut raw_cluster().await)
+        .await
+        .unwrap();
+    let mut batches: Vec<String> = fields
+        .iter()
+        .filter(|(field, _)| field.starts_with("rw:"))
+        .filter_map(|(_, member)| member.split(':').next().map(str::to_owned))
+        .collect();
+    batches.sort();
+    batches.dedup();
+    batches
 }
 
 /// Two writers that take turns until `stop`: write, hold 300 ms, release, ask
@@ -291,12 +315,13 @@ async fn writer_behind_a_batch_with_a_dead_reader(ahead: Ahead) -> (Duration, St
         guard.release().await.unwrap();
         at
     });
-    // It joins the dead reader's batch, whose place it refreshes from now on: both
-    // show that place (a batch of its own behind D's would have a later one).
+    // It joins the dead reader's batch, whose place it refreshes from now on.
     let state = wait_for(&lock, |s| s.waiting_readers.len() == 2).await;
+    let batches = batches_waited_in(&format!("rwlock:{{{name}}}")).await;
     assert_eq!(
-        state.waiting_readers[0].until, state.waiting_readers[1].until,
-        "the live reader waits in the dead one's batch: {state:?}"
+        batches.len(),
+        1,
+        "the live reader waits in the dead one's batch: {batches:?}, {state:?}"
     );
     let w2 = spawn_writer(&others.rwlock_with(&name, options()));
     wait_for(&lock, |s| s.queued_writers.len() == 1).await;
