@@ -238,9 +238,11 @@ fn acquires_after_withdrawal(calls: &[ScriptCall], token: &str) -> usize {
 /// driver cannot reconnect to the lock's master (every relay stalls new
 /// connections): its resend waits for a connection while the caller drops the
 /// acquire. Then connections go through again: the background release runs, and
-/// the driver, whose caller is gone, must never send the acquire again (it checks
-/// before every send that the caller still waits, and drops the request if not).
-/// The first run of the acquire, granted, is what the release removes.
+/// the driver, whose caller is gone, must never send the acquire again. (redis-rs
+/// 1.8 checks before each send, in `Request::poll` and `dispatch_pending`, that the
+/// caller's receiver is still open, and drops the request if not; a send it made
+/// while the caller still waited is queued on the node's connection ahead of the
+/// release.) The first run of the acquire, granted, is what the release removes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_dropped_while_its_resend_waits_for_a_connection_is_never_resent() {
     let proxied = blocking(|| LocalRedis::cluster().behind_proxies());
