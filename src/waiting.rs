@@ -376,8 +376,11 @@ fn jitter() -> Duration {
 /// A token that may hold something on the server until the acquire returns it: if
 /// the caller gives up (timeout, error, the future dropped mid-request), its queue
 /// place and any hold a lost reply granted are released in the background, on the
-/// runtime the attempt started on (the future may be dropped outside any runtime).
-/// An upgrade's token is borrowed: its holder's guard releases it.
+/// runtime the attempt started on (the future may be dropped outside any runtime),
+/// and sent again while the request limit lasts: the release may go out on the
+/// connection whose failure lost the acquire's reply (the client may not have seen
+/// it fail yet), and a standalone connection never resends. An upgrade's token is
+/// borrowed: its holder's guard releases it.
 struct Pending<'a> {
     lock: &'a RwLock,
     token: Token,
@@ -435,7 +438,7 @@ impl Drop for Pending<'_> {
         let lock = self.lock.clone();
         let token = self.token.clone();
         self.runtime.spawn(async move {
-            if let Err(err) = lock.release_token(&token).await {
+            if let Err(err) = lock.release_token_until(&token, Instant::now()).await {
                 tracing::debug!(lock = lock.name(), error = %Chain(&err), "could not withdraw an abandoned acquire");
             }
         });

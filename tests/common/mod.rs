@@ -28,7 +28,9 @@
 //! * `faults.rs`: failover, slot migration, script flushes, connection kills;
 //! * `process.rs`: pausing, resuming and killing processes by pid;
 //! * `proxy.rs`: [`Proxy`], a loopback relay that loses a chosen reply and resets
-//!   the connection, and [`Proxied`] servers (a relay in front of every node);
+//!   the connection (or holds a request to deliver it late), and [`Proxied`]
+//!   servers (a relay in front of every node);
+//! * `monitor.rs`: [`Monitor`], the commands a node runs, in order (`MONITOR`);
 //! * `panics.rs`: counting panics in background tasks;
 //! * `locks.rs`: clients, unique names and an exclusion checker for lock tests;
 //! * `original.rs`: clients of the original design (`tests/original/`);
@@ -47,6 +49,7 @@ mod inspect;
 mod launcher;
 mod locks;
 mod logs;
+mod monitor;
 mod original;
 mod panics;
 mod process;
@@ -67,6 +70,8 @@ pub use launcher::*;
 pub use locks::*;
 #[allow(unused_imports)]
 pub use logs::*;
+#[allow(unused_imports)]
+pub use monitor::*;
 #[allow(unused_imports)]
 pub use original::*;
 #[allow(unused_imports)]

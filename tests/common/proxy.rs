@@ -8,6 +8,15 @@
 //!
 //! * [`Proxy`]: one relay; [`Proxy::drop_replies`] arms it for N requests in a row
 //!   (a resend is lost too), [`Proxy::dropped`] counts what it lost.
+//! * [`Proxy::hold_requests`] (or [`Proxy::and_then_hold`], after lost replies):
+//!   the relay resets the client's connection as soon as the request arrives, and
+//!   keeps the request to forward it later ([`Proxy::deliver_held`]) on its own
+//!   connection to the node, as a TCP-terminating middlebox whose client side broke
+//!   may: the server runs the request after the client has given it up.
+//! * [`Proxy::stall_connections`]: new connections are accepted but relay nothing
+//!   until [`Proxy::resume_connections`] (the client's reconnects hang);
+//!   [`Proxy::delay_resets`]: a connection whose reply was lost is reset only on
+//!   [`Proxy::allow_resets`] (the client has not seen the fault yet meanwhile).
 //! * [`Proxied`] ([`LocalRedis::behind_proxies`]): a relay in front of every node
 //!   of a private cluster or standalone server. A cluster client learns the nodes'
 //!   addresses from `CLUSTER SLOTS` (and `MOVED`), so every node announces its
@@ -32,7 +41,7 @@
 //! to the requests sent so far. Should a stream not parse, it falls back to waiting
 //! for the server's first bytes and then a short quiet spell.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -76,9 +85,23 @@ pub struct Proxy {
 
 /// What the relay's connections share with the test.
 struct Shared {
-    arm: Mutex<Option<Arm>>,
+    /// What to do to the next requests that hold a needle, first arm first.
+    arm: Mutex<VecDeque<Arm>>,
     /// Replies lost so far (each with its connection reset).
     dropped: watch::Sender<u64>,
+    /// Requests held so far (each with its client's connection reset).
+    held: watch::Sender<u64>,
+    /// True once the test lets the held requests through ([`Proxy::deliver_held`]).
+    deliver: watch::Sender<bool>,
+    /// Held connections whose requests reached the server and were answered.
+    delivered: watch::Sender<u64>,
+    /// True while new connections are stalled ([`Proxy::stall_connections`]).
+    stall: watch::Sender<bool>,
+    /// Connections that were accepted while stalled.
+    stalled: watch::Sender<u64>,
+    /// False while a connection whose reply was lost waits to be reset
+    /// ([`Proxy::delay_resets`]).
+    resets: watch::Sender<bool>,
     /// Client connections accepted so far.
     accepted: AtomicU64,
     /// Local ports of the relay's live connections to the node (what the node sees
@@ -86,30 +109,48 @@ struct Shared {
     upstream_ports: Mutex<HashSet<u16>>,
 }
 
-/// Lose the replies to the next `remaining` requests that contain `needle`.
+/// `action` on the next `remaining` requests that contain `needle`.
 struct Arm {
     needle: Vec<u8>,
     remaining: u64,
+    action: Action,
+}
+
+/// What the relay does to a request that holds its needle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Action {
+    /// Forwards it, swallows the server's answer, resets the client's connection.
+    Lose,
+    /// Resets the client's connection at once and forwards the request when the
+    /// test says so.
+    Hold,
 }
 
 impl Shared {
-    /// True (and one request fewer to lose) when the relay is armed and its needle
-    /// ends within the last `new` bytes of `window` (the client's stream so far, or
-    /// its end): a needle seen before is never taken for a new one.
-    fn take_arm(&self, window: &[u8], new: usize) -> bool {
-        let mut arm = self.arm.lock().unwrap();
-        let Some(current) = arm.as_mut() else {
-            return false;
-        };
+    /// The first arm's action (and one request fewer for it) when its needle ends
+    /// within the last `new` bytes of `window` (the client's stream so far, or its
+    /// end): a needle seen before is never taken for a new one.
+    fn take_arm(&self, window: &[u8], new: usize) -> Option<Action> {
+        let mut arms = self.arm.lock().unwrap();
+        let current = arms.front_mut()?;
         let from = window.len().saturating_sub(new + current.needle.len() - 1);
         if !contains(&window[from..], &current.needle) {
-            return false;
+            return None;
         }
+        let action = current.action;
         current.remaining -= 1;
         if current.remaining == 0 {
-            *arm = None;
+            arms.pop_front();
         }
-        true
+        Some(action)
+    }
+
+    /// Waits until `counter` reaches `n`; false if `limit` passed first.
+    async fn until(counter: &watch::Sender<u64>, n: u64, limit: Duration) -> bool {
+        let mut count = counter.subscribe();
+        tokio::time::timeout(limit, count.wait_for(|&count| count >= n))
+            .await
+            .is_ok_and(|waited| waited.is_ok())
     }
 }
 
@@ -128,8 +169,14 @@ impl Proxy {
             .build()
             .expect("the relay's runtime");
         let shared = Arc::new(Shared {
-            arm: Mutex::new(None),
+            arm: Mutex::new(VecDeque::new()),
             dropped: watch::channel(0).0,
+            held: watch::channel(0).0,
+            deliver: watch::channel(false).0,
+            delivered: watch::channel(0).0,
+            stall: watch::channel(false).0,
+            stalled: watch::channel(0).0,
+            resets: watch::channel(true).0,
             accepted: AtomicU64::new(0),
             upstream_ports: Mutex::new(HashSet::new()),
         });
@@ -182,35 +229,52 @@ impl Proxy {
     /// the other (each time resetting the connection it came on): a driver's resends
     /// are lost too. Replaces whatever was armed before.
     pub fn drop_replies(&self, needle: impl AsRef<[u8]>, n: u64) {
+        self.disarm();
+        self.arm(needle, n, Action::Lose);
+    }
+
+    /// Holds the next `n` requests that contain `needle`: resets the client's
+    /// connection as each arrives and forwards it (on the relay's own connection to
+    /// the node, still open) only once [`Proxy::deliver_held`] is called. Replaces
+    /// whatever was armed before.
+    pub fn hold_requests(&self, needle: impl AsRef<[u8]>, n: u64) {
+        self.disarm();
+        self.arm(needle, n, Action::Hold);
+    }
+
+    /// Once what is armed now is used up, holds the next `n` requests that contain
+    /// `needle` as [`Proxy::hold_requests`] does: e.g. after a lost reply, the
+    /// driver's resend.
+    pub fn and_then_hold(&self, needle: impl AsRef<[u8]>, n: u64) {
+        self.arm(needle, n, Action::Hold);
+    }
+
+    fn arm(&self, needle: impl AsRef<[u8]>, n: u64, action: Action) {
         let needle = needle.as_ref().to_vec();
         assert!(
             (1..=MAX_NEEDLE).contains(&needle.len()),
             "a needle has 1 to {MAX_NEEDLE} bytes"
         );
-        *self.shared.arm.lock().unwrap() = (n > 0).then_some(Arm {
-            needle,
-            remaining: n,
-        });
+        if n > 0 {
+            self.shared.arm.lock().unwrap().push_back(Arm {
+                needle,
+                remaining: n,
+                action,
+            });
+        }
     }
 
-    /// Stops losing replies; returns how many of the armed ones were left unused.
+    /// Stops losing replies and holding requests; returns how many of the armed
+    /// ones were left unused.
     pub fn disarm(&self) -> u64 {
-        self.shared
-            .arm
-            .lock()
-            .unwrap()
-            .take()
-            .map_or(0, |arm| arm.remaining)
+        let mut arms = self.shared.arm.lock().unwrap();
+        arms.drain(..).map(|arm| arm.remaining).sum()
     }
 
-    /// How many replies are still to be lost.
+    /// How many replies are still to be lost or requests to be held.
     pub fn armed(&self) -> u64 {
-        self.shared
-            .arm
-            .lock()
-            .unwrap()
-            .as_ref()
-            .map_or(0, |arm| arm.remaining)
+        let arms = self.shared.arm.lock().unwrap();
+        arms.iter().map(|arm| arm.remaining).sum()
     }
 
     /// How many replies this relay has lost so far (each followed by a reset).
@@ -221,10 +285,60 @@ impl Proxy {
     /// Waits until this relay has lost `n` replies in all; false if `limit` passed
     /// first.
     pub async fn until_dropped(&self, n: u64, limit: Duration) -> bool {
-        let mut dropped = self.shared.dropped.subscribe();
-        tokio::time::timeout(limit, dropped.wait_for(|&count| count >= n))
-            .await
-            .is_ok_and(|waited| waited.is_ok())
+        Shared::until(&self.shared.dropped, n, limit).await
+    }
+
+    /// How many requests this relay has held so far (each client's connection
+    /// reset as it came).
+    pub fn held(&self) -> u64 {
+        *self.shared.held.borrow()
+    }
+
+    /// Waits until this relay has held `n` requests in all; false if `limit` passed
+    /// first.
+    pub async fn until_held(&self, n: u64, limit: Duration) -> bool {
+        Shared::until(&self.shared.held, n, limit).await
+    }
+
+    /// Forwards the held requests to the node, and any held from now on as soon as
+    /// they come (their clients' connections are still reset).
+    pub fn deliver_held(&self) {
+        self.shared.deliver.send_replace(true);
+    }
+
+    /// Waits until the server has answered the requests of `n` held connections;
+    /// false if `limit` passed first.
+    pub async fn until_delivered(&self, n: u64, limit: Duration) -> bool {
+        Shared::until(&self.shared.delivered, n, limit).await
+    }
+
+    /// New connections are accepted but relay nothing (not even a connection to the
+    /// node) until [`Proxy::resume_connections`]; connections relayed already go on.
+    pub fn stall_connections(&self) {
+        self.shared.stall.send_replace(true);
+    }
+
+    /// Lets the stalled connections, and new ones, through.
+    pub fn resume_connections(&self) {
+        self.shared.stall.send_replace(false);
+    }
+
+    /// A connection whose reply is lost is not reset at once: it stays open, relaying
+    /// nothing more (what the client sends meanwhile goes no further), until
+    /// [`Proxy::allow_resets`]. The lost reply is counted as soon as it is lost.
+    pub fn delay_resets(&self) {
+        self.shared.resets.send_replace(false);
+    }
+
+    /// Resets the connections whose replies were lost, now and from now on.
+    pub fn allow_resets(&self) {
+        self.shared.resets.send_replace(true);
+    }
+
+    /// Waits until `n` connections in all were accepted while stalled; false if
+    /// `limit` passed first.
+    pub async fn until_stalled(&self, n: u64, limit: Duration) -> bool {
+        Shared::until(&self.shared.stalled, n, limit).await
     }
 
     /// Client connections accepted so far.
@@ -266,6 +380,11 @@ impl Drop for Proxy {
 /// Relays one client connection until either side closes, or until it has lost a
 /// reply (then it resets the client's connection).
 async fn relay(mut client: TcpStream, upstream: u16, shared: Arc<Shared>) {
+    let mut stall = shared.stall.subscribe();
+    if *stall.borrow_and_update() {
+        shared.stalled.send_modify(|count| *count += 1);
+        let _ = stall.wait_for(|stalled| !*stalled).await;
+    }
     let Ok(mut server) = TcpStream::connect(("127.0.0.1", upstream)).await else {
         return; // the client sees its connection closed
     };
@@ -295,14 +414,20 @@ async fn relay(mut client: TcpStream, upstream: u16, shared: Arc<Shared>) {
                 let chunk = &from_client[..n];
                 requests.feed(chunk, false);
                 window.extend_from_slice(chunk);
-                let lose = shared.take_arm(&window, n);
+                let action = shared.take_arm(&window, n);
                 if window.len() > MAX_NEEDLE {
                     window.drain(..window.len() - MAX_NEEDLE);
+                }
+                if action == Some(Action::Hold) {
+                    let held = chunk.to_vec();
+                    let buffers = (&mut from_client[..], &mut from_server[..]);
+                    hold(client, server, (requests, replies), held, buffers, &shared).await;
+                    return;
                 }
                 if server.write_all(chunk).await.is_err() {
                     return;
                 }
-                if lose {
+                if action == Some(Action::Lose) {
                     let buffers = (&mut from_client[..], &mut from_server[..]);
                     lose_reply(client, server, (requests, replies), buffers, &shared).await;
                     return;
@@ -397,10 +522,64 @@ async fn lose_reply(
     }
     // Counted before the reset, so a client that sees the reset finds it counted.
     shared.dropped.send_modify(|count| *count += 1);
+    let _ = shared.resets.subscribe().wait_for(|allowed| *allowed).await;
     // RST, not FIN: the client's read fails with "connection reset".
     let _ = client.set_zero_linger();
     drop(client);
     drop(server);
+}
+
+/// A request that holds the needle came in `held` (with whatever came before it in
+/// the same read): reads the rest of a request still on its way, resets the
+/// client's connection (counted as held), and once the test lets it through,
+/// forwards it all to the server and waits until the server has answered every
+/// request of the connection (counted as delivered). Replies go nowhere.
+async fn hold(
+    mut client: TcpStream,
+    mut server: TcpStream,
+    (mut requests, mut replies): (RespCounter, RespCounter),
+    mut held: Vec<u8>,
+    (from_client, from_server): (&mut [u8], &mut [u8]),
+    shared: &Shared,
+) {
+    let give_up = tokio::time::Instant::now() + ANSWER_LIMIT;
+    while requests.partial() {
+        tokio::select! {
+            read = client.read(from_client) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    requests.feed(&from_client[..n], false);
+                    held.extend_from_slice(&from_client[..n]);
+                }
+            },
+            () = tokio::time::sleep_until(give_up) => break,
+        }
+    }
+    // RST, not FIN: the client's read fails with "connection reset".
+    let _ = client.set_zero_linger();
+    drop(client);
+    shared.held.send_modify(|count| *count += 1);
+    let mut deliver = shared.deliver.subscribe();
+    if deliver.wait_for(|deliver| *deliver).await.is_err() || server.write_all(&held).await.is_err()
+    {
+        return;
+    }
+    let give_up = tokio::time::Instant::now() + ANSWER_LIMIT;
+    while requests.broken || replies.broken || replies.complete < requests.complete {
+        tokio::select! {
+            read = server.read(from_server) => match read {
+                Ok(0) | Err(_) => return,
+                // Unparseable streams: the first bytes stand for the answer.
+                Ok(_) if requests.broken || replies.broken => break,
+                Ok(n) => replies.feed(&from_server[..n], true),
+            },
+            () = tokio::time::sleep_until(give_up) => {
+                eprintln!("proxy: a held request was not answered within {ANSWER_LIMIT:?}");
+                return;
+            }
+        }
+    }
+    shared.delivered.send_modify(|count| *count += 1);
 }
 
 /// Removes a relayed connection's port from the live set when it ends.
