@@ -31,7 +31,11 @@ if s.writer == s.token then
   settle(s)
   return { 1, s.fence }
 end
-batches.drop_lapsed(s) -- readers that died in line keep nobody out past their places
+if upgrade or s.place or s.linked then
+  -- A waiter's attempt: readers that died in line keep it out no longer than their
+  -- places (a new writer takes its place in line first, as the fast way does).
+  batches.drop_lapsed(s)
+end
 
 if upgrade then
   if s.upgradable ~= s.token or original_beside(s, false) then

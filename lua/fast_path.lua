@@ -206,9 +206,8 @@ function fast.acquire_write(argv)
 end
 
 -- A writer refused behind our live writer, or behind our live readers with no batch
--- of readers at the head of the line (which the full way may let in) and none that
--- holds by a batch's grant (whose places the full way looks at), takes a place at
--- the tail of the line (queue.lua `join_queue`); `v`: acquire_write's fields, to
+-- of readers at the head of the line (which the full way may let in), takes a place
+-- at the tail of the line (queue.lua `join_queue`); `v`: acquire_write's fields, to
 -- which one more HMGET adds what the line and the holds' ends need. Returns the
 -- refusal, or nil for the full way.
 function fast.queue_writer(argv, now, now_us, v)
@@ -217,8 +216,8 @@ function fast.queue_writer(argv, now, now_us, v)
     return nil -- try_write
   end
   local more = redis.call('HMGET', KEY, 'w:until', 'wstamp', 'rstamp', 'readers_until', 'q:tail',
-    'queue_until', 'wait:' .. token, 'wn:' .. token, 'shares')
-  for i = 1, 9 do
+    'queue_until', 'wait:' .. token, 'wn:' .. token)
+  for i = 1, 8 do
     v[10 + i] = more[i]
   end
   local head, tail = v[2], v[15]
@@ -236,7 +235,7 @@ function fast.queue_writer(argv, now, now_us, v)
     end
   else
     holds = tonumber(v[14]) or 0
-    if v[5] or n == 0 or holds <= now or (head and sub(head, 1, 2) == 'r#') or v[19] then
+    if v[5] or n == 0 or holds <= now or (head and sub(head, 1, 2) == 'r#') then
       return nil
     end
   end

@@ -493,9 +493,10 @@ end
 -- The shares of granted batches whose readers' own places have lapsed end: a
 -- reader that died while it waited in line blocks nobody past its place, also when
 -- its batch was granted after it died. Looks only while some share counts
--- (`shares`), through every `rw:` field (HSCAN pages): a writer or an upgrade is
--- refused while readers that have not claimed their shares are counted, which live
--- readers do at once (their release or first renewal).
+-- (`shares`), through every `rw:` field (HSCAN pages), for a waiting writer or an
+-- upgrade: live readers claim their shares at once (their release or first
+-- renewal), so it runs in a waiter's re-check right after a grant, or when a reader
+-- died in line.
 function batches.drop_lapsed(s)
   if s.shares == 0 then
     return

@@ -984,10 +984,10 @@ fn run_seed(url: &str, scripts: &Scripts, seed: u64) -> Result<Ran, Stop> {
 /// goes the fast way (a share of a batch, the batch not the last of the readers);
 /// then a writer's release handing the lock to a writer with another behind it; a
 /// reader whose batch's place lapses while a writer holds, coming back; and two
-/// readers in a batch, one of which stops coming back just before a writer's release
-/// grants the batch: once its own place lapses, the next writer's attempt ends its
-/// share.
-const FIRST_STEPS: [Step; 34] = [
+/// readers in a batch with a writer queued behind it, one of which stops coming back
+/// just before a writer's release grants the batch: once its own place lapses, the
+/// queued writer's next attempt ends its share.
+const FIRST_STEPS: [Step; 36] = [
     Step::AcquireWrite(0, true),
     Step::AcquireRead(1, false, true),
     Step::AcquireRead(2, false, true),
@@ -1014,8 +1014,10 @@ const FIRST_STEPS: [Step; 34] = [
     Step::AcquireWrite(0, true),
     Step::AcquireRead(1, false, true),
     Step::AcquireRead(2, false, true),
+    Step::AcquireWrite(3, true),
     Step::Wait(1),
     Step::AcquireRead(2, false, true),
+    Step::AcquireWrite(3, true),
     Step::Wait(1),
     Step::Release(0),
     Step::Release(2),

@@ -1412,7 +1412,11 @@ pub fn acquire_write(
         let published = settle(h, &mut s, p);
         return done(Reply::Granted(s.fence), published);
     }
-    drop_lapsed_shares(h, &mut s);
+    if upgrade || s.place.is_some() || s.linked {
+        // A waiter's attempt: readers that died in line keep it out no longer than
+        // their places (a new writer takes its place in line first).
+        drop_lapsed_shares(h, &mut s);
+    }
     if upgrade {
         if s.upgradable != Some(token) || original_beside(&s, false) {
             let published = settle(h, &mut s, p);
