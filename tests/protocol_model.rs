@@ -435,23 +435,30 @@ fn two_upgraders_and_wait_timeouts() {
     check(cfg);
 }
 
+/// Leases and places of 3 ticks (so a place can lapse between a grant and the
+/// first lease's end), holds of up to 2, two acquisitions each and one crash: for a
+/// reader that dies in a batch.
+fn reader_dies_in_a_batch(name: &'static str) -> Config {
+    let mut cfg = base(name);
+    cfg.acquisitions = 2;
+    (cfg.read_lease, cfg.write_lease, cfg.intent_ttl) = (3, 3, 3);
+    (cfg.params.original_read, cfg.params.original_write) = (3, 3);
+    cfg.horizon = 5;
+    cfg.try_ops = false;
+    cfg.downgrade = false;
+    cfg.faults.crashes = 1;
+    cfg.examples = vec!["a reader holds by its batch's grant"];
+    cfg
+}
+
 /// A reader that dies while it waits in a batch, beside a live reader that keeps the
 /// batch's place alive, blocks nobody past its own place: not the writer queued
 /// behind the batch, also when the batch is granted just before that place lapses
 /// (its share of the grant ends there; the writer's next attempt takes it out).
 #[test]
 fn a_reader_that_dies_in_a_batch_blocks_nobody_past_its_place() {
-    let mut cfg = base("2R+1W, leases 3, a reader dies in a batch");
+    let mut cfg = reader_dies_in_a_batch("2R+1W, leases 3, a reader dies in a batch");
     cfg.writers = 1;
-    cfg.acquisitions = 2;
-    (cfg.read_lease, cfg.write_lease, cfg.intent_ttl) = (3, 3, 3);
-    (cfg.params.original_read, cfg.params.original_write) = (3, 3);
-    cfg.max_hold = 2;
-    cfg.horizon = 5;
-    cfg.try_ops = false;
-    cfg.downgrade = false;
-    cfg.faults.crashes = 1;
-    cfg.examples = vec!["a reader holds by its batch's grant"];
     check(cfg);
 }
 
@@ -460,17 +467,9 @@ fn a_reader_that_dies_in_a_batch_blocks_nobody_past_its_place() {
 /// the batch is granted, the next upgrade waits for the live reader only.
 #[test]
 fn an_upgrade_is_not_held_up_by_a_reader_that_died_in_a_batch() {
-    let mut cfg = base("1U+2R, leases 3, a reader dies in a batch behind an upgrade");
+    let mut cfg =
+        reader_dies_in_a_batch("1U+2R, leases 3, a reader dies in a batch behind an upgrade");
     (cfg.writers, cfg.upgraders) = (0, 1);
-    cfg.acquisitions = 2;
-    (cfg.read_lease, cfg.write_lease, cfg.intent_ttl) = (3, 3, 3);
-    (cfg.params.original_read, cfg.params.original_write) = (3, 3);
-    cfg.max_hold = 2;
-    cfg.horizon = 5;
-    cfg.try_ops = false;
-    cfg.downgrade = false;
-    cfg.faults.crashes = 1;
-    cfg.examples = vec!["a reader holds by its batch's grant"];
     check(cfg);
 }
 
