@@ -82,7 +82,7 @@ pub struct LockState {
     /// The last fencing token issued (0 if none, or the lock expired since).
     pub fencing_token: u64,
     /// Readers waiting in line (behind the writers queued before them), first in
-    /// line first (`until`: when their place lapses unless one of them re-checks).
+    /// line first (`until`: when the reader's own place lapses unless it re-checks).
     /// Readers of one batch enter together when the writer before them leaves.
     #[serde(default)]
     pub waiting_readers: Vec<Holder>,
