@@ -18,6 +18,9 @@
 -- Writers are served in arrival order: a refused writer keeps its place in the queue,
 -- and a release hands the lock to the first queued writer (holds.lua, `settle`). An
 -- upgrade goes before them all: the upgradable hold already keeps every writer out.
+-- A waiting writer or upgrade refused while other readers hold calls them back: it
+-- publishes 'w' last, at every such refusal (a process whose tasks share one read
+-- hold lets no more of them in, src/shared_reads.rs).
 bind(KEYS, ARGV)
 local reply, now, now_us = layout.fast_path('acquire_write', ARGV)
 if reply then
@@ -25,6 +28,15 @@ if reply then
 end
 local s = load(ARGV[4], false, now, now_us)
 local lease, intent_ttl, upgrade = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == '1'
+
+local function refused()
+  settle(s)
+  -- The upgradable reader's own hold is one of the readers.
+  if intent_ttl > 0 and s.nreaders > (upgrade and 1 or 0) then
+    publish('w')
+  end
+  return { 0, retry_hint(s), refusal_fence(s) }
+end
 
 if s.writer == s.token then
   hold_write(s, s.token, lease)
@@ -52,8 +64,7 @@ if upgrade then
     s.upgrade = { deadline = deadline, first_lease = min(intent_ttl, lease) }
     set(s, 'u:upgrade', int(deadline) .. ':' .. int(s.upgrade.first_lease))
   end
-  settle(s)
-  return { 0, retry_hint(s), refusal_fence(s) }
+  return refused()
 end
 
 if is_free(s) then
@@ -72,5 +83,4 @@ if intent_ttl > 0 then
   s.place = join_queue(s, s.token, s.linked, intent_ttl, min(intent_ttl, lease))
   s.linked = true
 end
-settle(s)
-return { 0, retry_hint(s), refusal_fence(s) }
+return refused()

@@ -249,6 +249,9 @@ function fast.queue_writer(argv, now, now_us, v)
   end
   redis.call('HSET', KEY, unpack(writes))
   keep_alive(max(holds, queue_until) - now)
+  if not v[1] then
+    publish('w') -- readers hold: call them back (acquire_write.lua)
+  end
   return { 0, max(holds - now, 1), max(tonumber(v[10]) or 0, now_us) }
 end
 

@@ -11,11 +11,8 @@
 //!
 //! Messages are hints: pub/sub is at-most-once, so waiters also keep a re-check timer.
 //!
-//! A channel also remembers when one of its plain readers was refused, or one of
-//! its waiting writers asked (it holds or queues then), and no message that lets
-//! readers in has come since (see [`Listener::readers_shut_out`]): the client's
-//! plain readers then wait for that message instead of each sending an attempt the
-//! server would refuse.
+//! The same channel carries writers' call-backs (`w`) to the processes whose tasks
+//! share a read hold ([`crate::shared_reads`]); no waiter wants them.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,6 +32,9 @@ use crate::{Error, Fairness};
 /// have been lost in between, so everyone re-checks. (Not a token: tokens are hex.)
 pub(crate) const RESUBSCRIBED: &str = "~resubscribed";
 
+/// A waiting writer or upgrade calls back the readers that hold (lua/acquire_write.lua).
+pub(crate) const CALL_BACK: &str = "w";
+
 /// How long a channel stays subscribed after its last listener left.
 const LINGER: Duration = Duration::from_secs(5);
 
@@ -53,6 +53,9 @@ impl Interest {
     /// one it names (readers that do not defer to writers try on every message). A
     /// reader that waits in line then looks only for its own batch's grant.
     fn wants(&self, payload: &str) -> bool {
+        if payload == CALL_BACK {
+            return false;
+        }
         let named =
             || payload.split_once(':').map_or(payload, |(token, _)| token) == self.token.as_str();
         let readers = "r" == payload || payload.starts_with("r#");
@@ -94,7 +97,8 @@ struct Channel {
 }
 
 struct Mailbox {
-    interest: Interest,
+    /// `None`: a shared read hold's, which wants only call-backs.
+    interest: Option<Interest>,
     sender: mpsc::UnboundedSender<Arc<str>>,
 }
 
@@ -124,7 +128,7 @@ impl Wakeups {
         // listener is registered; if it is busy, take the slow path.
         match self.hub.subscribed.try_lock() {
             Ok(subscribed) if subscribed.contains(channel) => {
-                Ok(self.hub.register(&self.hub, channel, interest))
+                Ok(self.hub.register(&self.hub, channel, Some(interest)))
             }
             _ => Err(interest),
         }
@@ -144,6 +148,24 @@ impl Wakeups {
         channel: &str,
         interest: Interest,
     ) -> Result<Listener, Error> {
+        self.subscribe(channel, Some(interest)).await
+    }
+
+    /// Starts listening on `channel` for writers' call-backs only, as
+    /// [`listen`](Self::listen) does.
+    ///
+    /// # Errors
+    ///
+    /// As [`listen`](Self::listen).
+    pub(crate) async fn listen_for_call_backs(&self, channel: &str) -> Result<Listener, Error> {
+        self.subscribe(channel, None).await
+    }
+
+    async fn subscribe(
+        &self,
+        channel: &str,
+        interest: Option<Interest>,
+    ) -> Result<Listener, Error> {
         let listener = self.hub.register(&self.hub, channel, interest);
         if let Err(err) = self.hub.sync(channel).await {
             if err.code() == Some("NOPERM") {
@@ -160,7 +182,7 @@ impl Hub {
         self.channels.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn register(&self, hub: &Arc<Hub>, channel: &str, interest: Interest) -> Listener {
+    fn register(&self, hub: &Arc<Hub>, channel: &str, interest: Option<Interest>) -> Listener {
         let (sender, receiver) = mpsc::unbounded_channel();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.channels()
@@ -182,7 +204,11 @@ impl Hub {
         if let Some(channel) = self.channels().get_mut(channel) {
             let payload: Arc<str> = Arc::from(payload);
             for mailbox in channel.listeners.values() {
-                if payload.as_ref() == RESUBSCRIBED || mailbox.interest.wants(&payload) {
+                let wanted = match &mailbox.interest {
+                    Some(interest) => payload.as_ref() == RESUBSCRIBED || interest.wants(&payload),
+                    None => payload.as_ref() == CALL_BACK,
+                };
+                if wanted {
                     let _ = mailbox.sender.send(payload.clone());
                 }
             }
@@ -369,5 +395,9 @@ mod tests {
         }
         let eager = interest(Access::Read, &me, Fairness::ReaderPreferred);
         assert!(eager.wants(&handed(&other)));
+        let recursive = interest(Access::RecursiveRead, &me, wp);
+        for waiter in [&writer, &reader, &upgradable, &upgrade, &eager, &recursive] {
+            assert!(!waiter.wants(CALL_BACK), "a call-back wakes no waiter");
+        }
     }
 }

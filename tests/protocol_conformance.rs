@@ -345,6 +345,7 @@ impl Run<'_> {
                     published: None,
                     granted: None,
                     new_grant: false,
+                    recalled: false,
                 };
                 (Some(out), Some(self.call_plain(script, &args)?))
             }
@@ -359,6 +360,7 @@ impl Run<'_> {
                     published: None,
                     granted: None,
                     new_grant: false,
+                    recalled: false,
                 };
                 (
                     Some(out),
@@ -566,6 +568,12 @@ fn reached(
     {
         reached.push("a batch reader's share becomes its own hold");
     }
+    if out.recalled {
+        reached.push(match step {
+            Step::Upgrade(..) => "readers called back by a waiting upgrade",
+            _ => "readers called back by a waiting writer",
+        });
+    }
     // A write hold renewed (or granted again to its holder) whose deadline was
     // later than the write lease from now: it keeps that deadline.
     let renews_write = matches!(
@@ -734,6 +742,17 @@ impl Run<'_> {
             if !self.same_batch(batch, &first)? {
                 return Err(self.fail(format!("wake-ups: model grants {batch}, real {first}")));
             }
+        }
+        // A call-back to the readers comes last.
+        let recalled = got.last().is_some_and(|last| last == "w");
+        if recalled {
+            got.pop();
+        }
+        if recalled != out.recalled {
+            return Err(self.fail(format!(
+                "call-back: model {}, real {recalled}",
+                out.recalled
+            )));
         }
         // A hand-over names a new grant: its fence pairs like an acquire's.
         if let (Some(Wake::Handed(t, fence)), [message]) = (expected, got.as_slice())
@@ -1077,7 +1096,9 @@ fn step_token(step: Step) -> Option<Tok> {
 }
 
 /// The states the seeds together must reach, or the test proves less than it says.
-const MUST_REACH: [&str; 32] = [
+const MUST_REACH: [&str; 34] = [
+    "readers called back by a waiting writer",
+    "readers called back by a waiting upgrade",
     "a reader back in line after its batch's place lapsed",
     "a share whose reader's place lapsed ended by a writer's attempt",
     "an upgrade handed over by a reader's release",

@@ -35,6 +35,8 @@ fn base(name: &'static str) -> Config {
         intent_ttl: 2,
         recheck: (1, 1),
         max_hold: 2,
+        shares: 0,
+        keep: None,
         wait_timeout: None,
         acquisitions: 1,
         horizon: 4,
@@ -527,6 +529,75 @@ fn a_forced_release_among_leases_that_differ() {
     cfg.horizon = 5;
     cfg.faults.forced_releases = 1;
     cfg.examples = vec!["a writer holds", "a holder learns its lease is lost"];
+    check(cfg);
+}
+
+/// Shared reads, bounded: a reader process whose tasks keep joining its read hold
+/// (each join without a script; the hold lasts until the newest share ends) holds
+/// a queued writer up for at most 6 ticks: the writer's refusal calls the process
+/// back, and the process lets no task join that hold afterwards; a call-back sent
+/// before the process listened (its hold was not shared yet), or lost, is sent
+/// again at the writer's next attempt, a re-check period later (1 tick each), then
+/// the last share ends (2), and the writer takes the hand-over (1). 5 ticks has a
+/// counterexample. Without the call-back the writer waits as long as tasks join.
+#[test]
+fn a_writer_calls_back_a_process_whose_tasks_share_a_read() {
+    let mut cfg = base("1R process (4 joins)+1W, a lost call-back, the writer's wait bounded");
+    (cfg.readers, cfg.writers) = (1, 1);
+    cfg.shares = 4;
+    cfg.horizon = 8;
+    cfg.try_ops = false;
+    cfg.downgrade = false;
+    cfg.faults.lost_messages = 1;
+    cfg.wait_bound = Some(6);
+    cfg.bound_writers_only = true;
+    cfg.examples = vec![
+        "a writer waits while a process shares its read hold",
+        "a process learns that a writer waits",
+    ];
+    check(cfg);
+}
+
+/// Kept reads: a reader process keeps its hold idle after its last share (for up
+/// to 3 ticks), and another task's read joins it; a writer's call-back ends an idle
+/// kept hold at once, a lost one at the writer's next attempt, and a process that
+/// dies leaves only its lease. Readers keep exclusion with the writer throughout.
+#[test]
+fn a_kept_read_hold_goes_when_a_writer_calls_it_back() {
+    let mut cfg = base("2R processes (kept 3)+1W, a lost call-back, a crash");
+    cfg.writers = 1;
+    cfg.shares = 1;
+    cfg.keep = Some(3);
+    cfg.horizon = 6;
+    cfg.try_ops = false;
+    cfg.downgrade = false;
+    cfg.faults.lost_messages = 1;
+    cfg.faults.crashes = 1;
+    cfg.examples = vec![
+        "a process keeps its read hold idle",
+        "a kept read hold is called back",
+    ];
+    check(cfg);
+}
+
+/// One reader process that keeps its hold (no other task joins it), no crash,
+/// bounded: a writer waits at most
+/// 6 ticks: for the share (2), then a call-back sent before the hold was kept and
+/// one lost (a re-check period each), the release (a tick when the process just
+/// renewed), then it takes the hand-over (1). 5 ticks has a counterexample. Without
+/// the call-back the writer waits for the keep bound too.
+#[test]
+fn a_writer_behind_a_kept_read_hold_is_served_soon() {
+    let mut cfg = base("1R process (kept 4)+1W, a lost call-back, the writer's wait bounded");
+    (cfg.readers, cfg.writers) = (1, 1);
+    cfg.keep = Some(4);
+    cfg.horizon = 8;
+    cfg.try_ops = false;
+    cfg.downgrade = false;
+    cfg.faults.lost_messages = 1;
+    cfg.wait_bound = Some(6);
+    cfg.bound_writers_only = true;
+    cfg.examples = vec!["a kept read hold is called back"];
     check(cfg);
 }
 

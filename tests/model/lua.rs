@@ -177,6 +177,9 @@ pub struct Outcome {
     /// acquire_write granted a hold that did not exist before (a new fencing token),
     /// to a new writer or as an upgrade.
     pub new_grant: bool,
+    /// A waiting writer or upgrade, refused while other readers hold, called them
+    /// back: `w`, published last.
+    pub recalled: bool,
 }
 
 /// The live state a script works on: `s` in holds.lua.
@@ -1309,6 +1312,7 @@ fn done(reply: Reply, published: Published) -> Outcome {
         published: published.wake,
         granted: published.granted,
         new_grant: false,
+        recalled: false,
     }
 }
 
@@ -1319,6 +1323,7 @@ fn new_grant(fence: i64, published: Published) -> Outcome {
         published: published.wake,
         granted: published.granted,
         new_grant: true,
+        recalled: false,
     }
 }
 
@@ -1433,8 +1438,7 @@ pub fn acquire_write(
             s.upgrade = Some((deadline, first_lease));
             set(&mut s, Field::UUpgrade, Val::Place(deadline, first_lease));
         }
-        let published = settle(h, &mut s, p);
-        return done(Reply::Refused(retry_hint(&s), refusal_fence(&s)), published);
+        return refused(h, &mut s, p, intent_ttl, upgrade);
     }
     if is_free(&s) {
         let first = first_in_line(h, &mut s);
@@ -1459,8 +1463,19 @@ pub fn acquire_write(
         ));
         s.linked = true;
     }
-    let published = settle(h, &mut s, p);
-    done(Reply::Refused(retry_hint(&s), refusal_fence(&s)), published)
+    refused(h, &mut s, p, intent_ttl, upgrade)
+}
+
+/// acquire_write.lua `refused`: settles, and calls other readers back when the
+/// writer (or upgrade) waits.
+fn refused(h: &mut Hash, s: &mut Loaded, p: &Params, intent_ttl: Time, upgrade: bool) -> Outcome {
+    let published = settle(h, s, p);
+    // The upgradable reader's own hold is one of the readers.
+    let recalled = intent_ttl > 0 && s.nreaders > i64::from(upgrade);
+    Outcome {
+        recalled,
+        ..done(Reply::Refused(retry_hint(s), refusal_fence(s)), published)
+    }
 }
 
 /// release.lua

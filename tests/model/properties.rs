@@ -194,7 +194,41 @@ impl Lock {
             |_: &Lock, s: &State| s.max_written > 0,
         ));
         props.extend(Self::upgrade_examples());
+        props.extend(Self::sharing_examples());
         props
+    }
+
+    /// States of reader processes whose tasks share their read hold.
+    fn sharing_examples() -> Vec<Property<Self>> {
+        vec![
+            Property::sometimes(
+                "a writer waits while a process shares its read hold",
+                |_: &Lock, s: &State| {
+                    let shared = s
+                        .clients
+                        .iter()
+                        .any(|c| c.listening && c.believes(s.now).is_some());
+                    shared && some_waiting(s, Access::Write)
+                },
+            ),
+            Property::sometimes(
+                "a process learns that a writer waits",
+                |_: &Lock, s: &State| s.clients.iter().any(|c| c.called_back),
+            ),
+            Property::sometimes(
+                "a process keeps its read hold idle",
+                |_: &Lock, s: &State| {
+                    s.clients
+                        .iter()
+                        .any(|c| c.kept_until.is_some() && c.believes(s.now).is_some())
+                },
+            ),
+            Property::sometimes("a kept read hold is called back", |_: &Lock, s: &State| {
+                s.clients
+                    .iter()
+                    .any(|c| c.kept_until.is_some() && c.called_back)
+            }),
+        ]
     }
 
     /// States with upgradable holds the checker must reach when asked.

@@ -14,7 +14,14 @@ use super::traces::describe;
 impl Lock {
     /// Does the client owe a step before time may pass?
     pub(super) fn owes_step(&self, s: &State, c: &Client) -> bool {
-        if c.paused_until > s.now || c.phase == Phase::Crashed || c.acted {
+        if c.paused_until > s.now || c.phase == Phase::Crashed {
+            return false;
+        }
+        // Taking a call-back sends nothing: no turn needed.
+        if c.recall {
+            return true;
+        }
+        if c.acted {
             return false;
         }
         if let Some(inflight) = c.inflight {
@@ -28,11 +35,59 @@ impl Lock {
             return self.timed_out(s, wait.since) || s.now >= wait.recheck_at;
         }
         match c.phase {
+            Phase::Holding { .. } if c.kept_until.is_some() => self.kept_hold_ends(s, c),
             Phase::Holding { since, .. } | Phase::Original { stamp: since, .. } => {
                 s.now >= since + self.cfg.max_hold
             }
             _ => false,
         }
+    }
+
+    /// A kept read hold goes when a writer called it back or its bound passed.
+    fn kept_hold_ends(&self, s: &State, c: &Client) -> bool {
+        c.called_back || c.kept_until.is_some_and(|until| s.now >= until)
+    }
+
+    /// A plain read hold of a reader process (`Config::shares`), believed held.
+    fn shareable(&self, s: &State, i: usize) -> bool {
+        let c = &s.clients[i];
+        self.cfg.role(i) == Access::Read
+            && !self.cfg.recursive(i)
+            && matches!(
+                c.phase,
+                Phase::Holding {
+                    mode: Mode::Read,
+                    upgradable: None,
+                    ..
+                }
+            )
+            && c.believes(s.now).is_some()
+    }
+
+    /// Another task may join the process's read hold: it is shared while a share
+    /// lives or it is kept, and no writer called it back (src/shared_reads.rs).
+    pub(super) fn may_join(&self, s: &State, i: usize) -> bool {
+        let c = &s.clients[i];
+        let Phase::Holding { since, .. } = c.phase else {
+            return false;
+        };
+        let live = c.kept_until.is_some() || s.now < since + self.cfg.max_hold;
+        c.joins < self.cfg.shares && !c.called_back && live && self.shareable(s, i)
+    }
+
+    /// The process's last share ended: it may keep the hold idle instead of
+    /// releasing it.
+    pub(super) fn may_keep(&self, s: &State, i: usize) -> bool {
+        let c = &s.clients[i];
+        let Phase::Holding { since, .. } = c.phase else {
+            return false;
+        };
+        self.cfg.keep.is_some()
+            && c.kept_until.is_none()
+            && s.now >= since + self.cfg.max_hold
+            && !c.called_back
+            && c.inflight.is_none()
+            && self.shareable(s, i)
     }
 
     pub(super) fn timed_out(&self, s: &State, since: Time) -> bool {
@@ -247,6 +302,14 @@ impl Lock {
         }
         if let Some(wake) = out.published {
             self.deliver(s, wake);
+        }
+        if out.recalled {
+            // Reaches the processes that listen: their read holds were shared or kept.
+            for c in &mut s.clients {
+                if c.listening {
+                    c.recall = true;
+                }
+            }
         }
         out
     }
@@ -564,7 +627,12 @@ impl Lock {
                     });
                 }
             }
-            Phase::Holding { since, .. } if s.now >= since + cfg.max_hold => {
+            Phase::Holding { .. } if c.kept_until.is_some() && self.kept_hold_ends(s, c) => {
+                out.push(Op::Release);
+            }
+            Phase::Holding { since, .. }
+                if c.kept_until.is_none() && s.now >= since + cfg.max_hold =>
+            {
                 out.push(Op::Release);
             }
             Phase::Holding {
@@ -645,14 +713,45 @@ impl Lock {
             Action::LoseWakeup(i) => {
                 s.budget.lost_messages -= 1;
                 let c = &mut s.clients[i as usize];
-                (c.woken, c.handed) = (false, None);
+                (c.woken, c.handed, c.recall) = (false, None, false);
             }
             Action::TakeHanded(i) => self.take_handed(&mut s, i)?,
+            Action::TakeRecall(i) => {
+                let c = &mut s.clients[i as usize];
+                (c.recall, c.called_back) = (false, true);
+            }
+            Action::Join(i) => {
+                let c = &mut s.clients[i as usize];
+                if let Phase::Holding { since, .. } = &mut c.phase {
+                    *since = now;
+                }
+                (c.kept_until, c.listening) = (None, true);
+                c.joins += 1;
+            }
+            Action::Keep(i) => {
+                let keep = self.cfg.keep?;
+                let c = &mut s.clients[i as usize];
+                (c.kept_until, c.listening) = (Some(now + keep), true);
+            }
             Action::Failover => self.failover(&mut s)?,
             Action::Original(i) => self.original(&mut s, i, note)?,
             Action::SendLateRenewal(i) => self.send_late_renewal(&mut s, i)?,
             Action::LateRenewalArrives(i) => self.late_renewal_arrives(&mut s, i, note)?,
             Action::Tick => self.advance(&mut s),
+        }
+        // What a process knows of its read hold goes with the hold.
+        for c in &mut s.clients {
+            let read = matches!(
+                c.phase,
+                Phase::Holding {
+                    mode: Mode::Read,
+                    upgradable: None,
+                    ..
+                }
+            );
+            if !read {
+                (c.listening, c.recall, c.called_back, c.kept_until) = (false, false, false, None);
+            }
         }
         self.note_grantable(&mut s);
         Some(s)

@@ -117,8 +117,16 @@ pub struct Config {
     pub intent_ttl: Time,
     /// `MIN_RECHECK`, `MAX_RECHECK`: the re-check timer is the retry hint clamped to these.
     pub recheck: (Time, Time),
-    /// The application ends every hold within this many ticks of acquiring it.
+    /// The application ends every hold within this many ticks of acquiring it (with
+    /// shared reads, of the newest share's start).
     pub max_hold: Time,
+    /// Shared reads (src/shared_reads.rs): each reader is a process whose tasks may
+    /// join its plain read hold, this many times over the run; a join needs no
+    /// script, and the hold lasts until the newest share ends. 0: no sharing.
+    pub shares: u8,
+    /// Kept reads: after its last share a reader process may keep the hold idle for
+    /// up to this many ticks, until a writer calls it back.
+    pub keep: Option<Time>,
     /// `wait_timeout` (None: wait without limit).
     pub wait_timeout: Option<Time>,
     /// Acquisitions per client over the run (re-arrivals), at most one per tick.
@@ -349,6 +357,17 @@ pub struct Client {
     /// grant): its token, and when what it left in the hash stops blocking others
     /// ([`lua::Hash::waiter_bound`]).
     pub dead: Option<(Tok, Time)>,
+    /// Local shares that joined its read holds so far (`Config::shares`).
+    pub joins: u8,
+    /// Its read hold listens for call-backs (it was shared, or kept).
+    pub listening: bool,
+    /// A call-back (`w`) arrived and was not taken yet.
+    pub recall: bool,
+    /// It took a call-back for its read hold: no share joins that hold any more,
+    /// and a kept hold goes.
+    pub called_back: bool,
+    /// Its read hold is kept idle (no share) until this tick.
+    pub kept_until: Option<Time>,
 }
 
 /// Violations recorded when they happen (bits of `State::violations`).
@@ -395,6 +414,12 @@ pub enum Action {
     LoseWakeup(u8),
     /// A waiter takes the hand-over message that arrived for it.
     TakeHanded(u8),
+    /// A reader process takes the call-back that arrived for its read hold.
+    TakeRecall(u8),
+    /// Another task of a reader process joins its read hold (no script).
+    Join(u8),
+    /// A reader process whose last share ended keeps its hold idle.
+    Keep(u8),
     Failover,
     /// An original-design client acquires (when idle) or releases.
     Original(u8),
@@ -526,6 +551,11 @@ impl Model for Lock {
             grantable_since: None,
             evicted: false,
             dead: None,
+            joins: 0,
+            listening: false,
+            recall: false,
+            called_back: false,
+            kept_until: None,
         };
         vec![State {
             now: 0,
@@ -590,8 +620,19 @@ impl Model for Lock {
             if s.budget.pauses > 0 && busy && c.paused_until <= s.now {
                 actions.push(Action::Pause(id));
             }
-            if s.budget.lost_messages > 0 && (c.woken || c.handed.is_some()) {
+            if s.budget.lost_messages > 0 && (c.woken || c.handed.is_some() || c.recall) {
                 actions.push(Action::LoseWakeup(id));
+            }
+            if c.paused_until <= s.now {
+                if c.recall {
+                    actions.push(Action::TakeRecall(id));
+                }
+                if self.may_join(s, i) {
+                    actions.push(Action::Join(id));
+                }
+                if self.may_keep(s, i) {
+                    actions.push(Action::Keep(id));
+                }
             }
             if c.handed.is_some() && c.paused_until <= s.now && c.inflight.is_none() {
                 actions.push(Action::TakeHanded(id));

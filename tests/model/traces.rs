@@ -34,6 +34,9 @@ impl Lock {
                 Action::Pause(i) => Action::Pause(map(i)),
                 Action::LoseWakeup(i) => Action::LoseWakeup(map(i)),
                 Action::TakeHanded(i) => Action::TakeHanded(map(i)),
+                Action::TakeRecall(i) => Action::TakeRecall(map(i)),
+                Action::Join(i) => Action::Join(map(i)),
+                Action::Keep(i) => Action::Keep(map(i)),
                 Action::Original(i) => Action::Original(map(i)),
                 Action::SendLateRenewal(i) => Action::SendLateRenewal(map(i)),
                 Action::LateRenewalArrives(i) => Action::LateRenewalArrives(map(i)),
@@ -90,6 +93,9 @@ impl Lock {
             Action::Pause(i) => format!("{} pauses past its lease", who(i)),
             Action::LoseWakeup(i) => format!("a wake-up for {} is lost", who(i)),
             Action::TakeHanded(i) => format!("{} takes the hand-over message", who(i)),
+            Action::TakeRecall(i) => format!("{} takes a writer's call-back", who(i)),
+            Action::Join(i) => format!("another task of {} shares its read hold", who(i)),
+            Action::Keep(i) => format!("{} keeps its read hold, idle", who(i)),
             Action::Failover => "failover: the last script's writes are lost".into(),
             Action::Original(i) => who(i),
             Action::SendLateRenewal(i) => format!(
@@ -215,6 +221,17 @@ impl Lock {
             }
             if let Some(fence) = c.handed {
                 let _ = write!(extra, ", a hand-over message with fence {fence} arrived");
+            }
+            if let Some(until) = c.kept_until {
+                let _ = write!(extra, ", kept idle until t={until}");
+            } else if c.listening {
+                extra.push_str(", shared");
+            }
+            if c.recall {
+                extra.push_str(", a call-back arrived");
+            }
+            if c.called_back {
+                extra.push_str(", called back");
             }
             if let Some(f) = c.inflight {
                 let _ = write!(extra, ", awaiting a resend of {}", op_name(f.op));
