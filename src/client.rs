@@ -13,6 +13,7 @@ use crate::error::Chain;
 use crate::live::Live;
 use crate::renewals::Renewals;
 use crate::scripts::ScriptConnection;
+use crate::shared_reads::SharedReads;
 use crate::wakeups::Wakeups;
 use crate::{Error, LockOptions, RwLock};
 
@@ -51,6 +52,8 @@ pub(crate) struct ClientInner {
     pub(crate) live: Live,
     /// When each live hold renews.
     pub(crate) renewals: Renewals,
+    /// The read holds this client's tasks share.
+    pub(crate) shared_reads: SharedReads,
 }
 
 impl LockClient {
@@ -153,6 +156,7 @@ impl LockClient {
                 limits,
                 live: Live::new(),
                 renewals: Renewals::new(),
+                shared_reads: SharedReads::default(),
             }),
         }
     }

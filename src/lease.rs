@@ -134,8 +134,19 @@ impl Hold {
         }
     }
 
-    fn is_held(&self) -> bool {
+    pub(crate) fn is_held(&self) -> bool {
         !*self.lost.borrow() && Instant::now() < self.deadline()
+    }
+
+    /// Resolves once the lease is known lost.
+    pub(crate) async fn lost(&self) {
+        let mut lost = self.lost.subscribe();
+        let _ = lost.wait_for(|lost| *lost).await;
+    }
+
+    /// Renews the hold now, as a due renewal does, in the hold's span.
+    pub(crate) async fn renew_now(&self) -> Result<(), Error> {
+        self.renew_once().instrument(self.span.clone()).await
     }
 
     /// One renewal, bounded by the local deadline. `Ok`: renewed, the deadline moved
@@ -256,9 +267,13 @@ impl Lease {
     /// Resolves once the lease is known lost.
     pub(crate) async fn lost(&self) {
         if let Some(held) = &self.held {
-            let mut lost = held.hold.lost.subscribe();
-            let _ = lost.wait_for(|lost| *lost).await;
+            held.hold.lost().await;
         }
+    }
+
+    /// The hold, for the guards that share it (src/shared_reads.rs).
+    pub(crate) fn hold(&self) -> Option<&Arc<Hold>> {
+        self.held.as_ref().map(|held| &held.hold)
     }
 
     /// Applies `writes` if this hold is still the lock's writer; a refusal means the
@@ -300,8 +315,7 @@ impl Lease {
         let Some(held) = &self.held else {
             return Err(Error::LeaseLost);
         };
-        let hold = &held.hold;
-        hold.renew_once().instrument(hold.span.clone()).await
+        held.hold.renew_now().await
     }
 
     /// An acquisition by this hold (an upgrade) begins: a waiter in the metrics,

@@ -17,6 +17,7 @@ mod renewals;
 mod requests;
 mod scripts;
 mod server;
+mod shared_reads;
 mod slot;
 mod state;
 mod token;

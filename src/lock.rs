@@ -11,6 +11,7 @@ use crate::lease::Lease;
 use crate::metrics::{Acquiring, LockLabel, Mode};
 use crate::options::check_name;
 use crate::scripts::{Access, ScriptConnection, Target};
+use crate::shared_reads;
 use crate::slot::key_slot;
 use crate::state::LockState;
 use crate::waiting::acquire;
@@ -156,6 +157,15 @@ impl RwLock {
     /// line: behind the writers queued before it, ahead of those that come after;
     /// the release it waits for lets it in, with every reader that waits beside it.
     ///
+    /// While this client already holds a plain read hold on the lock, the read
+    /// joins it in the process, with no request: the tasks of one client share one
+    /// read hold, which ends with its last guard. A writer that waits calls that
+    /// hold back, and no read joins it afterwards (writer preference): such a read
+    /// goes to the server and waits in line like any other. Not shared: locks with
+    /// [`LockOptions::share_reads`] off, `auto_renew(false)` or `original_timeouts`,
+    /// legacy locks, and handles whose options differ (see the README, "Reads that
+    /// cost nothing").
+    ///
     /// # Errors
     ///
     /// [`Error::Timeout`] when the wait limit passes; [`Error::InvalidOptions`] for a
@@ -247,7 +257,8 @@ impl RwLock {
         self.acquire_write(true)
     }
 
-    /// Takes a read hold if that needs no waiting: one round trip.
+    /// Takes a read hold if that needs no waiting: one round trip, or none when it
+    /// joins this client's read hold of the lock (as [`read`](Self::read) does).
     ///
     /// # Errors
     ///
@@ -512,8 +523,12 @@ impl RwLock {
     ) -> impl Future<Output = Result<RwLockReadGuard, Error>> + Send + Sync + 'static {
         let lock = self.clone();
         SyncFuture::new(async move {
+            if access == Access::Read {
+                let share = shared_reads::read(&lock, wait).await?;
+                return Ok(RwLockReadGuard::shared(share));
+            }
             let (lease, _) = lock.lease_for(access, wait).await?;
-            Ok(RwLockReadGuard::new(lease))
+            RwLockReadGuard::new(lease)
         })
     }
 
@@ -543,7 +558,7 @@ impl RwLock {
     /// Acquires a hold for `access` and starts its lease; returns it with its
     /// fencing token (0 for reads). The acquisition counts as a waiter until it
     /// returns or is dropped, and its outcome (and wait, when granted) is recorded.
-    async fn lease_for(self, access: Access, wait: bool) -> Result<(Lease, u64), Error> {
+    pub(crate) async fn lease_for(self, access: Access, wait: bool) -> Result<(Lease, u64), Error> {
         let acquiring = Acquiring::start(&self.metrics, Mode::of(access));
         let result = acquire(&self, access, wait).await.map(|granted| {
             let fence = granted.fence;

@@ -186,6 +186,9 @@ impl Acquiring {
         }
     }
 
+    /// The acquisition is counted elsewhere: it stops counting as a waiter here.
+    pub(crate) fn forget(self) {}
+
     /// The acquisition returned `result`.
     pub(crate) fn finish<T>(self, result: &Result<T, Error>) {
         #[cfg(feature = "metrics")]
@@ -341,6 +344,17 @@ pub(crate) fn woken(by_message: bool) {
     record::WAKEUPS.counter(&[usize::from(!by_message)], &LockLabel::default());
 }
 
+/// Hook for shared reads (`src/shared_reads.rs`): a read joined the process's read
+/// hold of the lock, with no request (it counts in `redis_rwlock_acquisitions_total`
+/// too, as a granted read, and its guard as a hold). Counts in
+/// `redis_rwlock_shared_reads_total`.
+pub(crate) fn shared_read(lock: &LockLabel) {
+    #[cfg(feature = "metrics")]
+    record::SHARED_READS.counter(&[], lock);
+    #[cfg(not(feature = "metrics"))]
+    let _ = lock;
+}
+
 /// Hook for the waiting loop (`src/waiting.rs`): the server refused an acquire
 /// attempt (someone else holds or is first in line), whether the caller then waits
 /// or gets `WouldBlock`. Counts in `redis_rwlock_refusals_total`.
@@ -417,6 +431,11 @@ pub fn describe_metrics() {
         Unit::Count,
         "Acquire attempts the server refused"
     );
+    describe_counter!(
+        record::SHARED_READS.name,
+        Unit::Count,
+        "Reads granted in this process by joining its read hold of the lock, with no request"
+    );
 }
 
 /// The one recording mechanism: each metric a [`Family`] of keys, one per
@@ -444,7 +463,7 @@ mod record {
         dimensions: Dimensions,
     }
 
-    const FAMILIES: usize = 12;
+    const FAMILIES: usize = 13;
 
     pub(super) static ACQUISITIONS: Family = Family {
         id: 0,
@@ -518,6 +537,11 @@ mod record {
     pub(super) static REFUSALS: Family = Family {
         id: 11,
         name: "redis_rwlock_refusals_total",
+        dimensions: &[],
+    };
+    pub(super) static SHARED_READS: Family = Family {
+        id: 12,
+        name: "redis_rwlock_shared_reads_total",
         dimensions: &[],
     };
 

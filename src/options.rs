@@ -76,6 +76,7 @@ pub struct LockOptions {
     #[serde(with = "opt_millis")]
     pub(crate) wait_timeout: Option<Duration>,
     pub(crate) auto_renew: bool,
+    pub(crate) share_reads: bool,
     pub(crate) fairness: Fairness,
     pub(crate) key_prefix: String,
     pub(crate) min_replicas: u32,
@@ -94,6 +95,7 @@ impl Default for LockOptions {
             write_lease: Duration::from_secs(10),
             wait_timeout: None,
             auto_renew: true,
+            share_reads: true,
             fairness: Fairness::WriterPreferred,
             key_prefix: "rwlock".to_owned(),
             min_replicas: 0,
@@ -163,6 +165,25 @@ impl LockOptions {
     /// ```
     pub fn auto_renew(mut self, renew: bool) -> Self {
         self.auto_renew = renew;
+        self
+    }
+
+    /// Whether the tasks of one client share its plain read hold of the lock
+    /// (default `true`): a [`read`](crate::RwLock::read) or
+    /// [`try_read`](crate::RwLock::try_read) while the client holds one joins it,
+    /// with no request (README, "Reads that cost nothing"). With `false` every read
+    /// is a hold of its own on the server, as [`read_recursive`](crate::RwLock::read_recursive)'s is.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use redis_rwlock::LockOptions;
+    ///
+    /// // Each task's read shows in `state()` as a reader of its own.
+    /// let options = LockOptions::default().share_reads(false);
+    /// ```
+    pub fn share_reads(mut self, share: bool) -> Self {
+        self.share_reads = share;
         self
     }
 

@@ -4,6 +4,7 @@ use std::fmt;
 
 use crate::Error;
 use crate::lease::Lease;
+use crate::shared_reads::Share;
 use crate::state::LockMode;
 
 /// A read hold on an [`RwLock`](crate::RwLock), renewed in the background while it
@@ -12,12 +13,20 @@ use crate::state::LockMode;
 #[must_use = "the hold is released as soon as the guard is dropped"]
 #[clippy::has_significant_drop]
 pub struct RwLockReadGuard {
-    lease: Lease,
+    share: Share,
 }
 
 impl RwLockReadGuard {
-    pub(crate) fn new(lease: Lease) -> Self {
-        RwLockReadGuard { lease }
+    /// A guard of a hold of its own.
+    pub(crate) fn new(lease: Lease) -> Result<Self, Error> {
+        Ok(RwLockReadGuard {
+            share: Share::alone(lease)?,
+        })
+    }
+
+    /// A guard of a share of the process's read hold (`shared_reads.rs`).
+    pub(crate) fn shared(share: Share) -> Self {
+        RwLockReadGuard { share }
     }
 
     /// The name of the lock this guard holds.
@@ -31,7 +40,7 @@ impl RwLockReadGuard {
     /// # Ok(()) }
     /// ```
     pub fn name(&self) -> &str {
-        self.lease.name()
+        self.share.name()
     }
 
     /// The mode of this hold: [`LockMode::Read`](crate::LockMode::Read).
@@ -64,7 +73,7 @@ impl RwLockReadGuard {
     /// # Ok(()) }
     /// ```
     pub fn deadline(&self) -> std::time::Instant {
-        self.lease.deadline()
+        self.share.deadline()
     }
 
     /// Renews the lease now, for a full lease from this call (what the background
@@ -99,7 +108,7 @@ impl RwLockReadGuard {
     /// # Ok(()) }
     /// ```
     pub async fn extend(&self) -> Result<(), Error> {
-        self.lease.extend().await
+        self.share.extend().await
     }
 
     /// False once the lease is known lost: a renewal found it gone, or Redis could
@@ -119,7 +128,7 @@ impl RwLockReadGuard {
     /// # Ok(()) }
     /// ```
     pub fn is_held(&self) -> bool {
-        self.lease.is_held()
+        self.share.is_held()
     }
 
     /// Resolves when the lease is lost (never, while renewals succeed). Use it to
@@ -142,7 +151,7 @@ impl RwLockReadGuard {
     /// # Ok(()) }
     /// ```
     pub async fn lost(&self) {
-        self.lease.lost().await
+        self.share.lost().await
     }
 
     /// Ends the hold.
@@ -169,14 +178,14 @@ impl RwLockReadGuard {
     /// # Ok(()) }
     /// ```
     pub async fn release(self) -> Result<(), Error> {
-        self.lease.release().await
+        self.share.release().await
     }
 }
 
 impl fmt::Debug for RwLockReadGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RwLockReadGuard")
-            .field("token", &self.lease.token())
+            .field("token", &Some(self.share.token()))
             .field("held", &self.is_held())
             .finish()
     }

@@ -302,6 +302,11 @@ impl Target {
         Self::new(vec![format!("{prefix}:{{{name}}}")], original, &HASH)
     }
 
+    /// Whether this is the legacy two-key layout (its two keys follow our hash).
+    pub(crate) fn is_legacy(&self) -> bool {
+        self.keys.len() > 1
+    }
+
     /// The legacy layout: the two keys, and our state in a hash tagged like the read
     /// key (a key without a tag hashes like `{key}`), so all share one slot.
     pub(crate) fn legacy(read_key: &str, write_key: &str, original: (Duration, Duration)) -> Self {

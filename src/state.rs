@@ -67,7 +67,8 @@ pub struct LockState {
     pub server_time: DateTime<Utc>,
     /// The writer, if one holds.
     pub writer: Option<Holder>,
-    /// Every reader that holds.
+    /// Every reader that holds: one per hold on the server, so a client whose
+    /// tasks share one read hold (see [`RwLock::read`](crate::RwLock::read)) counts once.
     pub readers: Vec<Holder>,
     /// Writers waiting for the lock, first in line first (`until`: when the queued
     /// place lapses unless the waiter re-checks).

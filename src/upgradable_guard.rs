@@ -258,7 +258,7 @@ impl RwLockUpgradableReadGuard {
     /// ```
     pub async fn downgrade(self) -> Result<RwLockReadGuard, Error> {
         self.lease.leave_upgradable().await?;
-        Ok(RwLockReadGuard::new(self.lease))
+        RwLockReadGuard::new(self.lease)
     }
 
     /// Ends the hold, as [`RwLockReadGuard::release`](crate::RwLockReadGuard::release)

@@ -223,7 +223,7 @@ impl RwLockWriteGuard {
     /// # Ok(()) }
     /// ```
     pub async fn downgrade(self) -> Result<RwLockReadGuard, Error> {
-        self.lease.downgrade().await.map(RwLockReadGuard::new)
+        self.lease.downgrade().await.and_then(RwLockReadGuard::new)
     }
 
     /// Ends the hold.

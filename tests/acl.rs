@@ -469,9 +469,10 @@ async fn the_fleet_view_needs_reads_and_scan_only() {
         let (written, read, free) = (on("w", 0), on("r", 1), on("f", 2));
         let writer = locker.rwlock(&written).write().await.unwrap();
         let read_lock = locker.rwlock(&read);
+        // Two holds: a second plain read of this client would share the first.
         let readers = [
             read_lock.read().await.unwrap(),
-            read_lock.read().await.unwrap(),
+            read_lock.read_recursive().await.unwrap(),
         ];
         let long = LockOptions::default().write_lease(Duration::from_secs(60));
         let released = locker.rwlock_with(&free, long).write().await.unwrap();

@@ -108,7 +108,7 @@ async fn status_of_a_held_lock_shows_each_holder_the_queue_and_the_fence() {
     let name = unique_name("cli-held");
     let lock = client.rwlock(name.as_str());
     let first = lock.read().await.unwrap();
-    let second = lock.read().await.unwrap();
+    let second = lock.read_recursive().await.unwrap(); // a hold of its own
     let queued = tokio::spawn({
         let lock = lock.clone();
         async move { lock.write().await }
@@ -631,7 +631,7 @@ async fn release_force_ends_every_hold() {
         LockOptions::default().read_lease(Duration::from_secs(1)),
     );
     let first = lock.read().await.unwrap();
-    let second = lock.read().await.unwrap();
+    let second = lock.read_recursive().await.unwrap(); // a hold of its own
 
     let (code, stdout, stderr) = run(cli(&["release", "--force", &name])).await;
     assert_eq!(code, 0, "{stderr}");
@@ -750,7 +750,7 @@ async fn list_shows_the_matching_locks_as_a_table_and_as_json() {
     let read_lock = client.rwlock(read.as_str());
     let readers = [
         read_lock.read().await.unwrap(),
-        read_lock.read().await.unwrap(),
+        read_lock.read_recursive().await.unwrap(),
     ];
     let queued = tokio::spawn({
         let lock = read_lock.clone();

@@ -134,7 +134,7 @@ async fn force_release_ends_every_hold_and_the_holders_notice() {
         LockOptions::default().read_lease(lease),
     );
     let a = lock.read().await.unwrap();
-    let b = lock.read().await.unwrap();
+    let b = lock.read_recursive().await.unwrap(); // a hold of its own
     let writer = tokio::spawn({
         let lock = lock.clone();
         async move { lock.write().await }

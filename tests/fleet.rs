@@ -80,7 +80,7 @@ async fn every_lock_on_every_master_is_listed_in_its_state() {
     let read_lock = client.rwlock(&read);
     let readers = [
         read_lock.read().await.unwrap(),
-        read_lock.read().await.unwrap(),
+        read_lock.read_recursive().await.unwrap(),
     ];
     let queued_lock = client.rwlock(&queued);
     let holder = queued_lock.read().await.unwrap();
@@ -216,7 +216,7 @@ async fn one_server_is_listed_like_a_cluster() {
     let read_lock = client.rwlock(&read);
     let readers = [
         read_lock.read().await.unwrap(),
-        read_lock.read().await.unwrap(),
+        read_lock.read_recursive().await.unwrap(),
     ];
     let fenced_writer = client
         .rwlock_with(&fenced, LockOptions::default().write_lease(LONG))

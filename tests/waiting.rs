@@ -205,7 +205,9 @@ async fn a_vanished_holder_is_replaced_soon_after_its_lease_ends() {
 #[tokio::test]
 async fn downgrade_admits_waiting_readers_and_still_excludes_writers() {
     let client = cluster_client().await;
-    let lock = client.rwlock(unique_name("downgrade"));
+    // Each reader a hold of its own, as if each were another client's.
+    let unshared = LockOptions::default().share_reads(false);
+    let lock = client.rwlock_with(unique_name("downgrade"), unshared);
     let writer = lock.write().await.unwrap();
     let fence = writer.fencing_token();
     let readers: Vec<_> = (0..3)
@@ -365,7 +367,12 @@ async fn readers_behind_a_writer_wait_in_line_and_its_release_lets_them_all_in()
         LockClient::standalone(server.url()).await.unwrap(),
     ];
     let name = unique_name("readers-in-line");
-    let locks = [clients[0].rwlock(&name), clients[1].rwlock(&name)];
+    // Each reader a hold of its own, as if each were another client's.
+    let unshared = LockOptions::default().share_reads(false);
+    let locks = [
+        clients[0].rwlock_with(&name, unshared.clone()),
+        clients[1].rwlock_with(&name, unshared),
+    ];
     let writer = locks[0].write().await.unwrap();
     let mut readers = spawn_readers(&locks[0], 1);
     readers.extend(spawn_readers(&locks[1], 1));
@@ -429,12 +436,14 @@ async fn readers_in_line_get_in_once_a_vanished_writers_lease_ends() {
 async fn readers_in_line_go_before_the_writers_that_queued_after_them() {
     let (a, b) = (cluster_client().await, cluster_client().await);
     let name = unique_name("phase-fair");
-    let lock = a.rwlock(&name);
+    // Each reader a hold of its own, as if each were another client's.
+    let unshared = LockOptions::default().share_reads(false);
+    let lock = a.rwlock_with(&name, unshared.clone());
     let first = lock.read().await.unwrap();
     let w1 = spawn_writer(&b.rwlock(&name));
     wait_for(&lock, |s| s.queued_writers.len() == 1).await;
     let mut readers = spawn_readers(&lock, 3);
-    readers.extend(spawn_readers(&b.rwlock(&name), 3));
+    readers.extend(spawn_readers(&b.rwlock_with(&name, unshared), 3));
     wait_for(&lock, |s| s.waiting_readers.len() == 6).await;
     let w2 = spawn_writer(&a.rwlock(&name));
     wait_for(&lock, |s| s.queued_writers.len() == 2).await;

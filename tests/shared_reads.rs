@@ -1,0 +1,187 @@
+//! Shared reads: the tasks of one client share one read hold of a lock, with no
+//! request for a read that joins it; a writer elsewhere calls the hold back and is
+//! not starved; every share learns when the hold is lost.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use redis_rwlock::{Error, LockOptions};
+use tokio::time::{Instant, timeout};
+
+use common::{cluster_client, spawn_writer, standalone_client, unique_name, wait_for};
+
+#[tokio::test]
+async fn the_reads_of_one_client_share_one_hold_until_the_last_leaves() {
+    let client = cluster_client().await;
+    let lock = client.rwlock(unique_name("shared"));
+    let first = lock.read().await.unwrap();
+    let mut others = Vec::new();
+    for _ in 0..7 {
+        others.push(lock.read().await.unwrap());
+    }
+    others.push(lock.try_read().await.expect("a try_read joins too"));
+    let state = lock.state().await.unwrap();
+    assert_eq!(
+        state.readers.len(),
+        1,
+        "one hold for the process: {state:?}"
+    );
+    assert!(others.iter().all(|share| share.is_held()));
+
+    first.release().await.unwrap();
+    for share in others.drain(..4) {
+        share.release().await.unwrap();
+    }
+    let state = lock.state().await.unwrap();
+    assert_eq!(
+        state.readers.len(),
+        1,
+        "the last shares still hold: {state:?}"
+    );
+    assert!(others.iter().all(|share| share.is_held()));
+    for share in others {
+        share.release().await.unwrap();
+    }
+    assert!(lock.state().await.unwrap().is_free());
+}
+
+#[tokio::test]
+async fn another_client_and_a_recursive_read_hold_on_their_own() {
+    let client = standalone_client().await;
+    let other = standalone_client().await;
+    let name = unique_name("shared-own");
+    let lock = client.rwlock(&name);
+    let reader = lock.read().await.unwrap();
+    let recursive = lock.read_recursive().await.unwrap();
+    let elsewhere = other.rwlock(&name).read().await.unwrap();
+    let different = client
+        .rwlock_with(
+            &name,
+            LockOptions::default().read_lease(Duration::from_secs(7)),
+        )
+        .read()
+        .await
+        .unwrap();
+    let state = lock.state().await.unwrap();
+    assert_eq!(state.readers.len(), 4, "{state:?}");
+    for guard in [reader, recursive, elsewhere, different] {
+        guard.release().await.unwrap();
+    }
+    assert!(lock.state().await.unwrap().is_free());
+}
+
+/// A lone reader's hold listens for nothing; the read that would share it first
+/// looks whether a writer waits: behind a queued writer a `try_read` is refused and
+/// a `read` waits its turn, as from any other client.
+#[tokio::test]
+async fn a_read_does_not_join_a_hold_behind_a_queued_writer() {
+    let client = cluster_client().await;
+    let writers = cluster_client().await;
+    let name = unique_name("shared-queued");
+    let lock = client.rwlock(&name);
+    let first = lock.read().await.unwrap();
+    let writer = spawn_writer(&writers.rwlock(&name));
+    wait_for(&lock, |s| !s.queued_writers.is_empty()).await;
+
+    assert!(matches!(lock.try_read().await, Err(Error::WouldBlock)));
+    let reading = tokio::spawn({
+        let lock = lock.clone();
+        async move {
+            let guard = lock.read().await.unwrap();
+            let at = Instant::now();
+            guard.release().await.unwrap();
+            at
+        }
+    });
+    first.release().await.unwrap();
+    let wrote = writer.await.unwrap();
+    let read = reading.await.unwrap();
+    assert!(wrote <= read, "the writer went first");
+}
+
+/// Sixteen tasks of one client keep a shared hold busy; a writer on another client
+/// calls it back and is granted once the shares that joined before have left,
+/// while the readers that come after wait behind it.
+#[tokio::test]
+async fn a_writer_is_not_starved_by_a_process_whose_tasks_keep_reading() {
+    let client = cluster_client().await;
+    let writers = cluster_client().await;
+    let name = unique_name("shared-busy");
+    let lock = client.rwlock(&name);
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut readers = Vec::new();
+    for _ in 0..16 {
+        let (lock, stop) = (lock.clone(), stop.clone());
+        readers.push(tokio::spawn(async move {
+            let mut reads = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let guard = lock.read().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                guard.release().await.unwrap();
+                reads += 1;
+            }
+            reads
+        }));
+    }
+    wait_for(&lock, |s| s.readers.len() == 1).await;
+    let writer = writers.rwlock(&name);
+    for _ in 0..3 {
+        let asked = Instant::now();
+        let guard = timeout(Duration::from_secs(3), writer.write())
+            .await
+            .expect("the writer is granted while the readers keep reading")
+            .unwrap();
+        let waited = asked.elapsed();
+        assert!(waited < Duration::from_secs(2), "waited {waited:?}");
+        guard.release().await.unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    for reader in readers {
+        assert!(reader.await.unwrap() > 0);
+    }
+}
+
+/// Every share learns that the hold was lost (here: an operator's forced release),
+/// and a read after that takes a new hold.
+#[tokio::test]
+async fn every_share_learns_that_the_hold_is_lost() {
+    let client = standalone_client().await;
+    let lease = Duration::from_secs(1);
+    let name = unique_name("shared-lost");
+    let lock = client.rwlock_with(&name, LockOptions::default().read_lease(lease));
+    let first = lock.read().await.unwrap();
+    let second = lock.read().await.unwrap();
+    assert_eq!(lock.state().await.unwrap().readers.len(), 1);
+    assert_eq!(lock.force_release().await.unwrap(), 1);
+    for share in [&first, &second] {
+        timeout(lease * 3, share.lost())
+            .await
+            .expect("the renewal finds the hold gone");
+        assert!(!share.is_held());
+    }
+    let fresh = lock.read().await.unwrap();
+    assert!(fresh.is_held());
+    assert_eq!(lock.state().await.unwrap().readers.len(), 1);
+    assert!(matches!(first.release().await, Err(Error::LeaseLost)));
+    assert!(matches!(second.release().await, Err(Error::LeaseLost)));
+    fresh.release().await.unwrap();
+    assert!(lock.state().await.unwrap().is_free());
+}
+
+/// Shares dropped without `release` leave like released ones: the last one's hold
+/// is released in the background.
+#[tokio::test]
+async fn dropped_shares_release_the_hold_with_the_last() {
+    let client = standalone_client().await;
+    let lock = client.rwlock(unique_name("shared-drop"));
+    let first = lock.read().await.unwrap();
+    let second = lock.read().await.unwrap();
+    drop(first);
+    assert_eq!(lock.state().await.unwrap().readers.len(), 1);
+    drop(second);
+    wait_for(&lock, |s| s.is_free()).await;
+}
