@@ -10,7 +10,7 @@
 //! profiling; names: limits, uncontended, server_cost, read_heavy, read_heavy_scripts,
 //! read_heavy_3_clients, read_heavy_scripts_3_clients, redis_benchmark, handoff,
 //! stream, reader_behind_writers, waiting, contention_writers, contention_readers,
-//! at_scale, upgradable, sweep);
+//! at_scale, upgradable, shared_reads, sweep);
 //! `BENCH_IMPLS=redis_rwlock,original` likewise limits the implementations
 //! (redis_rwlock, original, rslock, rds_lock); `BENCH_OUT=dir` writes the report
 //! there instead of `bench-results/`.
@@ -36,6 +36,7 @@ mod report;
 #[path = "../../tests/common/scale.rs"]
 mod scale;
 mod scenarios;
+mod shared_reads;
 mod stats;
 mod upgradable;
 
@@ -227,6 +228,10 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
                 READ_HEAVY_SCRIPTS_CLIENTS,
             )
             .await;
+        }
+        if on("shared_reads") && use_impl(Impl::Ours) {
+            eprintln!("  shared reads: a join, and a writer behind busy readers");
+            b.shared_reads(run).await;
         }
         if on("server_cost") {
             eprintln!("  server cost per acquisition");

@@ -4,6 +4,7 @@
 mod contention;
 mod reader_behind_writers;
 mod scale;
+mod shared_reads;
 mod upgradable;
 
 use std::fmt::Write as _;
@@ -386,6 +387,7 @@ pub fn targets(b: &Bench) -> Vec<Target> {
         ));
     }
     upgradable_targets(r, &mut out);
+    shared_read_targets(r, &mut out);
     for family in Family::ALL {
         let sizes = family.sizes();
         // The first bound from when the scripts were first measured, the second
@@ -435,6 +437,59 @@ pub fn targets(b: &Bench) -> Vec<Target> {
         ));
     }
     out
+}
+
+/// Shared reads: a join's latency, and a writer's wait behind a busy shared hold.
+fn shared_read_targets(r: &Results, out: &mut Vec<Target>) {
+    use crate::shared_reads::{metric::*, names::*};
+    out.push(value_target(
+        "a read that joins the client's read hold: p50 <= 10 us".into(),
+        r.get(SHARED_JOIN, Impl::Ours, JOIN_P50),
+        "us",
+        |x| x <= 10.0,
+    ));
+    out.push(value_target(
+        "a writer on another client behind 16 busy local readers sharing one hold: p99 wait < 20 ms".into(),
+        r.get(WRITER_BEHIND_SHARED, Impl::Ours, WAIT_P99),
+        "ms",
+        |x| x < 20.0,
+    ));
+    out.push(value_target(
+        "... and no wait over 100 ms".into(),
+        r.get(WRITER_BEHIND_SHARED, Impl::Ours, WAIT_MAX),
+        "ms",
+        |x| x <= 100.0,
+    ));
+    // One lock, 64 tasks of one client, 98% reads (contention_readers' middle size).
+    let scenario = Family::Readers.scenario(1);
+    let metric = |imp: Impl, name: &str| r.get(scenario, imp, name);
+    use crate::contention::metric as c;
+    out.push(value_target(
+        "one lock, 64 tasks of one client, 98% reads: scripts per acquisition <= 0.3".into(),
+        metric(Impl::Ours, c::SCRIPTS),
+        "",
+        |x| x <= 0.3,
+    ));
+    out.push(ratio_target(
+        "... server CPU per acquisition <= 0.5x the original design's".into(),
+        metric(Impl::Ours, c::CPU),
+        metric(Impl::Original, c::CPU),
+        "us",
+        |x| x <= 0.5,
+    ));
+    out.push(ratio_target(
+        "... throughput >= 3x the original design's".into(),
+        metric(Impl::Ours, c::ACQ_PER_S),
+        metric(Impl::Original, c::ACQ_PER_S),
+        "/s",
+        |x| x >= 3.0,
+    ));
+    out.push(value_target(
+        "one lock, 64 tasks from 3 clients, 95% reads (MONITOR): scripts per acquisition <= 0.6".into(),
+        r.get(READ_HEAVY_SCRIPTS_CLIENTS, Impl::Ours, crate::read_heavy::metric::SCRIPTS),
+        "",
+        |x| x <= 0.6,
+    ));
 }
 
 /// The upgradable reads' ratio targets, each against its interleaved baseline.
@@ -522,6 +577,7 @@ pub fn markdown(b: &Bench, machine: &Machine) -> String {
     contention::tables(&mut o, b);
     scale::table(&mut o, b);
     upgradable::tables(&mut o, b);
+    shared_reads::tables(&mut o, b);
     targets_table(&mut o, b);
     if !b.notes.is_empty() {
         let _ = writeln!(o, "\n### Notes from this run\n");

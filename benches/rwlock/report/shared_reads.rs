@@ -1,0 +1,47 @@
+//! The shared-reads table: a read that joins the client's hold against a server
+//! read, and a writer's wait behind a busy shared hold.
+
+use std::fmt::Write as _;
+
+use super::{at, header, ratio_cell, ratios, row};
+use crate::locks::Impl;
+use crate::scenarios::Bench;
+use crate::shared_reads::{BUSY_READERS, metric::*, names::*};
+
+/// The table, when the scenario ran.
+pub(super) fn tables(o: &mut String, b: &Bench) {
+    let r = &b.results;
+    if r.get(SHARED_JOIN, Impl::Ours, JOIN_P50).is_none() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "\n### Shared reads (redis-rwlock, the lock's master)\n\n`read()` + release while another task of the client holds a read (a join), against the same pair on a handle with `share_reads(false)` (a server acquire and release), in alternating blocks; then {BUSY_READERS} tasks of one client loop read / hold 1 ms / release while a writer on another client asks again and again, 10-30 ms apart.\n"
+    );
+    header(o, &["measure", "value", "ratio"]);
+    let join = r.get(SHARED_JOIN, Impl::Ours, JOIN_P50);
+    let server = r.get(SHARED_JOIN, Impl::Ours, SERVER_P50);
+    row(
+        o,
+        &[
+            "read() that joins, p50 (us)".into(),
+            at(r, SHARED_JOIN, Impl::Ours, JOIN_P50),
+            format!("{} of a server read", ratio_cell(ratios(join, server))),
+        ],
+    );
+    for (what, m) in [
+        ("read() that joins, p99 (us)", JOIN_P99),
+        ("read() of the server, p50 (us)", SERVER_P50),
+        ("read() of the server, p99 (us)", SERVER_P99),
+    ] {
+        row(o, &[what.into(), at(r, SHARED_JOIN, Impl::Ours, m), "-".into()]);
+    }
+    for (what, m) in [
+        ("writer's wait behind the busy shared hold, p50 (ms)", WAIT_P50),
+        ("writer's wait, p99 (ms)", WAIT_P99),
+        ("writer's wait, max (ms)", WAIT_MAX),
+        ("writes measured per run", WRITES),
+    ] {
+        row(o, &[what.into(), at(r, WRITER_BEHIND_SHARED, Impl::Ours, m), "-".into()]);
+    }
+}
