@@ -198,11 +198,11 @@ impl SharedReads {
             Some(Slot::Held(shared)) if shared.hold.lock.options() != lock.options() => {
                 return Enter::Alone;
             }
-            Some(Slot::Held(shared)) => match shared.join(lock, wait) {
-                Some(Enter::Alone) => {}
-                Some(enter) => return enter,
-                None => {}
-            },
+            Some(Slot::Held(shared)) => {
+                if let Some(enter) = shared.join(lock, wait) {
+                    return enter;
+                }
+            }
             Some(Slot::Asking(asked)) if wait => return Enter::Wait(asked.clone()),
             Some(Slot::Asking(_)) => return Enter::Alone,
             None => {}
