@@ -485,8 +485,13 @@ fn shared_read_targets(r: &Results, out: &mut Vec<Target>) {
         |x| x >= 3.0,
     ));
     out.push(value_target(
-        "one lock, 64 tasks from 3 clients, 95% reads (MONITOR): scripts per acquisition <= 0.6".into(),
-        r.get(READ_HEAVY_SCRIPTS_CLIENTS, Impl::Ours, crate::read_heavy::metric::SCRIPTS),
+        "one lock, 64 tasks from 3 clients, 95% reads (MONITOR): scripts per acquisition <= 0.6"
+            .into(),
+        r.get(
+            READ_HEAVY_SCRIPTS_CLIENTS,
+            Impl::Ours,
+            crate::read_heavy::metric::SCRIPTS,
+        ),
         "",
         |x| x <= 0.6,
     ));

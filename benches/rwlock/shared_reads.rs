@@ -59,7 +59,9 @@ impl Bench {
 
     fn shared_lock(&self, base: &str, options: LockOptions) -> RwLock {
         let name = self.name_on(0, base);
-        self.clients.ours.rwlock_with(&name, options.wait_timeout(LONG_WAIT))
+        self.clients
+            .ours
+            .rwlock_with(&name, options.wait_timeout(LONG_WAIT))
     }
 
     async fn shared_join(&mut self, run: usize) {
@@ -98,10 +100,34 @@ impl Bench {
         }
         let r = &mut self.results;
         let [joins, server] = &mut times;
-        r.record(SHARED_JOIN, Impl::Ours, JOIN_P50, "us", percentile(joins, 50.0));
-        r.record(SHARED_JOIN, Impl::Ours, JOIN_P99, "us", percentile(joins, 99.0));
-        r.record(SHARED_JOIN, Impl::Ours, SERVER_P50, "us", percentile(server, 50.0));
-        r.record(SHARED_JOIN, Impl::Ours, SERVER_P99, "us", percentile(server, 99.0));
+        r.record(
+            SHARED_JOIN,
+            Impl::Ours,
+            JOIN_P50,
+            "us",
+            percentile(joins, 50.0),
+        );
+        r.record(
+            SHARED_JOIN,
+            Impl::Ours,
+            JOIN_P99,
+            "us",
+            percentile(joins, 99.0),
+        );
+        r.record(
+            SHARED_JOIN,
+            Impl::Ours,
+            SERVER_P50,
+            "us",
+            percentile(server, 50.0),
+        );
+        r.record(
+            SHARED_JOIN,
+            Impl::Ours,
+            SERVER_P99,
+            "us",
+            percentile(server, 99.0),
+        );
     }
 
     async fn writer_behind_shared(&mut self, run: usize) {
@@ -112,9 +138,10 @@ impl Bench {
             self.note("writer behind shared readers: no second client".into());
             return;
         };
-        let writer = other
-            .ours
-            .rwlock_with(readers.name(), LockOptions::default().wait_timeout(LONG_WAIT));
+        let writer = other.ours.rwlock_with(
+            readers.name(),
+            LockOptions::default().wait_timeout(LONG_WAIT),
+        );
         let stop = Arc::new(AtomicBool::new(false));
         let mut tasks = JoinSet::new();
         for _ in 0..BUSY_READERS {
@@ -159,9 +186,27 @@ impl Bench {
         }
         let r = &mut self.results;
         let max = waits.iter().copied().fold(f64::NAN, f64::max);
-        r.record(WRITER_BEHIND_SHARED, Impl::Ours, WAIT_P50, "ms", percentile(&mut waits, 50.0));
-        r.record(WRITER_BEHIND_SHARED, Impl::Ours, WAIT_P99, "ms", percentile(&mut waits, 99.0));
+        r.record(
+            WRITER_BEHIND_SHARED,
+            Impl::Ours,
+            WAIT_P50,
+            "ms",
+            percentile(&mut waits, 50.0),
+        );
+        r.record(
+            WRITER_BEHIND_SHARED,
+            Impl::Ours,
+            WAIT_P99,
+            "ms",
+            percentile(&mut waits, 99.0),
+        );
         r.record(WRITER_BEHIND_SHARED, Impl::Ours, WAIT_MAX, "ms", max);
-        r.record(WRITER_BEHIND_SHARED, Impl::Ours, WRITES, "count", waits.len() as f64);
+        r.record(
+            WRITER_BEHIND_SHARED,
+            Impl::Ours,
+            WRITES,
+            "count",
+            waits.len() as f64,
+        );
     }
 }

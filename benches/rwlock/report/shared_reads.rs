@@ -34,14 +34,27 @@ pub(super) fn tables(o: &mut String, b: &Bench) {
         ("read() of the server, p50 (us)", SERVER_P50),
         ("read() of the server, p99 (us)", SERVER_P99),
     ] {
-        row(o, &[what.into(), at(r, SHARED_JOIN, Impl::Ours, m), "-".into()]);
+        row(
+            o,
+            &[what.into(), at(r, SHARED_JOIN, Impl::Ours, m), "-".into()],
+        );
     }
     for (what, m) in [
-        ("writer's wait behind the busy shared hold, p50 (ms)", WAIT_P50),
+        (
+            "writer's wait behind the busy shared hold, p50 (ms)",
+            WAIT_P50,
+        ),
         ("writer's wait, p99 (ms)", WAIT_P99),
         ("writer's wait, max (ms)", WAIT_MAX),
         ("writes measured per run", WRITES),
     ] {
-        row(o, &[what.into(), at(r, WRITER_BEHIND_SHARED, Impl::Ours, m), "-".into()]);
+        row(
+            o,
+            &[
+                what.into(),
+                at(r, WRITER_BEHIND_SHARED, Impl::Ours, m),
+                "-".into(),
+            ],
+        );
     }
 }
