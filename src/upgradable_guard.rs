@@ -266,8 +266,9 @@ impl RwLockUpgradableReadGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::LeaseLost`] when the guard already knew its lease was gone;
-    /// [`Error::Redis`] when Redis could not be reached (the hold then ends with its
+    /// [`Error::LeaseLost`] when the guard already knew its lease was gone (returned
+    /// at once; whatever the lock may still keep of the hold is cleared in the
+    /// background); [`Error::Redis`] when Redis could not be reached (the hold then ends with its
     /// lease).
     ///
     /// # Cancel safety
