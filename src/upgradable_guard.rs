@@ -15,7 +15,7 @@ use crate::{Error, RwLockReadGuard, RwLockWriteGuard};
 /// refreshes it, and the others find it fresh when they get their turn.
 ///
 /// Release it with [`release`](Self::release); dropping it releases in the
-/// background (see the lock's drop contract).
+/// background (see [the lock's drop contract](crate::RwLock#drop-contract)).
 ///
 /// # Examples
 ///
