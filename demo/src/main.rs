@@ -291,7 +291,11 @@ fn chain(err: &dyn Error) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {
-        text.push_str(&format!(": {cause}"));
+        // The driver's errors repeat their cause in their own text: say it once.
+        let shown = cause.to_string();
+        if !text.ends_with(&shown) {
+            text = format!("{text}: {shown}");
+        }
         source = cause.source();
     }
     text
