@@ -8,7 +8,8 @@
 //! crate's two histograms (`redis_rwlock_wait_seconds`, `redis_rwlock_hold_seconds`)
 //! are given buckets ([`SECONDS_BUCKETS`]), so that Prometheus gets histograms it can
 //! sum across instances: without buckets the exporter sends summaries (quantiles
-//! computed in this process alone). Errors are printed with their causes.
+//! computed in this process alone). Errors are printed with their causes
+//! ([`ErrorChain`]).
 //!
 //! ```text
 //! REDIS_URL=redis://127.0.0.1:6379 cargo run --features metrics --example metrics_service
@@ -32,7 +33,7 @@ use std::time::Duration;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use redis::AsyncCommands;
-use redis_rwlock::{FencedWrites, LockClient, LockOptions, RwLock};
+use redis_rwlock::{ErrorChain, FencedWrites, LockClient, LockOptions, RwLock};
 use tokio::time::{interval, sleep};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -85,7 +86,7 @@ async fn main() -> ExitCode {
     match run().await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("metrics_service: {}", chain(err.as_ref()));
+            eprintln!("metrics_service: {}", ErrorChain(err.as_ref()));
             ExitCode::FAILURE
         }
     }
@@ -213,15 +214,15 @@ async fn serve_reads(
             Ok(guard) => {
                 done.reads.fetch_add(1, Ordering::Relaxed);
                 if let Err(err) = cache.get(&key).await {
-                    eprintln!("reading the cache: {}", chain(&err));
+                    eprintln!("reading the cache: {}", ErrorChain(&err));
                 }
                 if let Err(err) = guard.release().await {
-                    eprintln!("releasing a read hold: {}", chain(&err));
+                    eprintln!("releasing a read hold: {}", ErrorChain(&err));
                 }
             }
             Err(err) => {
                 done.errors.fetch_add(1, Ordering::Relaxed);
-                eprintln!("read lock: {}", chain(&err));
+                eprintln!("read lock: {}", ErrorChain(&err));
             }
         }
         sleep(READ_PAUSE).await;
@@ -241,32 +242,16 @@ async fn refresh(lock: RwLock, key: String, done: Arc<Done>, stop: Arc<AtomicBoo
                 let writes =
                     FencedWrites::new().set_with_expiry(&key, value, Duration::from_secs(60));
                 if let Err(err) = writer.fenced_write(writes).await {
-                    eprintln!("writing the cache: {}", chain(&err));
+                    eprintln!("writing the cache: {}", ErrorChain(&err));
                 }
                 if let Err(err) = writer.release().await {
-                    eprintln!("releasing the write hold: {}", chain(&err));
+                    eprintln!("releasing the write hold: {}", ErrorChain(&err));
                 }
             }
             Err(err) => {
                 done.errors.fetch_add(1, Ordering::Relaxed);
-                eprintln!("write lock: {}", chain(&err));
+                eprintln!("write lock: {}", ErrorChain(&err));
             }
         }
     }
-}
-
-/// An error and its causes, `"a: b: c"`: the lock's errors keep their cause in
-/// `source()` (`redis request failed` alone does not say why).
-fn chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        // The driver's errors repeat their cause in their own text: say it once.
-        let shown = cause.to_string();
-        if !text.ends_with(&shown) {
-            text = format!("{text}: {shown}");
-        }
-        source = cause.source();
-    }
-    text
 }

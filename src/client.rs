@@ -9,7 +9,7 @@ use tokio::time::{Instant, timeout_at};
 
 use crate::builder::LockClientBuilder;
 use crate::connection::{Connection, Limits};
-use crate::error::Chain;
+use crate::error::ErrorChain;
 use crate::live::Live;
 use crate::renewals::Renewals;
 use crate::scripts::ScriptConnection;
@@ -250,7 +250,7 @@ impl LockClient {
                 Ok(Err(_)) | Err(_) => Some(Error::Timeout),
             };
             if let (Some(err), Ok(())) = (failed, &result) {
-                tracing::warn!(error = %Chain(&err), "shutdown: a release failed; that hold ends with its lease");
+                tracing::warn!(error = %ErrorChain(&err), "shutdown: a release failed; that hold ends with its lease");
                 result = Err(err);
             }
         }

@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use tokio::time::{Instant, timeout};
 use tracing::{Instrument, Span};
 
-use crate::error::Chain;
+use crate::error::ErrorChain;
 use crate::live::{Kind, Registration};
 use crate::metrics::{self, Holding, LostCause, Mode};
 use crate::renewals::Renewal;
@@ -521,11 +521,11 @@ impl Held {
                         tracing::debug!(lock = lock.name(), ?mode, "released in the background")
                     }
                     Err(err) if held => tracing::warn!(
-                        lock = lock.name(), ?mode, error = %Chain(&err),
+                        lock = lock.name(), ?mode, error = %ErrorChain(&err),
                         "release on drop failed; the hold ends when its lease does"
                     ),
                     Err(err) => tracing::debug!(
-                        lock = lock.name(), ?mode, error = %Chain(&err),
+                        lock = lock.name(), ?mode, error = %ErrorChain(&err),
                         "tidying up after a lost lease failed"
                     ),
                 }

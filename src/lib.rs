@@ -43,7 +43,7 @@
 //! lives, reports a lost one ([`RwLockWriteGuard::lost`]) and is ended by
 //! `release()`, which returns errors. Every failure is one [`Error`]; its `Redis`
 //! variant keeps the driver's error in [`source()`](std::error::Error::source), so
-//! print the whole chain, not only `{err}`.
+//! print the whole chain ([`ErrorChain`]), not only `{err}`.
 //!
 //! # Guides
 //!
@@ -116,7 +116,7 @@ pub use crate::metrics::describe_metrics;
 pub use builder::LockClientBuilder;
 pub use client::LockClient;
 pub use connection::cluster_client_builder;
-pub use error::{Error, Result};
+pub use error::{Error, ErrorChain, Result};
 pub use fenced::FencedWrites;
 pub use fleet::{ListCursor, ListOptions, LockPage, LockSummary};
 pub use library::library_name;

@@ -15,7 +15,7 @@
 //! read and its upgrade), so no stale period is refreshed twice however the two
 //! refreshers race; and each new value's fencing token must be above the one it
 //! replaces. The demo exits 0 when all of that held, 1 when it did not or a lock
-//! operation failed (the error is printed with its causes).
+//! operation failed (the error is printed with its causes, by [`ErrorChain`]).
 //!
 //! Run it with `bash cluster-compose/demo.sh` (builds it, starts a local cluster),
 //! or against your own cluster:
@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis_rwlock::redis::{self, AsyncCommands};
-use redis_rwlock::{FencedWrites, LockClient, RwLock};
+use redis_rwlock::{ErrorChain, FencedWrites, LockClient, RwLock};
 use tokio::time::{Instant, interval, sleep};
 
 type BoxError = Box<dyn Error + Send + Sync>;
@@ -66,7 +66,7 @@ async fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(err) => {
-            eprintln!("demo: {}", chain(err.as_ref()));
+            eprintln!("demo: {}", ErrorChain(err.as_ref()));
             ExitCode::FAILURE
         }
     }
@@ -283,20 +283,4 @@ fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// An error and its causes, `"a: b: c"`: the lock's errors keep their cause in
-/// `source()` (`redis request failed` alone does not say why).
-fn chain(err: &dyn Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        // The driver's errors repeat their cause in their own text: say it once.
-        let shown = cause.to_string();
-        if !text.ends_with(&shown) {
-            text = format!("{text}: {shown}");
-        }
-        source = cause.source();
-    }
-    text
 }

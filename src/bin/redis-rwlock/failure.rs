@@ -1,11 +1,10 @@
 //! Why the tool stops early: a message, the error behind it, and the exit code.
 
 use std::error::Error as StdError;
-use std::fmt::Write as _;
 use std::io::Write as _;
 use std::process::ExitCode;
 
-use redis_rwlock::Error;
+use redis_rwlock::{Error, ErrorChain};
 
 /// Exit codes of the tool's own failures (`exec` otherwise passes the command's
 /// status through). The numbers follow `sysexits.h` where one fits, and the shell's
@@ -107,26 +106,14 @@ impl Failure {
         }
     }
 
-    /// The whole report line: the message, then each error in the source chain.
+    /// The whole report line: the message, then each error in the source chain
+    /// (some errors, redis's among them, repeat their source: each text once).
     pub fn report(&self) -> String {
         let message = self.message.as_deref().unwrap_or("the output was closed");
-        let mut line = format!("redis-rwlock: {message}");
-        let mut next: Option<&(dyn StdError + 'static)> = match &self.source {
-            Some(source) => Some(source.as_ref()),
-            None => None,
-        };
-        let mut previous = String::new();
-        while let Some(err) = next {
-            // Some errors (redis's among them) repeat their source in their own
-            // message: print each text once.
-            let text = err.to_string();
-            if !previous.contains(&text) {
-                let _ = write!(line, ": {text}");
-            }
-            previous = text;
-            next = err.source();
+        match &self.source {
+            Some(source) => format!("redis-rwlock: {message}: {}", ErrorChain(source.as_ref())),
+            None => format!("redis-rwlock: {message}"),
         }
-        line
     }
 }
 
