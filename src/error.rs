@@ -38,8 +38,9 @@ pub enum Error {
     #[error("the lock's lease was lost")]
     LeaseLost,
 
-    /// A lock name or an option is unusable; nothing was sent to Redis. Also returned
-    /// at connect when the server cannot serve the lock: the wrong kind (a cluster
+    /// A lock name (empty, with a brace, over 1,024 bytes), an option or a URL (not a
+    /// Redis URL) is unusable; nothing was sent to Redis. Also returned at connect
+    /// when the server cannot serve the lock: the wrong kind (a cluster
     /// node given to [`LockClient::standalone`](crate::LockClient::standalone), or the
     /// reverse) or older than Redis 7.0, e.g. `invalid options: the cluster at
     /// 10.0.0.5:6379 runs redis 6.2.14, too old: sharded pub/sub (SPUBLISH/SSUBSCRIBE)
