@@ -203,6 +203,9 @@ impl LockOptions {
     }
 
     /// The first part of the lock's key, `"{prefix}:{name}"` (default `"rwlock"`).
+    /// Like a lock name it must not be empty, hold `{` or `}`, or be longer than
+    /// 1,024 bytes; else every operation fails with
+    /// [`Error::InvalidOptions`](crate::Error::InvalidOptions), before any I/O.
     ///
     /// # Examples
     ///
