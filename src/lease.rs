@@ -522,7 +522,7 @@ impl Held {
                     }
                     Err(err) if held => tracing::warn!(
                         lock = lock.name(), ?mode, error = %ErrorChain(&err),
-                        "release on drop failed; the hold ends when its lease does"
+                        "background release failed; the hold ends when its lease does"
                     ),
                     Err(err) => tracing::debug!(
                         lock = lock.name(), ?mode, error = %ErrorChain(&err),
