@@ -160,19 +160,25 @@ impl Stats {
             .map(|(n, what)| format!("{n} {what}"))
             .collect();
         let oldest = Duration::from_millis(count(&self.oldest_read_ms));
-        let refreshers = if oldest <= STALE_AFTER + Duration::from_secs(1) {
+        let on_time = if oldest <= STALE_AFTER + Duration::from_secs(1) {
             "the readers never held the refreshers off"
         } else {
             "refreshes ran late (a busy machine?)"
         };
+        let refreshers = match count(&self.refreshes) {
+            0 => "no refresh ran (a run too short? set DEMO_SECONDS)".to_owned(),
+            _ => format!(
+                "the oldest value served was {:.1} s old (stale after {:.0} s): {on_time}",
+                oldest.as_secs_f64(),
+                STALE_AFTER.as_secs_f64()
+            ),
+        };
         let seen = format!(
             "{} reads, none changed under its read lock; {} refreshes, each of the stale \
              value its refresher looked at (no period refreshed twice), fencing tokens \
-             rising; the oldest value served was {:.1} s old (stale after {:.0} s): {refreshers}",
+             rising; {refreshers}",
             count(&self.reads),
             count(&self.refreshes),
-            oldest.as_secs_f64(),
-            STALE_AFTER.as_secs_f64(),
         );
         if broken.is_empty() {
             (true, format!("as the lock promises: {seen}"))
