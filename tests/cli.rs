@@ -697,28 +697,24 @@ async fn bad_usage_is_64() {
     }
 }
 
+/// A URL that is not a Redis URL (refused before any connection) and a lock name
+/// over the documented 1,024 bytes are usage errors, and the message says why.
 #[tokio::test]
-async fn a_url_that_is_not_a_redis_url_is_64_before_any_connection() {
-    let mut cmd = bare();
-    cmd.args(["--url", "http://127.0.0.1:1", "status", "anything"]);
-    let (code, _, stderr) = run(cmd).await;
-    assert_eq!(code, USAGE, "{stderr}");
-    assert!(
-        stderr.contains("invalid options: the server URL is not a usable Redis URL"),
-        "{stderr}"
-    );
-}
-
-#[tokio::test]
-async fn a_lock_name_over_the_length_limit_is_64() {
-    // One byte over the documented limit of 1,024.
-    let name = "n".repeat(1025);
-    let (code, _, stderr) = run(cli(&["status", &name])).await;
-    assert_eq!(code, USAGE, "{stderr}");
-    assert!(
-        stderr.contains("invalid options: lock name is 1025 bytes long, longer than 1024"),
-        "{stderr}"
-    );
+async fn a_bad_url_or_an_overlong_name_is_64_with_the_reason() {
+    let mut bad_url = bare();
+    bad_url.args(["--url", "http://127.0.0.1:1", "status", "anything"]);
+    let long_name = cli(&["status", &"n".repeat(1025)]);
+    for (cmd, reason) in [
+        (bad_url, "the server URL is not a usable Redis URL"),
+        (long_name, "lock name is 1025 bytes long, longer than 1024"),
+    ] {
+        let (code, _, stderr) = run(cmd).await;
+        assert_eq!(code, USAGE, "{stderr}");
+        assert!(
+            stderr.contains(&format!("invalid options: {reason}")),
+            "{stderr}"
+        );
+    }
 }
 
 /// Every command that prints, with its stdout a pipe whose reader is gone: each

@@ -94,14 +94,18 @@ async fn run() -> Result<bool, BoxError> {
     let stats = Arc::new(Stats::default());
     let stop = Instant::now() + Duration::from_secs(seconds);
 
+    let task = |client: &LockClient| Task {
+        lock: client.rwlock("demo"),
+        redis: redis.clone(),
+        stats: stats.clone(),
+        stop,
+    };
     let mut tasks = Vec::new();
     for client in &clients {
         for _ in 0..READERS_PER_CLIENT {
-            let (lock, redis, stats) = (client.rwlock("demo"), redis.clone(), stats.clone());
-            tasks.push(tokio::spawn(serve_reads(lock, redis, stats, stop)));
+            tasks.push(tokio::spawn(task(client).serve_reads()));
         }
-        let (lock, redis, stats) = (client.rwlock("demo"), redis.clone(), stats.clone());
-        tasks.push(tokio::spawn(refresh(lock, redis, stats, stop)));
+        tasks.push(tokio::spawn(task(client).refresh()));
     }
 
     println!(
@@ -191,78 +195,86 @@ impl Stats {
     }
 }
 
-async fn serve_reads(
+/// What each task works with: the lock (through its instance's client), a
+/// connection for the value, the figures all tasks share, and when to stop.
+struct Task {
     lock: RwLock,
-    mut redis: Conn,
+    redis: Conn,
     stats: Arc<Stats>,
     stop: Instant,
-) -> Result<(), BoxError> {
-    while Instant::now() < stop {
-        let asked = Instant::now();
-        let guard = lock.read().await?;
-        let waited = asked.elapsed().as_micros() as u64;
-        stats
-            .longest_read_wait_us
-            .fetch_max(waited, Ordering::Relaxed);
-        let served: Option<String> = redis.get(KEY).await?;
-        let at_end: Option<String> = redis.get(KEY).await?;
-        if served != at_end {
-            stats.changed_under_read.fetch_add(1, Ordering::Relaxed);
-        }
-        // A value of this run's (a refresh has finished: none can be under way while
-        // this read holds); one left by an earlier run may be any age.
-        let refreshed = stats.refreshes.load(Ordering::Relaxed) > 0;
-        if let Some(value) = Value::parse(served.as_deref()).filter(|_| refreshed) {
-            let age = now_ms().saturating_sub(value.built_ms);
-            stats.oldest_read_ms.fetch_max(age, Ordering::Relaxed);
-        }
-        stats.reads.fetch_add(1, Ordering::Relaxed);
-        guard.release().await?;
-    }
-    Ok(())
 }
 
-async fn refresh(
-    lock: RwLock,
-    mut redis: Conn,
-    stats: Arc<Stats>,
-    stop: Instant,
-) -> Result<(), BoxError> {
-    while Instant::now() < stop {
-        sleep(CHECK_EVERY).await;
-        // Only one upgradable reader at a time: the other instance's refresher waits
-        // here, and then finds the value fresh.
-        let guard = lock.upgradable_read().await?;
-        stats.checks.fetch_add(1, Ordering::Relaxed);
-        let looked: Option<String> = redis.get(KEY).await?;
-        let stale = Value::parse(looked.as_deref()).is_none_or(|value| value.is_stale());
-        if !stale {
+impl Task {
+    /// A reader: reads the value twice under each read hold.
+    async fn serve_reads(mut self) -> Result<(), BoxError> {
+        while Instant::now() < self.stop {
+            let asked = Instant::now();
+            let guard = self.lock.read().await?;
+            let waited = asked.elapsed().as_micros() as u64;
+            self.stats
+                .longest_read_wait_us
+                .fetch_max(waited, Ordering::Relaxed);
+            let served: Option<String> = self.redis.get(KEY).await?;
+            let at_end: Option<String> = self.redis.get(KEY).await?;
+            if served != at_end {
+                self.stats
+                    .changed_under_read
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            // A value of this run's (a refresh has finished: none can be under way while
+            // this read holds); one left by an earlier run may be any age.
+            let refreshed = self.stats.refreshes.load(Ordering::Relaxed) > 0;
+            if let Some(value) = Value::parse(served.as_deref()).filter(|_| refreshed) {
+                let age = now_ms().saturating_sub(value.built_ms);
+                self.stats.oldest_read_ms.fetch_max(age, Ordering::Relaxed);
+            }
+            self.stats.reads.fetch_add(1, Ordering::Relaxed);
             guard.release().await?;
-            continue;
         }
-        let asked = Instant::now();
-        let writer = guard.upgrade().await?; // no other writer in between
-        stats
-            .last_upgrade_wait_us
-            .store(asked.elapsed().as_micros() as u64, Ordering::Relaxed);
-        let replaced: Option<String> = redis.get(KEY).await?;
-        if replaced != looked {
-            stats.changed_before_upgrade.fetch_add(1, Ordering::Relaxed);
-        }
-        let token = writer.fencing_token();
-        if Value::parse(replaced.as_deref()).is_some_and(|old| old.token >= token) {
-            stats.token_not_rising.fetch_add(1, Ordering::Relaxed);
-        }
-        sleep(Duration::from_millis(20)).await; // rebuilding the value
-        let value = format!("{}:{token}", now_ms());
-        // Written only if this guard still holds: a refresher paused past its lease
-        // cannot overwrite a newer value.
-        let writes = FencedWrites::new().set_with_expiry(KEY, value, Duration::from_secs(60));
-        writer.fenced_write(writes).await?;
-        stats.refreshes.fetch_add(1, Ordering::Relaxed);
-        writer.release().await?;
+        Ok(())
     }
-    Ok(())
+
+    /// A refresher: looks at the value's age under an upgradable read and rebuilds it
+    /// under the write hold when it is stale.
+    async fn refresh(mut self) -> Result<(), BoxError> {
+        while Instant::now() < self.stop {
+            sleep(CHECK_EVERY).await;
+            // Only one upgradable reader at a time: the other instance's refresher waits
+            // here, and then finds the value fresh.
+            let guard = self.lock.upgradable_read().await?;
+            self.stats.checks.fetch_add(1, Ordering::Relaxed);
+            let looked: Option<String> = self.redis.get(KEY).await?;
+            let stale = Value::parse(looked.as_deref()).is_none_or(|value| value.is_stale());
+            if !stale {
+                guard.release().await?;
+                continue;
+            }
+            let asked = Instant::now();
+            let writer = guard.upgrade().await?; // no other writer in between
+            self.stats
+                .last_upgrade_wait_us
+                .store(asked.elapsed().as_micros() as u64, Ordering::Relaxed);
+            let replaced: Option<String> = self.redis.get(KEY).await?;
+            if replaced != looked {
+                self.stats
+                    .changed_before_upgrade
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            let token = writer.fencing_token();
+            if Value::parse(replaced.as_deref()).is_some_and(|old| old.token >= token) {
+                self.stats.token_not_rising.fetch_add(1, Ordering::Relaxed);
+            }
+            sleep(Duration::from_millis(20)).await; // rebuilding the value
+            let value = format!("{}:{token}", now_ms());
+            // Written only if this guard still holds: a refresher paused past its lease
+            // cannot overwrite a newer value.
+            let writes = FencedWrites::new().set_with_expiry(KEY, value, Duration::from_secs(60));
+            writer.fenced_write(writes).await?;
+            self.stats.refreshes.fetch_add(1, Ordering::Relaxed);
+            writer.release().await?;
+        }
+        Ok(())
+    }
 }
 
 /// The cached value, `"<built at, ms since the epoch>:<fencing token>"`.
