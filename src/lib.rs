@@ -50,7 +50,8 @@
 //! The [README](https://docs.rs/crate/redis-rwlock/latest/source/README.md) (also shown on the crate's
 //! [docs.rs page](https://docs.rs/crate/redis-rwlock/latest)) is the user's guide,
 //! one section per topic: *Servers* (what the crate needs of Redis or Valkey), *How it
-//! works*, *Guarantees and non-guarantees*, *Leases and failover* (choosing leases for
+//! works*, *Reads that cost nothing* (the tasks of one client share its read hold),
+//! *Guarantees and non-guarantees*, *Leases and failover* (choosing leases for
 //! your failover time), *Fenced writes*, *Refresh once* (upgradable reads), *Coming
 //! from other Redis locks*, *Options*, *Migrating from the original design*,
 //! *Errors*, *Command line* (the `redis-rwlock` tool), *Bad input and failures*,
