@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Runs the cache-refresh demo against a local 6-node cluster that it starts and
-# stops itself.
+# Runs the cache-refresh demo (demo/) against a local 6-node cluster that it starts
+# and stops itself. The demo is built first (optimized, with only what it needs; a
+# few minutes the first time), then the cluster starts, then the demo runs for
+# DEMO_SECONDS (20) and ends with its verdict; the exit status is the demo's.
 #
 #   bash cluster-compose/demo.sh                  # Redis (installs redis-server if missing)
 #   bash cluster-compose/demo.sh --server valkey  # the pinned Valkey 8.1.8
+#   DEMO_SECONDS=60 bash cluster-compose/demo.sh  # a longer run
 #
 # REDIS_SERVER / REDIS_CLI choose other binaries (see cluster-compose/README.md).
 set -euo pipefail
@@ -22,6 +25,10 @@ case "${1:-}" in
     ;;
   *) echo "usage: bash cluster-compose/demo.sh [--server redis|valkey]" >&2; exit 1 ;;
 esac
+
+echo "building the demo (cargo build --release -p redis-rwlock-demo)"
+cargo build --release -p redis-rwlock-demo
+demo="${CARGO_TARGET_DIR:-target}/release/redis-rwlock-demo"
 
 # Sets REDIS_SERVER / REDIS_CLI, which the launcher below uses. (The assignment
 # first, so that a failure of ensure-redis.sh stops the demo.)
@@ -49,4 +56,4 @@ if [ -z "$nodes" ]; then
 fi
 server=$("$REDIS_SERVER" --version | sed -E 's/^([A-Za-z]+) server v=([0-9.]+).*/\1 \2/')
 echo "local cluster ($server): $nodes"
-REDIS_CLUSTER_NODES="$nodes" cargo run --example cache_refresh
+REDIS_CLUSTER_NODES="$nodes" "$demo"

@@ -4,7 +4,12 @@
 //! under the write lock a few times a second, writing through its guard (a fenced
 //! write). The crate's metrics (feature `metrics`) go to `metrics-exporter-prometheus`,
 //! whose HTTP listener serves them at `http://127.0.0.1:<port>/metrics`; the port is
-//! printed at start. The lock is labelled with its name (`with_metrics_name`).
+//! printed at start. The lock is labelled with its name (`with_metrics_name`). The
+//! crate's two histograms (`redis_rwlock_wait_seconds`, `redis_rwlock_hold_seconds`)
+//! are given buckets ([`SECONDS_BUCKETS`]), so that Prometheus gets histograms it can
+//! sum across instances: without buckets the exporter sends summaries (quantiles
+//! computed in this process alone). Errors are printed with their causes
+//! ([`ErrorChain`]).
 //!
 //! ```text
 //! REDIS_URL=redis://127.0.0.1:6379 cargo run --features metrics --example metrics_service
@@ -21,16 +26,23 @@
 //! done: `done: reads=<n> writes=<n>`, each a granted and released hold.
 
 use std::net::{Ipv4Addr, TcpListener};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use metrics_exporter_prometheus::PrometheusBuilder;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use redis::AsyncCommands;
-use redis_rwlock::{FencedWrites, LockClient, LockOptions, RwLock};
+use redis_rwlock::{ErrorChain, FencedWrites, LockClient, LockOptions, RwLock};
 use tokio::time::{interval, sleep};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Upper bounds (seconds) of the buckets of the crate's histograms, from an
+/// uncontended acquire (about a millisecond) to a wait or hold of half a minute.
+const SECONDS_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
 
 /// How often the refresher rebuilds the value.
 const REFRESH_EVERY: Duration = Duration::from_millis(250);
@@ -70,7 +82,17 @@ fn setting<T: std::str::FromStr>(name: &str, default: T) -> Result<T, BoxError> 
 }
 
 #[tokio::main]
-async fn main() -> Result<(), BoxError> {
+async fn main() -> ExitCode {
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("metrics_service: {}", ErrorChain(err.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<(), BoxError> {
     let run = Duration::from_secs(setting("RUN_SECONDS", 30)?);
     let linger = Duration::from_secs(setting("LINGER_SECONDS", 0)?);
     let readers: usize = setting("READERS", 4)?;
@@ -85,8 +107,10 @@ async fn main() -> Result<(), BoxError> {
     };
 
     // The recorder first: what the lock records before it is installed is lost.
+    // Buckets make the crate's histograms Prometheus histograms, not summaries.
     PrometheusBuilder::new()
         .with_http_listener((Ipv4Addr::LOCALHOST, port))
+        .set_buckets_for_metric(Matcher::Prefix("redis_rwlock_".into()), SECONDS_BUCKETS)?
         .install()?;
     redis_rwlock::describe_metrics();
     println!("metrics: http://127.0.0.1:{port}/metrics");
@@ -190,15 +214,15 @@ async fn serve_reads(
             Ok(guard) => {
                 done.reads.fetch_add(1, Ordering::Relaxed);
                 if let Err(err) = cache.get(&key).await {
-                    eprintln!("reading the cache: {err}");
+                    eprintln!("reading the cache: {}", ErrorChain(&err));
                 }
                 if let Err(err) = guard.release().await {
-                    eprintln!("releasing a read hold: {err}");
+                    eprintln!("releasing a read hold: {}", ErrorChain(&err));
                 }
             }
             Err(err) => {
                 done.errors.fetch_add(1, Ordering::Relaxed);
-                eprintln!("read lock: {err}");
+                eprintln!("read lock: {}", ErrorChain(&err));
             }
         }
         sleep(READ_PAUSE).await;
@@ -218,15 +242,15 @@ async fn refresh(lock: RwLock, key: String, done: Arc<Done>, stop: Arc<AtomicBoo
                 let writes =
                     FencedWrites::new().set_with_expiry(&key, value, Duration::from_secs(60));
                 if let Err(err) = writer.fenced_write(writes).await {
-                    eprintln!("writing the cache: {err}");
+                    eprintln!("writing the cache: {}", ErrorChain(&err));
                 }
                 if let Err(err) = writer.release().await {
-                    eprintln!("releasing the write hold: {err}");
+                    eprintln!("releasing the write hold: {}", ErrorChain(&err));
                 }
             }
             Err(err) => {
                 done.errors.fetch_add(1, Ordering::Relaxed);
-                eprintln!("write lock: {err}");
+                eprintln!("write lock: {}", ErrorChain(&err));
             }
         }
     }

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 
 use crate::Error;
 use crate::client::LockClient;
-use crate::connection::{Connection, Limits, cluster_client_builder};
+use crate::connection::{Connection, Limits, check_url, cluster_client_builder};
 use crate::wakeups::Wakeups;
 
 /// Configures and connects a [`LockClient`]: where the servers are (URLs, or a
@@ -251,12 +251,13 @@ impl LockClientBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidOptions`] when no server was given, no cluster node URL, a
+    /// [`Error::InvalidOptions`] when no server was given, no cluster node URL, a URL
+    /// is not a Redis URL the driver can use (checked before anything is sent), a
     /// limit is zero or the overall one shorter than the response one, the cluster
     /// client reads from replicas, the servers are of the other kind (a cluster node
     /// given as one server, or the reverse) or older than Redis 7.0 (the message
-    /// names the server and its version); [`Error::Redis`] when a URL is malformed,
-    /// TLS or authentication fails, or no server answers in time.
+    /// names the server and its version); [`Error::Redis`] when TLS or
+    /// authentication fails, or no server answers in time.
     ///
     /// # Cancel safety
     ///
@@ -290,6 +291,12 @@ impl LockClientBuilder {
                 let Some(first) = nodes.first() else {
                     return Err(Error::InvalidOptions("no cluster node URL given".into()));
                 };
+                for (i, node) in nodes.iter().enumerate() {
+                    check_url(
+                        node,
+                        &format!("cluster node URL {} of {}", i + 1, nodes.len()),
+                    )?;
+                }
                 let first = first.clone();
                 Connection::cluster(
                     cluster_client_builder(&nodes),
@@ -303,6 +310,7 @@ impl LockClientBuilder {
                 Connection::cluster(*builder, limits, push_tx, None).await?
             }
             Some(Target::Url(url)) => {
+                check_url(&url, "the server URL")?;
                 Connection::standalone(Client::open(url.as_str())?, limits, push_tx).await?
             }
             Some(Target::Client(client)) => {

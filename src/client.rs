@@ -9,7 +9,7 @@ use tokio::time::{Instant, timeout_at};
 
 use crate::builder::LockClientBuilder;
 use crate::connection::{Connection, Limits};
-use crate::error::Chain;
+use crate::error::ErrorChain;
 use crate::live::Live;
 use crate::renewals::Renewals;
 use crate::scripts::ScriptConnection;
@@ -72,10 +72,11 @@ impl LockClient {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidOptions`] when no URL is given, the nodes are not in cluster
+    /// [`Error::InvalidOptions`] when no URL is given, a URL is not a Redis URL
+    /// (`http://...`; checked before anything is sent), the nodes are not in cluster
     /// mode, or the server is older than Redis 7.0 (the message names the server and
-    /// its version); [`Error::Redis`] when a URL is malformed, TLS or authentication
-    /// fails, or no node answers in time.
+    /// its version); [`Error::Redis`] when TLS or authentication fails, or no node
+    /// answers in time.
     ///
     /// # Cancel safety
     ///
@@ -108,10 +109,11 @@ impl LockClient {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidOptions`] when the server is a cluster node (or a sentinel) or
-    /// older than Redis 7.0 (the message names the server and its version);
-    /// [`Error::Redis`] when the URL is malformed, TLS or authentication fails, or
-    /// the server does not answer in time.
+    /// [`Error::InvalidOptions`] when the URL is not a Redis URL (`http://...`;
+    /// checked before anything is sent), the server is a cluster node (or a
+    /// sentinel) or older than Redis 7.0 (the message names the server and its
+    /// version); [`Error::Redis`] when TLS or authentication fails, or the server
+    /// does not answer in time.
     ///
     /// # Cancel safety
     ///
@@ -165,9 +167,9 @@ impl LockClient {
     ///
     /// The lock lives in the hash `rwlock:{name}`: the name is the key's hash tag, so
     /// keys of your own that carry the same tag (`cache:{name}`) share its slot. Any
-    /// non-empty name without `{` or `}` works (spaces and Unicode included); an empty
-    /// name or one with a brace makes every operation fail with
-    /// [`Error::InvalidOptions`].
+    /// non-empty name without `{` or `}` of at most 1,024 bytes (UTF-8) works (spaces
+    /// and Unicode included); an empty name, a longer one or one with a brace makes
+    /// every operation fail with [`Error::InvalidOptions`], before any I/O.
     ///
     /// # Examples
     ///
@@ -248,7 +250,7 @@ impl LockClient {
                 Ok(Err(_)) | Err(_) => Some(Error::Timeout),
             };
             if let (Some(err), Ok(())) = (failed, &result) {
-                tracing::warn!(error = %Chain(&err), "shutdown: a release failed; that hold ends with its lease");
+                tracing::warn!(error = %ErrorChain(&err), "shutdown: a release failed; that hold ends with its lease");
                 result = Err(err);
             }
         }

@@ -332,6 +332,22 @@ fn not_a_cluster(err: redis::RedisError, what: &str) -> Error {
     }
 }
 
+/// Refuses a URL the driver cannot connect with (another scheme, no host, `rediss://`
+/// without TLS support...) before anything is sent: a configuration error, named by
+/// `what` (never the URL itself: it may hold a password).
+pub(crate) fn check_url(url: &str, what: &str) -> Result<(), Error> {
+    url.into_connection_info().map(drop).map_err(|err| {
+        // The driver's text is "<reason> - <kind>[: <detail>]"; the kind adds nothing.
+        let reason = err
+            .to_string()
+            .replacen(&format!(" - {:?}", err.kind()), "", 1);
+        Error::InvalidOptions(format!(
+            "{what} is not a usable Redis URL (redis://, rediss://, valkey://, valkeys:// \
+             or unix://): {reason}"
+        ))
+    })
+}
+
 /// `host:port` of a URL, for messages (never the URL: it may hold a password).
 fn address(url: &str) -> String {
     url.into_connection_info()

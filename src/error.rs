@@ -38,8 +38,9 @@ pub enum Error {
     #[error("the lock's lease was lost")]
     LeaseLost,
 
-    /// A lock name or an option is unusable; nothing was sent to Redis. Also returned
-    /// at connect when the server cannot serve the lock: the wrong kind (a cluster
+    /// A lock name (empty, with a brace, over 1,024 bytes), an option or a URL (not a
+    /// Redis URL) is unusable; nothing was sent to Redis. Also returned at connect
+    /// when the server cannot serve the lock: the wrong kind (a cluster
     /// node given to [`LockClient::standalone`](crate::LockClient::standalone), or the
     /// reverse) or older than Redis 7.0, e.g. `invalid options: the cluster at
     /// 10.0.0.5:6379 runs redis 6.2.14, too old: sharded pub/sub (SPUBLISH/SSUBSCRIBE)
@@ -102,19 +103,41 @@ impl Error {
     }
 }
 
-/// An error with its whole chain of sources, `"a: b: c"`, for log lines (an
-/// [`Error::Redis`] alone only says that a request failed).
-pub(crate) struct Chain<'a>(pub(crate) &'a dyn std::error::Error);
+/// An error with its whole chain of sources, `"a: b: c"`, for messages and logs.
+///
+/// This crate's errors, like the driver's, keep their cause in
+/// [`source()`](std::error::Error::source) and leave it out of their own message:
+/// `{err}` of an [`Error::Redis`] says only `redis request failed`. `ErrorChain(&err)`
+/// displays the message and then each cause; a cause that the text before it already
+/// ends with (some driver errors repeat their cause) is shown once.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn run(lock: redis_rwlock::RwLock) {
+/// use redis_rwlock::ErrorChain;
+///
+/// if let Err(err) = lock.read().await {
+///     // e.g. "read lock: redis request failed: Connection refused (os error 111)"
+///     eprintln!("read lock: {}", ErrorChain(&err));
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct ErrorChain<'a>(pub &'a dyn std::error::Error);
 
-impl std::fmt::Display for Chain<'_> {
+impl std::fmt::Display for ErrorChain<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
+        let mut shown = self.0.to_string();
         let mut source = self.0.source();
         while let Some(err) = source {
-            write!(f, ": {err}")?;
+            let text = err.to_string();
+            if !shown.ends_with(&text) {
+                shown = format!("{shown}: {text}");
+            }
             source = err.source();
         }
-        Ok(())
+        f.write_str(&shown)
     }
 }
 
@@ -129,8 +152,17 @@ mod tests {
     fn a_chain_shows_every_source() {
         let io = std::io::Error::new(std::io::ErrorKind::TimedOut, "no reply in 2 s");
         let err = Error::Redis(RedisError::from(io));
-        let shown = Chain(&err).to_string();
+        let shown = ErrorChain(&err).to_string();
         assert!(shown.starts_with("redis request failed: "), "{shown}");
         assert!(shown.contains("no reply in 2 s"), "{shown}");
+    }
+
+    #[test]
+    fn a_cause_the_message_already_ends_with_is_shown_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("request failed: refused")]
+        struct Repeats(#[source] std::io::Error);
+        let err = Repeats(std::io::Error::other("refused"));
+        assert_eq!(ErrorChain(&err).to_string(), "request failed: refused");
     }
 }

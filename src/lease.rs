@@ -7,6 +7,7 @@
 //! inside it) run in it, and so does the `warn` event that says its lease was lost
 //! (field `cause`). Its metrics are its [`Holding`].
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use tokio::sync::watch;
 use tokio::time::{Instant, timeout};
 use tracing::{Instrument, Span};
 
-use crate::error::Chain;
+use crate::error::ErrorChain;
 use crate::live::{Kind, Registration};
 use crate::metrics::{self, Holding, LostCause, Mode};
 use crate::renewals::Renewal;
@@ -47,6 +48,9 @@ pub(crate) struct Hold {
     pub(crate) runtime: Handle,
     /// Turns true, once, when the lease is known lost.
     lost: watch::Sender<bool>,
+    /// The client's shutdown ended the hold and sent its release: the guard has
+    /// nothing left to release.
+    shut_down: AtomicBool,
     /// The local monotonic deadline: when the last acquire/renewal was sent, plus
     /// [`RwLock::held_for`] (the lease, or the original clients' shorter timeout).
     /// Redis's deadline is never earlier, nor is the moment an original client may
@@ -106,6 +110,7 @@ impl Hold {
 
     /// The client was shut down: the hold ends here (its release is the client's).
     fn shut_down(&self) {
+        self.shut_down.store(true, Ordering::Relaxed);
         self.lost.send_replace(true);
         self.holding.end();
     }
@@ -233,6 +238,7 @@ impl Lease {
             deadline: Mutex::new(sent + lasts),
             moving: Mutex::new(Moving::Staying),
             lost: watch::channel(false).0,
+            shut_down: AtomicBool::new(false),
             runtime: Handle::current(),
             holding: Holding::start(lock.metrics_label(), kind),
             span,
@@ -328,20 +334,23 @@ impl Lease {
         metrics::Acquiring::start(label.unwrap_or(&Default::default()), mode)
     }
 
-    /// Ends the hold. `Err(LeaseLost)` when the lease was already known lost (the
-    /// release is still sent, to tidy up).
+    /// Ends the hold. `Err(LeaseLost)` at once when the lease was already known lost
+    /// (the release still goes out, in the background, to tidy up).
     pub(crate) async fn release(mut self) -> Result<(), Error> {
         let Some(held) = self.held.take() else {
             return Ok(());
         };
+        if !held.hold.is_held() {
+            held.release_in_background();
+            return Err(Error::LeaseLost);
+        }
         held.renewal.stop();
         let hold = held.hold.clone();
-        let was_held = hold.is_held();
         hold.holding.end();
         let span = hold.release_span();
         let limit = hold.lock.options().release_timeout;
         let attempt = hold.lock.release_token_until(&hold.token, hold.deadline());
-        let released = match timeout(limit, attempt).instrument(span.clone()).await {
+        match timeout(limit, attempt).instrument(span.clone()).await {
             Ok(released) => released.map(|_| ()),
             Err(_) => {
                 span.in_scope(|| tracing::debug!(lock = hold.lock.name(), mode = ?hold.mode, ?limit, "release unconfirmed; going on in the background"));
@@ -353,11 +362,7 @@ impl Lease {
                     ),
                 ))))
             }
-        };
-        if !was_held {
-            return Err(Error::LeaseLost);
         }
-        released
     }
 
     /// Turns a write hold into a read hold, atomically.
@@ -489,30 +494,44 @@ impl Hold {
 
 impl Held {
     /// The drop fallback: release on the runtime captured at acquire time, never
-    /// blocking; on failure the hold ends when its lease does.
+    /// blocking; on failure the hold ends when its lease does. Nothing to send once
+    /// the client's shutdown has released the hold; a lease known lost is only
+    /// tidied up (quietly, if that fails or never runs).
     fn release_in_background(self) {
         self.renewal.stop();
         let hold = self.hold;
         hold.holding.end();
+        if hold.shut_down.load(Ordering::Relaxed) {
+            return;
+        }
+        let held = hold.is_held();
         let span = hold.release_span();
         let until = hold.deadline();
-        let unfinished = Unfinished {
+        let unfinished = held.then(|| Unfinished {
             lock: hold.lock.name().to_owned(),
             mode: hold.mode,
             done: false,
-        };
+        });
         let runtime = hold.runtime.clone();
         runtime.spawn(
             async move {
                 let (lock, mode) = (&hold.lock, hold.mode);
                 match lock.release_token_until(&hold.token, until).await {
-                    Ok(_) => tracing::debug!(lock = lock.name(), ?mode, "released on drop"),
-                    Err(err) => tracing::warn!(
-                        lock = lock.name(), ?mode, error = %Chain(&err),
-                        "release on drop failed; the hold ends when its lease does"
+                    Ok(_) => {
+                        tracing::debug!(lock = lock.name(), ?mode, "released in the background")
+                    }
+                    Err(err) if held => tracing::warn!(
+                        lock = lock.name(), ?mode, error = %ErrorChain(&err),
+                        "background release failed; the hold ends when its lease does"
+                    ),
+                    Err(err) => tracing::debug!(
+                        lock = lock.name(), ?mode, error = %ErrorChain(&err),
+                        "tidying up after a lost lease failed"
                     ),
                 }
-                unfinished.finish();
+                if let Some(unfinished) = unfinished {
+                    unfinished.finish();
+                }
             }
             .instrument(span),
         );

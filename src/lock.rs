@@ -417,7 +417,11 @@ impl RwLock {
     ///
     /// # Cancel safety
     ///
-    /// If dropped mid-flight the holds may or may not have been removed.
+    /// One script, which the server runs whole: if the future is dropped mid-flight,
+    /// either every hold it found was ended and the waiters woken, or nothing changed,
+    /// and the count is lost. Calling it again is safe; it ends whatever holds exist
+    /// by then (as does a request the driver sends again after a lost reply, which
+    /// also ends holds granted in between).
     ///
     /// # Examples
     ///

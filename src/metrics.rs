@@ -365,7 +365,8 @@ pub(crate) fn refused() {
 
 /// Describes every metric of the crate (unit and help text) to the recorder installed
 /// now, for exporters that show them (Prometheus's `# HELP` lines). Call it once
-/// after installing the recorder; metrics are recorded without it too.
+/// after installing the recorder; metrics are recorded without it too. Only with
+/// feature `metrics`.
 ///
 /// # Examples
 ///
@@ -374,6 +375,7 @@ pub(crate) fn refused() {
 /// redis_rwlock::describe_metrics();
 /// ```
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub fn describe_metrics() {
     use ::metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
     describe_counter!(

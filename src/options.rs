@@ -203,6 +203,9 @@ impl LockOptions {
     }
 
     /// The first part of the lock's key, `"{prefix}:{name}"` (default `"rwlock"`).
+    /// Like a lock name it must not be empty, hold `{` or `}`, or be longer than
+    /// 1,024 bytes; else every operation fails with
+    /// [`Error::InvalidOptions`](crate::Error::InvalidOptions), before any I/O.
     ///
     /// # Examples
     ///
@@ -340,11 +343,23 @@ fn check_span(what: &str, span: Duration, max: Duration) -> Result<(), Error> {
     Ok(())
 }
 
-/// Lock names and key prefixes are non-empty and free of `{`/`}`, so the key's hash
-/// tag is exactly the name (see [`crate::LockClient::rwlock`]).
+/// The longest lock name or key prefix, in bytes of UTF-8. A name travels in every
+/// request for its lock (key, channel, wake-up messages), so a long one costs each
+/// of them; this bound is far above any name a person would choose.
+pub(crate) const MAX_NAME_LEN: usize = 1024;
+
+/// Lock names and key prefixes are non-empty, at most [`MAX_NAME_LEN`] bytes and free
+/// of `{`/`}`, so the key's hash tag is exactly the name (see
+/// [`crate::LockClient::rwlock`]).
 pub(crate) fn check_name(what: &str, name: &str) -> Result<(), Error> {
     if name.is_empty() {
         return Err(invalid(format!("{what} is empty")));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(invalid(format!(
+            "{what} is {} bytes long, longer than {MAX_NAME_LEN}",
+            name.len()
+        )));
     }
     if name.contains(['{', '}']) {
         return Err(invalid(format!(
@@ -507,9 +522,17 @@ mod tests {
     }
 
     #[test]
-    fn names_need_content_and_no_braces() {
+    fn names_need_content_no_braces_and_a_bounded_length() {
         assert!(check_name("name", "inventory 2 ✓").is_ok());
         assert!(check_name("name", "").is_err());
         assert!(check_name("name", "a}b").is_err());
+        assert!(check_name("name", &"n".repeat(MAX_NAME_LEN)).is_ok());
+        // Counted in bytes: 512 two-byte characters fit, one more does not.
+        assert!(check_name("name", &"é".repeat(MAX_NAME_LEN / 2)).is_ok());
+        let err = check_name("name", &"é".repeat(MAX_NAME_LEN / 2 + 1)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid options: name is 1026 bytes long, longer than 1024"
+        );
     }
 }

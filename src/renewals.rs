@@ -32,7 +32,7 @@ use tokio::time::{Instant, sleep, sleep_until};
 use tracing::Instrument;
 
 use crate::Error;
-use crate::error::Chain;
+use crate::error::ErrorChain;
 use crate::lease::Hold;
 use crate::metrics::LostCause;
 
@@ -301,7 +301,7 @@ async fn renew(entry: Arc<Entry>, shared: Arc<Shared>) {
                 tracing::debug!(
                     lock = hold.lock.name(),
                     mode = ?hold.mode,
-                    error = %Chain(&err),
+                    error = %ErrorChain(&err),
                     "renewal failed; retrying"
                 );
                 let left = hold.deadline().saturating_duration_since(Instant::now());

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::Chain;
+use crate::error::ErrorChain;
 use crate::scripts::{Access, Acquired, LockMode, Replicas};
 use crate::token::Token;
 use crate::waiting::intent_ttl;
@@ -95,7 +95,7 @@ impl RwLock {
         };
         if matches!(reply, Acquired::Granted { .. }) && acknowledged < options.min_replicas {
             if let Err(err) = self.release_token(token).await {
-                tracing::warn!(lock = self.name(), error = %Chain(&err), "could not release an unreplicated hold; it ends with its lease");
+                tracing::warn!(lock = self.name(), error = %ErrorChain(&err), "could not release an unreplicated hold; it ends with its lease");
             }
             return Err(Error::NotReplicated {
                 acknowledged,
@@ -130,7 +130,7 @@ impl RwLock {
             );
             match attempt.await {
                 Ok(Err(Error::Redis(err))) if Instant::now() + RELEASE_RETRY < give_up => {
-                    tracing::debug!(lock = self.name(), error = %Chain(&err), "release failed; retrying");
+                    tracing::debug!(lock = self.name(), error = %ErrorChain(&err), "release failed; retrying");
                     tokio::time::sleep(RELEASE_RETRY).await;
                 }
                 Ok(done) => return done,

@@ -8,7 +8,7 @@ use redis::{Cmd, FromRedisValue, Script};
 
 use crate::Error;
 use crate::connection::Connection;
-use crate::error::Chain;
+use crate::error::ErrorChain;
 use crate::library::{self, Function, Functions, Library};
 use crate::slot::hash_tag;
 pub(crate) use crate::state::LockMode;
@@ -423,7 +423,7 @@ impl Target {
                 Err(err) if err.code() == Some("NOSCRIPT") && via == Via::Sha => via = Via::Source,
                 Err(err) if is_slot_moving(&err) && redirects < SLOT_MOVE_RETRIES => {
                     redirects += 1;
-                    tracing::debug!(error = %Chain(&err), redirects, "slot on the move; retrying");
+                    tracing::debug!(error = %ErrorChain(&err), redirects, "slot on the move; retrying");
                     let pause = (SLOT_MOVE_PAUSE * 2u32.pow(redirects)).min(SLOT_MOVE_MAX_PAUSE);
                     tokio::time::sleep(pause.mul_f64(rand::random_range(0.5..1.0))).await;
                 }

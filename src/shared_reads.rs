@@ -34,7 +34,7 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::error::Chain;
+use crate::error::ErrorChain;
 use crate::lease::{Hold, Lease};
 use crate::metrics::{Acquiring, Holding, Mode};
 use crate::scripts::Access;
@@ -341,7 +341,7 @@ impl Starting {
             Err(err) => (None, Err(err)),
         };
         let called_back = waits.unwrap_or_else(|err| {
-            tracing::warn!(lock = lock.name(), error = %Chain(&err), "a read hold cannot hear writers' call-backs; it takes no more shares");
+            tracing::warn!(lock = lock.name(), error = %ErrorChain(&err), "a read hold cannot hear writers' call-backs; it takes no more shares");
             true
         });
         let mut state = self.shared.state();

@@ -15,7 +15,7 @@ use crate::{Error, RwLockReadGuard, RwLockWriteGuard};
 /// refreshes it, and the others find it fresh when they get their turn.
 ///
 /// Release it with [`release`](Self::release); dropping it releases in the
-/// background (see the lock's drop contract).
+/// background (see [the lock's drop contract](crate::RwLock#drop-contract)).
 ///
 /// # Examples
 ///
@@ -266,8 +266,9 @@ impl RwLockUpgradableReadGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::LeaseLost`] when the guard already knew its lease was gone;
-    /// [`Error::Redis`] when Redis could not be reached (the hold then ends with its
+    /// [`Error::LeaseLost`] when the guard already knew its lease was gone (returned
+    /// at once; whatever the lock may still keep of the hold is cleared in the
+    /// background); [`Error::Redis`] when Redis could not be reached (the hold then ends with its
     /// lease).
     ///
     /// # Cancel safety

@@ -22,7 +22,7 @@ use tokio::runtime::Handle;
 use tokio::time::{Instant, sleep_until};
 use tracing::Instrument;
 
-use crate::error::Chain;
+use crate::error::ErrorChain;
 use crate::live::{Kind, Registration};
 use crate::scripts::{Access, Acquired, LockMode};
 use crate::token::Token;
@@ -439,7 +439,7 @@ impl Drop for Pending<'_> {
         let token = self.token.clone();
         self.runtime.spawn(async move {
             if let Err(err) = lock.release_token_until(&token, Instant::now()).await {
-                tracing::debug!(lock = lock.name(), error = %Chain(&err), "could not withdraw an abandoned acquire");
+                tracing::debug!(lock = lock.name(), error = %ErrorChain(&err), "could not withdraw an abandoned acquire");
             }
         });
     }

@@ -23,7 +23,7 @@ use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 
 use crate::connection::Connection;
-use crate::error::Chain;
+use crate::error::ErrorChain;
 use crate::scripts::Access;
 use crate::token::Token;
 use crate::{Error, Fairness};
@@ -171,7 +171,7 @@ impl Wakeups {
             if err.code() == Some("NOPERM") {
                 return Err(Error::Redis(err));
             }
-            tracing::warn!(channel, error = %Chain(&err), "could not subscribe to wake-ups; waiting on the re-check timer");
+            tracing::warn!(channel, error = %ErrorChain(&err), "could not subscribe to wake-ups; waiting on the re-check timer");
         }
         Ok(listener)
     }
@@ -255,7 +255,7 @@ impl Hub {
             match self.sync(&channel).await {
                 Ok(()) => tracing::debug!(channel, "wake-up subscription restored"),
                 Err(err) => {
-                    tracing::warn!(channel, error = %Chain(&err), "could not restore a wake-up subscription; waiters fall back to their re-check timers")
+                    tracing::warn!(channel, error = %ErrorChain(&err), "could not restore a wake-up subscription; waiters fall back to their re-check timers")
                 }
             }
             self.deliver(&channel, RESUBSCRIBED);
@@ -347,7 +347,7 @@ impl Drop for Listener {
             runtime.spawn(async move {
                 tokio::time::sleep(LINGER).await;
                 if let Err(err) = hub.sync(&channel).await {
-                    tracing::debug!(channel, error = %Chain(&err), "unsubscribe failed");
+                    tracing::debug!(channel, error = %ErrorChain(&err), "unsubscribe failed");
                 }
             });
         }

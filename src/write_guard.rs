@@ -8,7 +8,7 @@ use crate::{Error, FencedWrites, RwLockReadGuard};
 
 /// The write hold on an [`RwLock`](crate::RwLock), renewed in the background while it
 /// lives. Release it with [`release`](Self::release); dropping it releases in the
-/// background (see the lock's drop contract).
+/// background (see [the lock's drop contract](crate::RwLock#drop-contract)).
 #[must_use = "the hold is released as soon as the guard is dropped"]
 #[clippy::has_significant_drop]
 pub struct RwLockWriteGuard {
@@ -233,8 +233,9 @@ impl RwLockWriteGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::LeaseLost`] when the guard already knew its lease was gone;
-    /// [`Error::Redis`] when Redis could not be reached (the hold then ends with its
+    /// [`Error::LeaseLost`] when the guard already knew its lease was gone (returned
+    /// at once; whatever the lock may still keep of the hold is cleared in the
+    /// background); [`Error::Redis`] when Redis could not be reached (the hold then ends with its
     /// lease).
     ///
     /// # Cancel safety

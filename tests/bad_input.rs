@@ -43,6 +43,7 @@ fn bad_options() -> Vec<(&'static str, LockOptions)> {
         ),
         ("empty prefix", d().key_prefix("")),
         ("braced prefix", d().key_prefix("{x}")),
+        ("long prefix", d().key_prefix(&"p".repeat(1025))),
     ]
 }
 
@@ -59,6 +60,9 @@ async fn invalid_options_and_names_fail_before_any_io() {
         .collect();
     cases.push(("empty name", client.rwlock("")));
     cases.push(("braced name", client.rwlock("a{b}")));
+    // Over the documented 1,024 bytes: one byte over, and 10 MiB.
+    cases.push(("long name", client.rwlock("n".repeat(1025))));
+    cases.push(("huge name", client.rwlock("n".repeat(10 << 20))));
     for (what, lock) in cases {
         let started = Instant::now();
         for result in [
@@ -129,12 +133,30 @@ async fn a_server_that_is_down_gives_a_redis_error() {
     assert!(started.elapsed() < Duration::from_secs(12));
 }
 
+/// A URL that is not a Redis URL is a configuration error, found before anything
+/// is sent (so no port needs to listen), and the message says which URL is wrong
+/// without showing it (it may hold a password).
 #[tokio::test]
-async fn a_malformed_url_or_no_url_is_refused() {
-    assert!(matches!(
-        LockClient::standalone("not a url").await,
-        Err(Error::Redis(_))
-    ));
+async fn a_malformed_url_or_no_url_is_refused_as_invalid_options() {
+    let err = LockClient::standalone("http://127.0.0.1:26379")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid options: the server URL is not a usable Redis URL (redis://, rediss://, \
+         valkey://, valkeys:// or unix://): Redis URL did not parse"
+    );
+    let err = LockClient::standalone("not a url").await.unwrap_err();
+    assert!(matches!(err, Error::InvalidOptions(_)), "{err:?}");
+    let err = LockClient::cluster(["redis://127.0.0.1:7000", "http://x:pass@host"])
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("cluster node URL 2 of 2 is not a usable Redis URL")
+            && !err.to_string().contains("pass"),
+        "{err}"
+    );
     assert!(matches!(
         LockClient::cluster(Vec::<String>::new()).await,
         Err(Error::InvalidOptions(_))

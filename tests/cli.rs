@@ -697,6 +697,57 @@ async fn bad_usage_is_64() {
     }
 }
 
+/// A URL that is not a Redis URL (refused before any connection) and a lock name
+/// over the documented 1,024 bytes are usage errors, and the message says why.
+#[tokio::test]
+async fn a_bad_url_or_an_overlong_name_is_64_with_the_reason() {
+    let mut bad_url = bare();
+    bad_url.args(["--url", "http://127.0.0.1:1", "status", "anything"]);
+    let long_name = cli(&["status", &"n".repeat(1025)]);
+    for (cmd, reason) in [
+        (bad_url, "the server URL is not a usable Redis URL"),
+        (long_name, "lock name is 1025 bytes long, longer than 1024"),
+    ] {
+        let (code, _, stderr) = run(cmd).await;
+        assert_eq!(code, USAGE, "{stderr}");
+        assert!(
+            stderr.contains(&format!("invalid options: {reason}")),
+            "{stderr}"
+        );
+    }
+}
+
+/// Every command that prints, with its stdout a pipe whose reader is gone: each
+/// stops at once, says nothing, and exits 141 as a tool killed by SIGPIPE would
+/// (`redis-rwlock list | head -1`).
+#[tokio::test]
+async fn a_closed_output_ends_every_printing_command_quietly_with_141() {
+    const OUTPUT_CLOSED: i32 = 141;
+    let name = unique_name("cli-closed-output");
+    let lock = cluster_client().await.rwlock(&name);
+    let _guard = lock.write().await.unwrap();
+    for args in [
+        &["status", &name][..],
+        &["status", &name, "--json"],
+        &["list", &name],
+        &["list", &name, "--json"],
+        &["watch", &name, "--interval", "10ms"],
+        &["libraries"],
+        &["libraries", "--json"],
+        &["release", "--force", &name],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let mut cmd = cli(args);
+        cmd.stdout(Stdio::from(writer));
+        let (code, _, stderr) = run(cmd).await;
+        assert_eq!(code, OUTPUT_CLOSED, "{args:?}: {stderr}");
+        assert_eq!(stderr, "", "{args:?}");
+    }
+    // The release went through, though nobody read that it did.
+    assert!(lock.state().await.unwrap().is_free());
+}
+
 #[tokio::test]
 async fn an_unreachable_redis_is_69_with_the_cause() {
     let mut cmd = bare();

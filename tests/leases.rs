@@ -12,8 +12,35 @@ use redis_rwlock::{Error, LockClient, LockMode, LockOptions, RwLock};
 use tokio::time::{Instant, timeout};
 
 use common::{
-    LocalRedis, blocking, cluster_client, raw_cluster, shared_cluster, unique_name, wait_for,
+    LocalRedis, blocking, cluster_client, kill9, raw_cluster, shared_cluster, unique_name, wait_for,
 };
+
+/// With its server gone, a guard learns at its deadline that its lease is lost;
+/// `release()` then answers `LeaseLost` at once instead of trying the dead server
+/// for `release_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_after_a_known_lost_lease_returns_at_once() {
+    let server = LocalRedis::standalone();
+    let client = LockClient::standalone(server.url()).await.unwrap();
+    let lease = Duration::from_secs(2);
+    let options = LockOptions::default()
+        .write_lease(lease)
+        .release_timeout(Duration::from_secs(4));
+    let guard = client
+        .rwlock_with(unique_name("lost-then-released"), options)
+        .write()
+        .await
+        .unwrap();
+    blocking(|| kill9(server.nodes[0].pid));
+    timeout(lease * 3, guard.lost())
+        .await
+        .expect("the lease was never known lost");
+    let started = Instant::now();
+    let result = guard.release().await;
+    let took = started.elapsed();
+    assert!(matches!(result, Err(Error::LeaseLost)), "{result:?}");
+    assert!(took < Duration::from_millis(100), "release took {took:?}");
+}
 
 #[tokio::test]
 async fn a_forgotten_guard_frees_the_lock_when_its_lease_ends_and_not_before() {

@@ -211,11 +211,17 @@ fn the_histograms_count_what_the_example_did(server: (&str, String)) {
         assert_eq!(value("redis_rwlock_guards", &mode), 0.0, "{mode:?}");
         assert_eq!(value("redis_rwlock_waiters", &mode), 0.0, "{mode:?}");
     }
+    // Histograms, not summaries: the example gives them buckets. Every wait and
+    // hold falls in the last bucket.
+    for metric in ["wait", "hold"] {
+        let kind = format!("# TYPE redis_rwlock_{metric}_seconds histogram");
+        assert!(text.contains(&kind), "{text}");
+        for (mode, did) in [("read", reads), ("write", writes)] {
+            let bucket = format!("redis_rwlock_{metric}_seconds_bucket");
+            assert_eq!(value(&bucket, &[("mode", mode), ("le", "+Inf")]), did);
+        }
+    }
     // Described: units and help text.
-    assert!(
-        text.contains("# TYPE redis_rwlock_wait_seconds summary"),
-        "{text}"
-    );
     assert!(text.contains("# HELP redis_rwlock_hold_seconds "), "{text}");
 }
 

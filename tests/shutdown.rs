@@ -7,9 +7,10 @@ mod common;
 use std::time::Duration;
 
 use redis_rwlock::{Error, LockOptions};
+use tokio::runtime::Handle;
 use tokio::time::timeout;
 
-use common::{cluster_client, unique_name, wait_for};
+use common::{capture_warnings, cluster_client, unique_name, wait_for, warnings_about};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_frees_every_hold_and_withdraws_every_wait() {
@@ -65,6 +66,51 @@ async fn shutdown_frees_every_hold_and_withdraws_every_wait() {
         let lock = observer.rwlock(name.as_str());
         lock.try_write().await.unwrap().release().await.unwrap();
     }
+}
+
+/// The pattern the README recommends: shut the client down, then return from `main`
+/// with a guard still in scope. The shutdown released its hold, so the guard's drop
+/// starts no second release (no task), and nothing warns that the runtime stopped
+/// before one ran. The same drop without the shutdown does both (the checks work).
+#[test]
+fn a_guard_dropped_after_shutdown_as_main_returns_sends_and_warns_nothing() {
+    capture_warnings();
+    // As `#[tokio::main]` would: the guard drops at the end of the body, then the
+    // runtime stops. Returns how many tasks the drop started.
+    let exit_with_guard = |name: &str, shut_down: bool| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let client = cluster_client().await;
+            let guard = client.rwlock(name).write().await.unwrap();
+            if shut_down {
+                client.shutdown(Duration::from_secs(5)).await.unwrap();
+            }
+            // Nothing runs between the two counts: this thread is the runtime's.
+            let tasks = || Handle::current().metrics().num_alive_tasks();
+            let before = tasks();
+            drop(guard);
+            tasks() - before
+        })
+    };
+    let (clean, abrupt) = (
+        unique_name("shutdown-exit"),
+        unique_name("no-shutdown-exit"),
+    );
+    assert_eq!(
+        exit_with_guard(&clean, true),
+        0,
+        "a second release was started"
+    );
+    assert_eq!(exit_with_guard(&abrupt, false), 1);
+    assert_eq!(warnings_about(&clean), Vec::<String>::new());
+    let warnings = warnings_about(&abrupt);
+    assert!(
+        warnings.len() == 1 && warnings[0].contains("the runtime shut down before"),
+        "{warnings:?}"
+    );
 }
 
 /// A shutdown with nothing in flight returns at once.

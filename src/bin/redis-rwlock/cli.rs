@@ -28,7 +28,9 @@ Exit codes (exec passes the command's own status through):
  126  exec: the command could not be started
  127  exec: the command was not found
  128+N  exec: the command died of signal N, or redis-rwlock was stopped by signal N
-        while waiting for the lock";
+        while waiting for the lock
+ 141  the output was closed by its reader (`list | head -1`): stopped quietly, as a
+      tool killed by SIGPIPE (128+13)";
 
 /// Inspect and use redis-rwlock read-write locks from the shell.
 #[derive(Debug, Parser)]

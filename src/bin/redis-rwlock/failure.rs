@@ -1,10 +1,10 @@
 //! Why the tool stops early: a message, the error behind it, and the exit code.
 
 use std::error::Error as StdError;
-use std::fmt::Write as _;
+use std::io::Write as _;
 use std::process::ExitCode;
 
-use redis_rwlock::Error;
+use redis_rwlock::{Error, ErrorChain};
 
 /// Exit codes of the tool's own failures (`exec` otherwise passes the command's
 /// status through). The numbers follow `sysexits.h` where one fits, and the shell's
@@ -35,13 +35,18 @@ pub mod code {
     /// Added to a signal's number: the command died of it, or the tool was
     /// interrupted by it while waiting for the lock.
     pub const SIGNAL_BASE: u8 = 128;
+    /// Whoever read the tool's output closed it (`list | head -1`): the tool stopped
+    /// printing and exited without a message, with the status of a process killed
+    /// by `SIGPIPE` (128 + 13).
+    pub const OUTPUT_CLOSED: u8 = SIGNAL_BASE + 13;
 }
 
 /// A failure of the tool, reported as `redis-rwlock: <message>: <source>: ...`.
 #[derive(Debug)]
 pub struct Failure {
     code: u8,
-    message: String,
+    /// `None`: nothing to report ([`Failure::output_closed`]).
+    message: Option<String>,
     source: Option<Box<dyn StdError + Send + Sync + 'static>>,
 }
 
@@ -50,9 +55,24 @@ impl Failure {
     pub fn new(code: u8, message: impl Into<String>) -> Self {
         Failure {
             code,
-            message: message.into(),
+            message: Some(message.into()),
             source: None,
         }
+    }
+
+    /// The output was closed by its reader: the tool stops quietly
+    /// ([`code::OUTPUT_CLOSED`]).
+    pub fn output_closed() -> Self {
+        Failure {
+            code: code::OUTPUT_CLOSED,
+            message: None,
+            source: None,
+        }
+    }
+
+    /// Whether this is [`Failure::output_closed`]: printing more is pointless.
+    pub fn is_output_closed(&self) -> bool {
+        self.message.is_none()
     }
 
     /// Adds the error that caused the failure; its chain is printed after the message.
@@ -79,36 +99,32 @@ impl Failure {
         ExitCode::from(self.code)
     }
 
-    /// Prints the report to stderr.
+    /// Prints the report to stderr (nothing for [`Failure::output_closed`]).
     pub fn print(&self) {
-        eprintln!("{}", self.report());
+        if !self.is_output_closed() {
+            to_stderr(&self.report());
+        }
     }
 
-    /// The whole report line: the message, then each error in the source chain.
+    /// The whole report line: the message, then each error in the source chain
+    /// (some errors, redis's among them, repeat their source: each text once).
     pub fn report(&self) -> String {
-        let mut line = format!("redis-rwlock: {}", self.message);
-        let mut next: Option<&(dyn StdError + 'static)> = match &self.source {
-            Some(source) => Some(source.as_ref()),
-            None => None,
-        };
-        let mut previous = String::new();
-        while let Some(err) = next {
-            // Some errors (redis's among them) repeat their source in their own
-            // message: print each text once.
-            let text = err.to_string();
-            if !previous.contains(&text) {
-                let _ = write!(line, ": {text}");
-            }
-            previous = text;
-            next = err.source();
+        let message = self.message.as_deref().unwrap_or("the output was closed");
+        match &self.source {
+            Some(source) => format!("redis-rwlock: {message}: {}", ErrorChain(source.as_ref())),
+            None => format!("redis-rwlock: {message}"),
         }
-        line
     }
 }
 
 /// Prints a warning that does not change the exit code.
 pub fn warn(message: impl std::fmt::Display) {
-    eprintln!("redis-rwlock: {message}");
+    to_stderr(&format!("redis-rwlock: {message}"));
+}
+
+/// One line on stderr; if stderr is closed too, there is no one left to tell.
+fn to_stderr(line: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 #[cfg(test)]

@@ -59,7 +59,7 @@ pub async fn run(masters: &Masters, args: LibrariesArgs) -> Result<ExitCode, Fai
     if args.json {
         print_json(&view)?;
     } else {
-        print!("{}", view.text());
+        output::print(&view.text())?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -68,7 +68,7 @@ pub async fn run(client: &LockClient, prefix: &str, args: ListArgs) -> Result<Ex
         };
         print_json(&view)?;
     } else {
-        print!("{}", table(&rows, &args.pattern, limit, truncated));
+        output::print(&table(&rows, &args.pattern, limit, truncated))?;
     }
     Ok(ExitCode::from(if locks.is_empty() { NONE } else { FOUND }))
 }

@@ -1,17 +1,31 @@
-//! How the commands print: JSON for tools, aligned tables for people.
+//! How the commands print: JSON for tools, aligned tables for people, and a quiet
+//! stop when whoever reads the output has gone (`list | head -1`).
 
 use std::fmt::Write as _;
+use std::io::{ErrorKind, Write as _};
 
 use serde::Serialize;
 
 use crate::failure::{Failure, code};
 
+/// Writes `text` to stdout as it is. A closed pipe is [`Failure::output_closed`]: the
+/// tool stops without a word, as a Unix tool killed by `SIGPIPE` would.
+pub fn print(text: &str) -> Result<(), Failure> {
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(|err| match err.kind() {
+            ErrorKind::BrokenPipe => Failure::output_closed(),
+            _ => Failure::new(code::OS, "cannot write the output").caused_by(err),
+        })
+}
+
 /// Prints `view` as pretty JSON on stdout.
 pub fn print_json(view: &impl Serialize) -> Result<(), Failure> {
     let text = serde_json::to_string_pretty(view)
         .map_err(|err| Failure::new(code::SOFTWARE, "cannot encode JSON").caused_by(err))?;
-    println!("{text}");
-    Ok(())
+    print(&format!("{text}\n"))
 }
 
 /// `headers`, then `rows`, each column as wide as its widest cell and two spaces

@@ -3,6 +3,7 @@
 use redis_rwlock::RwLock;
 
 use crate::failure::{Failure, code};
+use crate::output;
 
 /// Ends every hold on the lock when `force` is set; refuses otherwise.
 pub async fn run(lock: &RwLock, force: bool) -> Result<(), Failure> {
@@ -21,10 +22,9 @@ pub async fn run(lock: &RwLock, force: bool) -> Result<(), Failure> {
         .force_release()
         .await
         .map_err(|err| Failure::lock(format!("cannot force-release lock {name:?}"), err))?;
-    match ended {
-        0 => println!("lock {name:?} was not held"),
-        1 => println!("lock {name:?}: ended 1 hold"),
-        n => println!("lock {name:?}: ended {n} holds"),
-    }
-    Ok(())
+    output::print(&match ended {
+        0 => format!("lock {name:?} was not held\n"),
+        1 => format!("lock {name:?}: ended 1 hold\n"),
+        n => format!("lock {name:?}: ended {n} holds\n"),
+    })
 }

@@ -9,7 +9,7 @@ use redis_rwlock::{Holder, LockMode, LockState, RwLock};
 use serde::Serialize;
 
 use crate::failure::Failure;
-use crate::output::print_json;
+use crate::output::{print, print_json};
 
 /// The exit code of `status` for a lock that is held (for read or write).
 pub const HELD: u8 = 0;
@@ -33,7 +33,7 @@ pub async fn run(lock: &RwLock, json: bool) -> Result<ExitCode, Failure> {
     if json {
         print_json(&view)?;
     } else {
-        print!("{}", view.text());
+        print(&view.text())?;
     }
     Ok(ExitCode::from(if state.is_free() { FREE } else { HELD }))
 }

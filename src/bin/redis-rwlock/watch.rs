@@ -9,6 +9,7 @@ use redis_rwlock::RwLock;
 use tokio::time::{MissedTickBehavior, interval};
 
 use crate::failure::Failure;
+use crate::output::print;
 use crate::signals::Incoming;
 use crate::status;
 
@@ -16,7 +17,7 @@ use crate::status;
 const CLEAR: &str = "\x1b[H\x1b[2J";
 
 /// Shows the lock's status every `every` until SIGINT, SIGTERM or SIGHUP arrives;
-/// exits 0 then. A failed read is shown in its view and tried again at the next
+/// exits 0 then (or quietly once the output is closed). A failed read is shown in its view and tried again at the next
 /// tick; only an unusable lock name fails, before anything is read.
 pub async fn run(lock: &RwLock, every: Duration) -> Result<ExitCode, Failure> {
     lock.key()
@@ -30,23 +31,25 @@ pub async fn run(lock: &RwLock, every: Duration) -> Result<ExitCode, Failure> {
     loop {
         let view = async {
             ticks.tick().await;
-            if terminal {
-                print!("{CLEAR}");
-            }
-            println!(
-                "every {every_text}: {}  (Ctrl-C to stop)",
+            let clear = if terminal { CLEAR } else { "" };
+            print(&format!(
+                "{clear}every {every_text}: {}  (Ctrl-C to stop)\n",
                 Local::now().format("%Y-%m-%d %H:%M:%S%.3f %:z")
-            );
-            // The exit code (held or free) means nothing here; a failure is shown.
-            if let Err(failure) = status::run(lock, false).await {
-                println!("{}", failure.report());
+            ))?;
+            // The exit code (held or free) means nothing here; a failure is shown,
+            // unless it is the output's own.
+            match status::run(lock, false).await {
+                Err(failure) if failure.is_output_closed() => return Err(failure),
+                Err(failure) => print(&format!("{}\n", failure.report()))?,
+                Ok(_) => {}
             }
             if !terminal {
-                println!();
+                print("\n")?;
             }
+            Ok::<_, Failure>(())
         };
         tokio::select! {
-            () = view => {}
+            shown = view => shown?,
             _ = signals.recv() => return Ok(ExitCode::SUCCESS),
         }
     }
