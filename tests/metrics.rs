@@ -706,7 +706,6 @@ async fn renewals_releases_and_lost_leases_nest_in_the_hold_span() {
         .expect("the next renewal finds the hold gone");
     let _ = writer.release().await;
 
-    let seen = capture.seen();
     let hold = |mode: &'static str| {
         let name = name.clone();
         move |span: &Seen| {
@@ -714,6 +713,16 @@ async fn renewals_releases_and_lost_leases_nest_in_the_hold_span() {
                 && span.fields.get("lock") == Some(&name)
                 && span.fields.get("mode").map(String::as_str) == Some(mode)
         }
+    };
+    // A lost lease's release returns at once and tidies up in the background: the
+    // write hold's span closes (and is captured) when that is done.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let seen = loop {
+        let seen = capture.seen();
+        if seen.spans.iter().any(hold("write")) || tokio::time::Instant::now() >= deadline {
+            break seen;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
     };
     let renewed: Vec<&Seen> = seen.events_in("renewed", hold("write"));
     assert!(!renewed.is_empty(), "renewals in the hold span: {seen:#?}");
