@@ -11,14 +11,10 @@
 //!
 //! Writers are never starved by a process's readers. A writer (or upgrade) that
 //! waits calls the readers back at every refused attempt (`w` on the lock's
-//! channel, lua/acquire_write.lua). The client listens for that on a lock once one
-//! of its holds of the lock is shared: the task that would be the second share
-//! subscribes, then looks once whether a writer or an upgrade already waits (one
-//! `HMGET`), and only then joins; tasks that come meanwhile wait for it. The client
-//! then listens on the lock across its holds, until no hold of the lock has been
-//! left for a few seconds, so a lock read over and over subscribes and looks once.
-//! A call-back that comes while a task asks the server calls back the hold it
-//! gets (it may be stale: that costs only sharing). Called back, the hold (under writer preference)
+//! channel, lua/acquire_write.lua). A hold listens for that once it is shared: the
+//! task that would be its second share subscribes, then looks once whether a
+//! writer or an upgrade already waits (one `HMGET`), and only then joins; tasks
+//! that come meanwhile wait for it. Called back, the hold (under writer preference)
 //! admits no new share: new readers ask the server and wait in line behind the
 //! writer, as any reader does, and the writer waits only for the shares that
 //! joined before the process heard it. A call-back that is lost is sent again at
@@ -34,10 +30,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
-
 use tokio::time::Instant;
 
 use crate::error::ErrorChain;
@@ -47,26 +41,10 @@ use crate::scripts::Access;
 use crate::wakeups::CALL_BACK;
 use crate::{Error, Fairness, RwLock};
 
-/// How long a lock's entry, with its listening for call-backs, outlives its last
-/// hold (as long as the wake-up channel's subscription lingers).
-const LINGER: Duration = Duration::from_secs(5);
-
 /// A client's shareable read holds, by lock key.
 #[derive(Default)]
 pub(crate) struct SharedReads {
-    locks: Mutex<HashMap<String, Entry>>,
-}
-
-/// What the client knows of one lock's reads.
-struct Entry {
-    /// `None`: no hold of the lock, nobody asking.
-    slot: Option<Slot>,
-    listening: Listening,
-    /// A call-back came while a task asked the server: the hold it gets is called
-    /// back.
-    recalled: bool,
-    /// When the slot emptied: the entry goes `LINGER` later unless used again.
-    idle_since: Option<Instant>,
+    locks: Mutex<HashMap<String, Slot>>,
 }
 
 enum Slot {
@@ -90,11 +68,12 @@ struct State {
     lease: Option<Lease>,
     /// A writer called the hold back.
     called_back: bool,
+    listening: Listening,
 }
 
-/// Whether the client hears writers' call-backs for a lock.
+/// Whether the hold hears writers' call-backs.
 enum Listening {
-    /// None of its holds of the lock was shared lately.
+    /// It was never shared.
     No,
     /// A task subscribes and looks for a waiting writer; the others wait for it.
     Starting(watch::Receiver<()>),
@@ -209,101 +188,33 @@ fn shareable(lock: &RwLock) -> bool {
 }
 
 impl SharedReads {
-    fn locks(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
+    fn locks(&self) -> MutexGuard<'_, HashMap<String, Slot>> {
         self.locks.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn enter(&self, lock: &RwLock, key: &str, wait: bool) -> Enter {
         let mut locks = self.locks();
-        let entry = locks.entry(key.to_owned()).or_insert_with(|| Entry {
-            slot: None,
-            listening: Listening::No,
-            recalled: false,
-            idle_since: None,
-        });
-        match &entry.slot {
+        match locks.get(key) {
             Some(Slot::Held(shared)) if shared.hold.lock.options() != lock.options() => {
                 return Enter::Alone;
             }
-            Some(Slot::Held(shared)) if shared.joinable(lock) => {
-                let writer_preferred = lock.options().fairness == Fairness::WriterPreferred;
-                match &entry.listening {
-                    _ if !writer_preferred => {}
-                    Listening::Yes { .. } => {}
-                    Listening::Starting(started) if wait => return Enter::Wait(started.clone()),
-                    Listening::Starting(_) => return Enter::Alone,
-                    Listening::No => {
-                        let (done, started) = watch::channel(());
-                        entry.listening = Listening::Starting(started.clone());
-                        return Enter::Listen(Starting {
-                            lock: lock.clone(),
-                            key: key.to_owned(),
-                            started,
-                            _done: done,
-                        });
-                    }
+            Some(Slot::Held(shared)) => {
+                if let Some(enter) = shared.join(lock, wait) {
+                    return enter;
                 }
-                return Enter::Joined(shared.join(lock));
             }
-            Some(Slot::Held(_)) | None => {}
             Some(Slot::Asking(asked)) if wait => return Enter::Wait(asked.clone()),
             Some(Slot::Asking(_)) => return Enter::Alone,
+            None => {}
         }
         let (answer, asked) = watch::channel(());
-        entry.slot = Some(Slot::Asking(asked.clone()));
-        entry.idle_since = None;
+        locks.insert(key.to_owned(), Slot::Asking(asked.clone()));
         Enter::Ask(Asking {
             lock: lock.clone(),
             key: key.to_owned(),
             asked,
             _answer: answer,
         })
-    }
-
-    /// The lock's slot emptied (its hold's last share left, or its asker gave up):
-    /// the entry goes now if nothing listens, else `LINGER` later unless used again.
-    fn emptied(&self, locks: &mut HashMap<String, Entry>, lock: &RwLock, key: &str) {
-        let Some(entry) = locks.get_mut(key) else {
-            return;
-        };
-        entry.slot = None;
-        entry.recalled = false;
-        if matches!(entry.listening, Listening::No) {
-            locks.remove(key);
-            return;
-        }
-        let now = Instant::now();
-        entry.idle_since = Some(now);
-        let (lock, key) = (lock.clone(), key.to_owned());
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            locks.remove(&key);
-            return;
-        };
-        runtime.spawn(async move {
-            tokio::time::sleep(LINGER).await;
-            let reads = &lock.client().inner.shared_reads;
-            let mut locks = reads.locks();
-            if locks
-                .get(&key)
-                .is_some_and(|e| e.slot.is_none() && e.idle_since == Some(now))
-            {
-                locks.remove(&key);
-            }
-        });
-    }
-
-    /// A writer called the lock's readers back: the hold new readers would join,
-    /// or the one a task is asking for, admits no more shares.
-    fn call_back(&self, key: &str) {
-        let mut locks = self.locks();
-        let Some(entry) = locks.get_mut(key) else {
-            return;
-        };
-        match &entry.slot {
-            Some(Slot::Held(shared)) => shared.call_back(),
-            Some(Slot::Asking(_)) => entry.recalled = true,
-            None => {}
-        }
     }
 }
 
@@ -322,14 +233,9 @@ impl Asking {
     fn granted(self, lease: Lease) -> Result<Share, Error> {
         let share = Share::alone(lease)?;
         let reads = &self.lock.client().inner.shared_reads;
-        let mut locks = reads.locks();
-        if let Some(entry) = locks.get_mut(&self.key) {
-            if std::mem::take(&mut entry.recalled) {
-                share.shared.call_back();
-            }
-            entry.slot = Some(Slot::Held(share.shared.clone()));
-            entry.idle_since = None;
-        }
+        reads
+            .locks()
+            .insert(self.key.clone(), Slot::Held(share.shared.clone()));
         Ok(share)
     }
 }
@@ -338,13 +244,10 @@ impl Drop for Asking {
     fn drop(&mut self) {
         let reads = &self.lock.client().inner.shared_reads;
         let mut locks = reads.locks();
-        if let Some(Entry {
-            slot: Some(Slot::Asking(asked)),
-            ..
-        }) = locks.get(&self.key)
+        if let Some(Slot::Asking(asked)) = locks.get(&self.key)
             && asked.same_channel(&self.asked)
         {
-            reads.emptied(&mut locks, &self.lock, &self.key);
+            locks.remove(&self.key);
         }
     }
 }
@@ -354,27 +257,43 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether a reader of `lock` may join: the hold is held, a share lives, and
-    /// (under writer preference) no writer called it back.
-    fn joinable(&self, lock: &RwLock) -> bool {
-        let state = self.state();
+    /// What a reader of `lock` does with this hold: joins it (it is held, a share
+    /// lives, and no writer called it back under writer preference), or first
+    /// starts listening for call-backs (a `try_read` asks the server instead of
+    /// waiting for that), or waits while another task does; `None`: it asks the
+    /// server.
+    fn join(self: &Arc<Self>, lock: &RwLock, wait: bool) -> Option<Enter> {
+        let mut state = self.state();
         let writer_preferred = lock.options().fairness == Fairness::WriterPreferred;
         let closed = lock.client().inner.live.is_closed();
-        state.shares > 0
-            && state.lease.is_some()
-            && !closed
-            && self.hold.is_held()
-            && !(writer_preferred && state.called_back)
-    }
-
-    /// Another share.
-    fn join(self: &Arc<Self>, lock: &RwLock) -> Share {
-        self.state().shares += 1;
-        Share {
+        if state.shares == 0 || state.lease.is_none() || closed || !self.hold.is_held() {
+            return None;
+        }
+        if writer_preferred {
+            if state.called_back {
+                return None;
+            }
+            match &state.listening {
+                Listening::Yes { .. } => {}
+                Listening::Starting(started) if wait => return Some(Enter::Wait(started.clone())),
+                Listening::Starting(_) => return Some(Enter::Alone),
+                Listening::No => {
+                    let (done, started) = watch::channel(());
+                    state.listening = Listening::Starting(started.clone());
+                    return Some(Enter::Listen(Starting {
+                        shared: self.clone(),
+                        started,
+                        _done: done,
+                    }));
+                }
+            }
+        }
+        state.shares += 1;
+        Some(Enter::Joined(Share {
             shared: self.clone(),
             holding: Some(Holding::start(lock.metrics_label(), Mode::Read)),
             left: false,
-        }
+        }))
     }
 
     /// A writer called the hold back: no share joins it any more.
@@ -391,25 +310,21 @@ impl Shared {
         if state.shares > 0 {
             return None;
         }
-        let lock = &self.hold.lock;
-        if let Ok(key) = lock.key()
-            && let Some(Entry {
-                slot: Some(Slot::Held(held)),
-                ..
-            }) = locks.get(key)
+        if let Ok(key) = self.hold.lock.key()
+            && let Some(Slot::Held(held)) = locks.get(key)
             && Arc::ptr_eq(held, self)
         {
-            reads.emptied(&mut locks, lock, key);
+            locks.remove(key);
         }
+        state.listening = Listening::No;
         state.lease.take()
     }
 }
 
-/// A task making the client hear call-backs for a lock. Dropped before it is done
-/// (a cancelled future), it lets another task try.
+/// A task making a shared hold hear call-backs. Dropped before it is done (a
+/// cancelled future), it lets another task try.
 struct Starting {
-    lock: RwLock,
-    key: String,
+    shared: Arc<Shared>,
     started: watch::Receiver<()>,
     /// Dropped when done: wakes the tasks that wait for it.
     _done: watch::Sender<()>,
@@ -418,42 +333,37 @@ struct Starting {
 impl Starting {
     /// Subscribes to the lock's channel, then looks once whether a writer or an
     /// upgrade waits already: a call-back sent before the subscription is not
-    /// missed. A lock whose call-backs cannot be heard has its hold called back.
+    /// missed. A hold that cannot hear call-backs takes no more shares.
     async fn run(self) {
-        let lock = &self.lock;
+        let lock = &self.shared.hold.lock;
         let (listens, waits) = match self.listen().await {
             Ok(listens) => (Some(listens), lock.writer_waits().await),
             Err(err) => (None, Err(err)),
         };
         let called_back = waits.unwrap_or_else(|err| {
-            tracing::warn!(lock = lock.name(), error = %ErrorChain(&err), "cannot hear writers' call-backs; the read hold takes no more shares");
+            tracing::warn!(lock = lock.name(), error = %ErrorChain(&err), "a read hold cannot hear writers' call-backs; it takes no more shares");
             true
         });
-        let reads = &lock.client().inner.shared_reads;
-        if called_back {
-            reads.call_back(&self.key);
-        }
-        let mut locks = reads.locks();
-        if let (Some(entry), Some(listens)) = (locks.get_mut(&self.key), listens)
-            && matches!(&entry.listening, Listening::Starting(started) if started.same_channel(&self.started))
-        {
-            entry.listening = Listening::Yes { _listens: listens };
+        let mut state = self.shared.state();
+        state.called_back |= called_back;
+        if let Some(listens) = listens {
+            state.listening = Listening::Yes { _listens: listens };
         }
     }
 
-    /// Subscribes, and listens for call-backs in the background.
+    /// Subscribes, and listens for a call-back in the background.
     async fn listen(&self) -> Result<Listens, Error> {
-        let lock = &self.lock;
-        let channel = &lock.target()?.channel;
-        let wakeups = &lock.client().inner.wakeups;
+        let hold = &self.shared.hold;
+        let channel = &hold.lock.target()?.channel;
+        let wakeups = &hold.lock.client().inner.wakeups;
         let mut listener = wakeups.listen_for_call_backs(channel).await?;
-        let (lock, key) = (lock.clone(), self.key.clone());
-        let task = tokio::spawn(async move {
-            loop {
-                if *listener.recv().await == *CALL_BACK {
-                    tracing::debug!(lock = lock.name(), "a writer called the read hold back");
-                    lock.client().inner.shared_reads.call_back(&key);
-                }
+        let shared = Arc::downgrade(&self.shared);
+        let task = hold.runtime.spawn(async move {
+            while *listener.recv().await != *CALL_BACK {}
+            if let Some(shared) = shared.upgrade() {
+                let lock = shared.hold.lock.name();
+                tracing::debug!(lock, "a writer called the shared read hold back");
+                shared.call_back();
             }
         });
         Ok(Listens(task.abort_handle()))
@@ -462,12 +372,11 @@ impl Starting {
 
 impl Drop for Starting {
     fn drop(&mut self) {
-        let reads = &self.lock.client().inner.shared_reads;
-        let mut locks = reads.locks();
-        if let Some(entry) = locks.get_mut(&self.key)
-            && matches!(&entry.listening, Listening::Starting(started) if started.same_channel(&self.started))
+        let mut state = self.shared.state();
+        if let Listening::Starting(started) = &state.listening
+            && started.same_channel(&self.started)
         {
-            entry.listening = Listening::No;
+            state.listening = Listening::No;
         }
     }
 }
@@ -484,6 +393,7 @@ impl Share {
                     shares: 1,
                     lease: Some(lease),
                     called_back: false,
+                    listening: Listening::No,
                 }),
             }),
             holding: None,
