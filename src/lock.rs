@@ -554,6 +554,7 @@ impl RwLock {
     ) -> impl Future<Output = Result<RwLockWriteGuard, Error>> + Send + Sync + 'static {
         let lock = self.clone();
         SyncFuture::new(async move {
+            shared_reads::give_back_kept(&lock).await;
             let (lease, fence) = lock.lease_for(Access::Write, wait).await?;
             Ok(RwLockWriteGuard::new(lease, fence))
         })

@@ -344,15 +344,29 @@ pub(crate) fn woken(by_message: bool) {
     record::WAKEUPS.counter(&[usize::from(!by_message)], &LockLabel::default());
 }
 
-/// Hook for shared reads (`src/shared_reads.rs`): a read joined the process's read
-/// hold of the lock, with no request (it counts in `redis_rwlock_acquisitions_total`
+/// How a read was granted in the process, with no request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Local {
+    /// It joined a read hold that other tasks hold.
+    Joined = 0,
+    /// It took up a hold the process kept, idle (`LockOptions::keep_reads`).
+    Kept = 1,
+}
+
+impl Local {
+    const LABELS: &'static [&'static str] = &["joined", "kept"];
+}
+
+/// Hook for shared reads (`src/shared_reads.rs`): a read was granted in the
+/// process, `how`, with no request (it counts in `redis_rwlock_acquisitions_total`
 /// too, as a granted read, and its guard as a hold). Counts in
-/// `redis_rwlock_shared_reads_total`.
-pub(crate) fn shared_read(lock: &LockLabel) {
+/// `redis_rwlock_shared_reads_total`; the server's grants are the granted reads
+/// less these.
+pub(crate) fn shared_read(lock: &LockLabel, how: Local) {
     #[cfg(feature = "metrics")]
-    record::SHARED_READS.counter(&[], lock);
+    record::SHARED_READS.counter(&[how as usize], lock);
     #[cfg(not(feature = "metrics"))]
-    let _ = lock;
+    let _ = (lock, how);
 }
 
 /// Hook for the waiting loop (`src/waiting.rs`): the server refused an acquire
@@ -436,7 +450,7 @@ pub fn describe_metrics() {
     describe_counter!(
         record::SHARED_READS.name,
         Unit::Count,
-        "Reads granted in this process by joining its read hold of the lock, with no request"
+        "Reads granted in this process with no request, by how (joined: a read hold other tasks hold; kept: a hold kept idle)"
     );
 }
 
@@ -449,7 +463,7 @@ mod record {
 
     use ::metrics::{Key, Label, Level, Metadata, SharedString, with_recorder};
 
-    use super::{LockLabel, LostCause, Mode, Outcome, Renewal};
+    use super::{Local, LockLabel, LostCause, Mode, Outcome, Renewal};
 
     static METADATA: Metadata<'static> =
         Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
@@ -544,7 +558,7 @@ mod record {
     pub(super) static SHARED_READS: Family = Family {
         id: 12,
         name: "redis_rwlock_shared_reads_total",
-        dimensions: &[],
+        dimensions: &[("how", Local::LABELS)],
     };
 
     /// Every family's keys for one label set: without a `lock` label, or with one

@@ -10,6 +10,9 @@ use crate::Error;
 const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
 /// The longest `wait_timeout` accepted: thirty days (leave it unset to wait forever).
 const MAX_WAIT: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+/// The longest a process may keep an idle read hold: a writer whose call-backs are
+/// all lost waits this long for it.
+const MAX_KEEP: Duration = Duration::from_secs(10 * 60);
 /// The most replicas `min_replicas` may ask for.
 const MAX_REPLICAS: u32 = 64;
 /// The longest `replica_timeout` accepted: half the 2 s a reply may take, so the
@@ -77,6 +80,8 @@ pub struct LockOptions {
     pub(crate) wait_timeout: Option<Duration>,
     pub(crate) auto_renew: bool,
     pub(crate) share_reads: bool,
+    #[serde(with = "opt_millis")]
+    pub(crate) keep_reads: Option<Duration>,
     pub(crate) fairness: Fairness,
     pub(crate) key_prefix: String,
     pub(crate) min_replicas: u32,
@@ -96,6 +101,7 @@ impl Default for LockOptions {
             wait_timeout: None,
             auto_renew: true,
             share_reads: true,
+            keep_reads: None,
             fairness: Fairness::WriterPreferred,
             key_prefix: "rwlock".to_owned(),
             min_replicas: 0,
@@ -184,6 +190,30 @@ impl LockOptions {
     /// ```
     pub fn share_reads(mut self, share: bool) -> Self {
         self.share_reads = share;
+        self
+    }
+
+    /// Lets the client keep its shared read hold of the lock, idle, for up to
+    /// `bound` after the last task left it (default: released at once). A `read`
+    /// in that window joins the kept hold with no request. A writer or upgrade that
+    /// waits elsewhere calls the hold back and the client releases it at once; if
+    /// that call-back is lost, the hold ends within `bound` all the same, so
+    /// `bound` is the longest a writer waits for an idle kept hold (1 ms to 10
+    /// minutes). A `write()` on this client gives the client's idle kept hold back
+    /// before it asks. Needs [`share_reads`](Self::share_reads) (README, "Reads that
+    /// cost nothing").
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_rwlock::LockOptions;
+    ///
+    /// // A hot cache entry: its readers pay for one read hold a second at most.
+    /// let options = LockOptions::default().keep_reads(Duration::from_secs(1));
+    /// ```
+    pub fn keep_reads(mut self, bound: Duration) -> Self {
+        self.keep_reads = Some(bound);
         self
     }
 
@@ -301,6 +331,9 @@ impl LockOptions {
         check_span("release_timeout", self.release_timeout, MAX_LEASE)?;
         if let Some(wait) = self.wait_timeout {
             check_span("wait_timeout", wait, MAX_WAIT)?;
+        }
+        if let Some(bound) = self.keep_reads {
+            check_span("keep_reads", bound, MAX_KEEP)?;
         }
         if let Some((read, write)) = self.original_timeouts {
             check_span("original read timeout", read, MAX_LEASE)?;
@@ -473,6 +506,8 @@ mod tests {
                 .replica_timeout(Duration::ZERO),
             LockOptions::default().min_replicas(1000),
             LockOptions::default().release_timeout(Duration::ZERO),
+            LockOptions::default().keep_reads(Duration::ZERO),
+            LockOptions::default().keep_reads(Duration::from_secs(3600)),
             LockOptions::default().key_prefix(""),
             LockOptions::default().key_prefix("a{b"),
         ];
@@ -505,11 +540,12 @@ mod tests {
     #[test]
     fn durations_read_as_milliseconds_human_text_or_serde_structs() {
         let json = r#"{"read_lease": 1500, "write_lease": "2m", "wait_timeout": {"secs": 3, "nanos": 0},
-                      "original_timeouts": ["1s", 3000]}"#;
+                      "original_timeouts": ["1s", 3000], "keep_reads": "500ms"}"#;
         let opts: LockOptions = serde_json::from_str(json).unwrap();
         assert_eq!(opts.read_lease, Duration::from_millis(1500));
         assert_eq!(opts.write_lease, Duration::from_secs(120));
         assert_eq!(opts.wait_timeout, Some(Duration::from_secs(3)));
+        assert_eq!(opts.keep_reads, Some(Duration::from_millis(500)));
         assert_eq!(
             opts.original_timeouts,
             Some((Duration::from_secs(1), Duration::from_secs(3)))

@@ -21,6 +21,14 @@
 //! the writer's next attempt, within a re-check period (about a second). A lone
 //! reader pays nothing for this: no subscription, no look.
 //!
+//! Kept reads (opt-in, [`LockOptions::keep_reads`](crate::LockOptions::keep_reads)):
+//! when the last share leaves, the client may keep the hold, idle and renewed, for
+//! up to the configured bound; a read in that window takes it up with no request.
+//! A kept hold listens for call-backs (subscribing and looking once, as a shared
+//! one does) and is released at once when a writer calls it back, or when the
+//! bound is reached, whichever comes first; a `write()` (or upgrade) on this client
+//! gives it back before asking. To everyone else it is a hold like any other.
+//!
 //! Not shared: [`read_recursive`](crate::RwLock::read_recursive) (a hold of its own by
 //! design), upgradable reads, the read hold a downgrade leaves, legacy two-key locks
 //! and locks with original timeouts (clients of the original design never call
@@ -29,6 +37,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
@@ -36,7 +45,7 @@ use tokio::time::Instant;
 
 use crate::error::ErrorChain;
 use crate::lease::{Hold, Lease};
-use crate::metrics::{Acquiring, Holding, Mode};
+use crate::metrics::{Acquiring, Holding, Local, Mode};
 use crate::scripts::Access;
 use crate::wakeups::CALL_BACK;
 use crate::{Error, Fairness, RwLock};
@@ -69,6 +78,9 @@ struct State {
     /// A writer called the hold back.
     called_back: bool,
     listening: Listening,
+    /// No share lives, and the process keeps the hold until then (the bound), or a
+    /// call-back, or a read that takes it up.
+    kept: Option<Instant>,
 }
 
 /// Whether the hold hears writers' call-backs.
@@ -102,7 +114,7 @@ pub(crate) struct Share {
 
 /// What a reader does next.
 enum Enter {
-    Joined(Share),
+    Joined(Share, Local),
     /// Wait for the task that asks the server, or starts listening, then look again.
     Wait(watch::Receiver<()>),
     /// Start listening for call-backs, then look again.
@@ -132,9 +144,9 @@ pub(crate) async fn read(lock: &RwLock, wait: bool) -> Result<Share, Error> {
         .map(|limit| Instant::now() + limit);
     loop {
         match reads.enter(lock, key, wait) {
-            Enter::Joined(share) => {
+            Enter::Joined(share, how) => {
                 acquiring.finish(&Ok::<(), Error>(()));
-                crate::metrics::shared_read(lock.metrics_label());
+                crate::metrics::shared_read(lock.metrics_label(), how);
                 tracing::trace!(lock = lock.name(), "joined the process's read hold");
                 return Ok(share);
             }
@@ -258,15 +270,16 @@ impl Shared {
     }
 
     /// What a reader of `lock` does with this hold: joins it (it is held, a share
-    /// lives, and no writer called it back under writer preference), or first
-    /// starts listening for call-backs (a `try_read` asks the server instead of
-    /// waiting for that), or waits while another task does; `None`: it asks the
-    /// server.
+    /// lives or the process keeps it, and no writer called it back under writer
+    /// preference), or first starts listening for call-backs (a `try_read` asks
+    /// the server instead of waiting for that), or waits while another task does;
+    /// `None`: it asks the server.
     fn join(self: &Arc<Self>, lock: &RwLock, wait: bool) -> Option<Enter> {
         let mut state = self.state();
         let writer_preferred = lock.options().fairness == Fairness::WriterPreferred;
         let closed = lock.client().inner.live.is_closed();
-        if state.shares == 0 || state.lease.is_none() || closed || !self.hold.is_held() {
+        let alive = state.shares > 0 || state.kept.is_some();
+        if !alive || state.lease.is_none() || closed || !self.hold.is_held() {
             return None;
         }
         if writer_preferred {
@@ -277,31 +290,53 @@ impl Shared {
                 Listening::Yes { .. } => {}
                 Listening::Starting(started) if wait => return Some(Enter::Wait(started.clone())),
                 Listening::Starting(_) => return Some(Enter::Alone),
-                Listening::No => {
-                    let (done, started) = watch::channel(());
-                    state.listening = Listening::Starting(started.clone());
-                    return Some(Enter::Listen(Starting {
-                        shared: self.clone(),
-                        started,
-                        _done: done,
-                    }));
-                }
+                Listening::No => return Some(Enter::Listen(self.start_listening(&mut state))),
             }
         }
         state.shares += 1;
-        Some(Enter::Joined(Share {
+        let how = match state.kept.take() {
+            Some(_) => Local::Kept,
+            None => Local::Joined,
+        };
+        Some(Enter::Joined(
+            Share {
+                shared: self.clone(),
+                holding: Some(Holding::start(lock.metrics_label(), Mode::Read)),
+                left: false,
+            },
+            how,
+        ))
+    }
+
+    /// A task is to make the hold hear call-backs.
+    fn start_listening(self: &Arc<Self>, state: &mut State) -> Starting {
+        let (done, started) = watch::channel(());
+        state.listening = Listening::Starting(started.clone());
+        Starting {
             shared: self.clone(),
-            holding: Some(Holding::start(lock.metrics_label(), Mode::Read)),
-            left: false,
-        }))
+            started,
+            _done: done,
+        }
     }
 
-    /// A writer called the hold back: no share joins it any more.
-    fn call_back(&self) {
-        self.state().called_back = true;
+    /// A writer called the hold back: no share joins it any more, and a kept hold
+    /// is released now.
+    fn call_back(self: &Arc<Self>) {
+        let reads = &self.hold.lock.client().inner.shared_reads;
+        let mut locks = reads.locks();
+        let mut state = self.state();
+        state.called_back = true;
+        if state.kept.is_some() {
+            tracing::debug!(
+                lock = self.hold.lock.name(),
+                "released the kept read hold for a writer"
+            );
+            drop(self.give_back(&mut locks, &mut state));
+        }
     }
 
-    /// A share leaves: the hold's lease if it was the last.
+    /// A share leaves: the hold's lease if it was the last and the process does
+    /// not keep it.
     fn leave(self: &Arc<Self>) -> Option<Lease> {
         let reads = &self.hold.lock.client().inner.shared_reads;
         let mut locks = reads.locks();
@@ -310,14 +345,101 @@ impl Shared {
         if state.shares > 0 {
             return None;
         }
+        if let Some(bound) = self.keeps(&locks, &state) {
+            self.keep(&mut state, bound);
+            return None;
+        }
+        self.give_back(&mut locks, &mut state)
+    }
+
+    /// How long the process may keep the hold now idle: it is the lock's hold new
+    /// readers join, held, not called back, and keeping is on.
+    fn keeps(self: &Arc<Self>, locks: &HashMap<String, Slot>, state: &State) -> Option<Duration> {
+        let lock = &self.hold.lock;
+        let ours = lock
+            .key()
+            .ok()
+            .and_then(|key| locks.get(key))
+            .is_some_and(|slot| matches!(slot, Slot::Held(held) if Arc::ptr_eq(held, self)));
+        let keeps = ours
+            && state.lease.is_some()
+            && !state.called_back
+            && self.hold.is_held()
+            && !lock.client().inner.live.is_closed();
+        lock.options().keep_reads.filter(|_| keeps)
+    }
+
+    /// Keeps the idle hold until `bound` from now: then, unless a read took it up
+    /// meanwhile, it is released. It listens for call-backs meanwhile.
+    fn keep(self: &Arc<Self>, state: &mut State, bound: Duration) {
+        let since = Instant::now();
+        state.kept = Some(since);
+        let shared = Arc::downgrade(self);
+        self.hold.runtime.spawn(async move {
+            tokio::time::sleep_until(since + bound).await;
+            if let Some(shared) = shared.upgrade() {
+                shared.kept_too_long(since);
+            }
+        });
+        if matches!(state.listening, Listening::No) {
+            let starting = self.start_listening(state);
+            self.hold.runtime.spawn(starting.run());
+        }
+    }
+
+    /// The hold kept since `since` reached its bound: released, unless a read took it
+    /// up meanwhile.
+    fn kept_too_long(self: &Arc<Self>, since: Instant) {
+        let reads = &self.hold.lock.client().inner.shared_reads;
+        let mut locks = reads.locks();
+        let mut state = self.state();
+        if state.kept == Some(since) {
+            drop(self.give_back(&mut locks, &mut state));
+        }
+    }
+
+    /// The hold goes: no reader finds it any more; its lease, to release (dropped,
+    /// it releases itself in the background).
+    fn give_back(
+        self: &Arc<Self>,
+        locks: &mut HashMap<String, Slot>,
+        state: &mut State,
+    ) -> Option<Lease> {
         if let Ok(key) = self.hold.lock.key()
             && let Some(Slot::Held(held)) = locks.get(key)
             && Arc::ptr_eq(held, self)
         {
             locks.remove(key);
         }
+        state.kept = None;
         state.listening = Listening::No;
         state.lease.take()
+    }
+}
+
+/// Before a write (or an upgrade) of `lock` on this client: the client's idle kept
+/// read hold of it is released first, so the write does not wait for it.
+pub(crate) async fn give_back_kept(lock: &RwLock) {
+    let Ok(key) = lock.key() else {
+        return;
+    };
+    let reads = &lock.client().inner.shared_reads;
+    let lease = {
+        let mut locks = reads.locks();
+        let Some(Slot::Held(shared)) = locks.get(key) else {
+            return;
+        };
+        let shared = shared.clone();
+        let mut state = shared.state();
+        if state.kept.is_none() {
+            return;
+        }
+        shared.give_back(&mut locks, &mut state)
+    };
+    if let Some(lease) = lease
+        && let Err(err) = lease.release().await
+    {
+        tracing::debug!(lock = lock.name(), error = %ErrorChain(&err), "could not release the kept read hold before a write");
     }
 }
 
@@ -344,9 +466,13 @@ impl Starting {
             tracing::warn!(lock = lock.name(), error = %ErrorChain(&err), "a read hold cannot hear writers' call-backs; it takes no more shares");
             true
         });
+        if called_back {
+            self.shared.call_back();
+        }
         let mut state = self.shared.state();
-        state.called_back |= called_back;
-        if let Some(listens) = listens {
+        if let Some(listens) = listens
+            && matches!(&state.listening, Listening::Starting(started) if started.same_channel(&self.started))
+        {
             state.listening = Listening::Yes { _listens: listens };
         }
     }
@@ -394,6 +520,7 @@ impl Share {
                     lease: Some(lease),
                     called_back: false,
                     listening: Listening::No,
+                    kept: None,
                 }),
             }),
             holding: None,

@@ -1,6 +1,7 @@
 //! Randomized exclusion: many tasks on two clients hammer one lock with a random
 //! mix of reads, writes and upgradable reads (half of which upgrade); an in-process
-//! invariant checks every hold.
+//! invariant checks every hold. Once with each client's plain reads shared, once
+//! with them kept too (idle holds a writer must call back).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -8,7 +9,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis_rwlock::LockClient;
+use redis_rwlock::{LockClient, LockOptions};
 use tokio::time::Instant;
 
 use common::{HoldChecker, shared_cluster, unique_name};
@@ -18,6 +19,16 @@ const RUN_FOR: Duration = Duration::from_secs(10);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_readers_and_writers_never_overlap_a_writer() {
+    hammer(LockOptions::default()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_readers_and_writers_never_overlap_a_writer_with_reads_kept() {
+    hammer(LockOptions::default().keep_reads(Duration::from_secs(2))).await;
+}
+
+/// Every task of two clients takes random holds with `options` for 10 s.
+async fn hammer(options: LockOptions) {
     let urls = shared_cluster().urls();
     let clients = [
         LockClient::cluster(urls.clone()).await.unwrap(),
@@ -28,7 +39,7 @@ async fn random_readers_and_writers_never_overlap_a_writer() {
     let stop = Instant::now() + RUN_FOR;
     let mut tasks = Vec::new();
     for i in 0..TASKS {
-        let lock = clients[i % 2].rwlock(name.as_str());
+        let lock = clients[i % 2].rwlock_with(name.as_str(), options.clone());
         let checker = checker.clone();
         tasks.push(tokio::spawn(async move {
             while Instant::now() < stop {

@@ -135,6 +135,21 @@ impl Clients {
         }
     }
 
+    /// `imp`'s lock, this crate's with its idle read holds kept up to `keep`.
+    pub fn kept_lock(&self, imp: Impl, name: &str, wait_limit: Duration, keep: Duration) -> Lock {
+        match imp {
+            Impl::Ours => Lock::Ours(
+                self.ours.rwlock_with(
+                    name,
+                    LockOptions::default()
+                        .wait_timeout(wait_limit)
+                        .keep_reads(keep),
+                ),
+            ),
+            _ => self.lock(imp, name, wait_limit),
+        }
+    }
+
     pub async fn acquire(&self, lock: &Lock, mode: Mode, wait: Wait) -> Result<Held, Refused> {
         match lock {
             Lock::Ours(lock) => {

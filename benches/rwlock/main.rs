@@ -8,7 +8,8 @@
 //! `BENCH_QUICK=1` gives a 2-3 minute run; `BENCH_RUNS=n` overrides the run count;
 //! `BENCH_SCENARIOS=uncontended,read_heavy` runs only the named scenarios (for
 //! profiling; names: limits, uncontended, server_cost, read_heavy, read_heavy_scripts,
-//! read_heavy_3_clients, read_heavy_scripts_3_clients, redis_benchmark, handoff,
+//! read_heavy_kept, read_heavy_3_clients, read_heavy_scripts_3_clients,
+//! redis_benchmark, handoff,
 //! stream, reader_behind_writers, waiting, contention_writers, contention_readers,
 //! at_scale, upgradable, shared_reads, sweep);
 //! `BENCH_IMPLS=redis_rwlock,original` likewise limits the implementations
@@ -50,7 +51,7 @@ use contention::Family;
 use locks::{Clients, Impl, cluster_connection};
 use reader_behind_writers::Variant;
 use report::Machine;
-use scenarios::{Bench, Config, INSTANCES, SWEEP_TASKS, TASKS, names::*};
+use scenarios::{Bench, Config, INSTANCES, KEEP_READS, SWEEP_TASKS, TASKS, names::*};
 use stats::Results;
 
 fn main() -> ExitCode {
@@ -191,10 +192,19 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
             for &imp in &rw {
                 let secs = cfg.throughput_secs;
                 let rate = b
-                    .read_heavy(run, imp, TASKS, 1, 1, secs, Some(READ_HEAVY_1))
+                    .read_heavy(run, imp, TASKS, 1, 1, secs, Some(READ_HEAVY_1), None)
                     .await;
                 b.results.sweep.entry((imp, TASKS)).or_default().push(rate);
-                b.read_heavy(run, imp, TASKS, 64, 1, secs, Some(READ_HEAVY_64))
+                b.read_heavy(run, imp, TASKS, 64, 1, secs, Some(READ_HEAVY_64), None)
+                    .await;
+            }
+        }
+        if on("read_heavy_kept") {
+            eprintln!("  read-heavy throughput over 64 locks, reads kept");
+            for &imp in &rw {
+                let secs = cfg.throughput_secs;
+                let keep = Some(KEEP_READS);
+                b.read_heavy(run, imp, TASKS, 64, 1, secs, Some(READ_HEAVY_64_KEPT), keep)
                     .await;
             }
         }
@@ -210,6 +220,7 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
                     INSTANCES,
                     secs,
                     Some(READ_HEAVY_1_CLIENTS),
+                    None,
                 )
                 .await;
             }
@@ -302,7 +313,7 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
             for tasks in SWEEP_TASKS.into_iter().filter(|&t| t != TASKS) {
                 for &imp in &rw {
                     let rate = b
-                        .read_heavy(run, imp, tasks, 1, 1, cfg.sweep_secs, None)
+                        .read_heavy(run, imp, tasks, 1, 1, cfg.sweep_secs, None, None)
                         .await;
                     b.results.sweep.entry((imp, tasks)).or_default().push(rate);
                 }

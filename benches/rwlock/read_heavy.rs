@@ -136,23 +136,29 @@ impl Bench {
 
     /// `imp`'s locks of those names as each of `instances` names them, each lock
     /// with its exclusion checker.
-    fn read_heavy_locks(imp: Impl, names: &[String], instances: &[Arc<Clients>]) -> Arc<MixLocks> {
+    /// With `keep`, this crate's locks keep their idle read holds that long.
+    fn read_heavy_locks(
+        imp: Impl,
+        names: &[String],
+        instances: &[Arc<Clients>],
+        keep: Option<Duration>,
+    ) -> Arc<MixLocks> {
+        let lock = |clients: &Clients, name: &str| match keep {
+            Some(keep) => clients.kept_lock(imp, name, LONG_WAIT, keep),
+            None => clients.lock(imp, name, LONG_WAIT),
+        };
         Arc::new(MixLocks {
             by_client: instances
                 .iter()
-                .map(|clients| {
-                    names
-                        .iter()
-                        .map(|n| clients.lock(imp, n, LONG_WAIT))
-                        .collect()
-                })
+                .map(|clients| names.iter().map(|n| lock(clients, n)).collect())
                 .collect(),
             exclusion: names.iter().map(|_| Exclusion::default()).collect(),
         })
     }
 
     /// `tasks` tasks, 95% reads / 5% writes, holds of one `yield_now`, on `locks`
-    /// locks (a random one per operation), from `clients` clients (instances).
+    /// locks (a random one per operation), from `clients` clients (instances);
+    /// with `keep`, this crate's idle read holds are kept that long.
     /// Returns acquisitions per second.
     #[allow(clippy::too_many_arguments)]
     pub async fn read_heavy(
@@ -164,15 +170,17 @@ impl Bench {
         clients: usize,
         seconds: f64,
         scenario: Option<&'static str>,
+        keep: Option<Duration>,
     ) -> f64 {
+        let kept = if keep.is_some() { "k" } else { "" };
         let tag = if clients == 1 {
-            format!("rh{locks}x{tasks}")
+            format!("rh{locks}x{tasks}{kept}")
         } else {
-            format!("rh{locks}x{tasks}c{clients}")
+            format!("rh{locks}x{tasks}c{clients}{kept}")
         };
         let names = self.read_heavy_names(run, locks, &tag);
         let instances = self.instances(clients).await;
-        let locks = Self::read_heavy_locks(imp, &names, &instances);
+        let locks = Self::read_heavy_locks(imp, &names, &instances, keep);
         let before = self.masters.commandstats().await.ok();
         let cpu_before = self.masters.server_costs().await.ok();
         let mix = run_mix(&instances, run, tasks, locks, seconds).await;
@@ -252,7 +260,7 @@ impl Bench {
         };
         let names = self.read_heavy_names(run, 1, &tag);
         let instances = self.instances(clients).await;
-        let locks = Self::read_heavy_locks(imp, &names, &instances);
+        let locks = Self::read_heavy_locks(imp, &names, &instances, None);
         let work = run_mix(&instances, run, TASKS, locks, seconds);
         let (sent, mix) = match monitor_during(&self.topology, &mut self.masters, work).await {
             Ok(watched) => watched,

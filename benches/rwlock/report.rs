@@ -460,6 +460,40 @@ fn shared_read_targets(r: &Results, out: &mut Vec<Target>) {
         "ms",
         |x| x <= 100.0,
     ));
+    out.push(value_target(
+        "a writer on another client behind an idle kept read hold: p50 <= 1 ms".into(),
+        r.get(WRITER_BEHIND_KEPT, Impl::Ours, WAIT_P50),
+        "ms",
+        |x| x <= 1.0,
+    ));
+    out.push(value_target(
+        "... p99 <= 5 ms".into(),
+        r.get(WRITER_BEHIND_KEPT, Impl::Ours, WAIT_P99),
+        "ms",
+        |x| x <= 5.0,
+    ));
+    let kept = |imp: Impl, name: &str| r.get(READ_HEAVY_64_KEPT, imp, name);
+    out.push(ratio_target(
+        "reads kept: 64 tasks over 64 locks, 95% reads: server CPU per acquisition <= 0.5x the original design's".into(),
+        kept(Impl::Ours, "cpu_us_per_acquisition"),
+        kept(Impl::Original, "cpu_us_per_acquisition"),
+        "us",
+        |x| x <= 0.5,
+    ));
+    out.push(ratio_target(
+        "... throughput >= 1.5x the original design's".into(),
+        kept(Impl::Ours, "acquisitions_per_s"),
+        kept(Impl::Original, "acquisitions_per_s"),
+        "/s",
+        |x| x >= 1.5,
+    ));
+    out.push(ratio_target(
+        "... throughput >= 1.2x rds_lock's".into(),
+        kept(Impl::Ours, "acquisitions_per_s"),
+        kept(Impl::RdsLock, "acquisitions_per_s"),
+        "/s",
+        |x| x >= 1.2,
+    ));
     // One lock, 64 tasks of one client, 98% reads (contention_readers' middle size).
     let scenario = Family::Readers.scenario(1);
     let metric = |imp: Impl, name: &str| r.get(scenario, imp, name);

@@ -153,12 +153,17 @@ impl UncontendedNames {
     };
 }
 
+/// How long this crate's locks keep an idle read hold where a scenario keeps them.
+pub const KEEP_READS: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Scenario names, as used in the result file.
 pub mod names {
     pub const LIMITS: &str = "limits";
     pub const UNCONTENDED: &str = "uncontended";
     pub const READ_HEAVY_1: &str = "read_heavy_1_lock";
     pub const READ_HEAVY_64: &str = "read_heavy_64_locks";
+    /// The 64-lock mix with this crate's idle read holds kept ([`super::KEEP_READS`]).
+    pub const READ_HEAVY_64_KEPT: &str = "read_heavy_64_locks_kept";
     pub const READ_HEAVY_SCRIPTS: &str = "read_heavy_scripts";
     /// The one-lock mix from [`super::INSTANCES`] clients: throughput, and the MONITOR pass.
     pub const READ_HEAVY_1_CLIENTS: &str = "read_heavy_1_lock_3_clients";

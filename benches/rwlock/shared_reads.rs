@@ -9,7 +9,10 @@
 //! - **a writer behind busy readers**: 16 tasks of one client loop read, hold 1 ms,
 //!   release, so the client's hold is shared without pause; a writer on another
 //!   client asks again and again, a pause of 10-30 ms between its holds, and each
-//!   wait (from `write()` to the guard) is recorded.
+//!   wait (from `write()` to the guard) is recorded;
+//! - **a writer behind an idle kept hold**: a client with `keep_reads` reads and
+//!   releases (its hold kept, idle), and 2-10 ms later a writer on another client
+//!   asks; its wait is recorded (the call-back, the release, the hand-over).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,6 +36,7 @@ pub const BUSY_READERS: usize = 16;
 pub mod names {
     pub const SHARED_JOIN: &str = "shared_read_join";
     pub const WRITER_BEHIND_SHARED: &str = "writer_behind_shared_readers";
+    pub const WRITER_BEHIND_KEPT: &str = "writer_behind_kept_read";
 }
 use names::*;
 
@@ -55,6 +59,7 @@ impl Bench {
     pub async fn shared_reads(&mut self, run: usize) {
         self.shared_join(run).await;
         self.writer_behind_shared(run).await;
+        self.writer_behind_kept(run).await;
     }
 
     fn shared_lock(&self, base: &str, options: LockOptions) -> RwLock {
@@ -203,6 +208,64 @@ impl Bench {
         r.record(WRITER_BEHIND_SHARED, Impl::Ours, WAIT_MAX, "ms", max);
         r.record(
             WRITER_BEHIND_SHARED,
+            Impl::Ours,
+            WRITES,
+            "count",
+            waits.len() as f64,
+        );
+    }
+
+    async fn writer_behind_kept(&mut self, run: usize) {
+        let base = format!("shkept-{run}");
+        let keep = Duration::from_secs(60);
+        let reader = self.shared_lock(&base, LockOptions::default().keep_reads(keep));
+        let others = self.instances(2).await;
+        let Some(other) = others.get(1) else {
+            self.note("writer behind a kept read: no second client".into());
+            return;
+        };
+        let writer = other.ours.rwlock_with(
+            reader.name(),
+            LockOptions::default().wait_timeout(LONG_WAIT),
+        );
+        let writes = if self.cfg.quick { 30 } else { 100 };
+        let mut waits = Vec::new();
+        let mut failed = 0u64;
+        for _ in 0..writes {
+            match reader.read().await {
+                Ok(guard) => {
+                    let _ = guard.release().await;
+                }
+                Err(_) => {
+                    failed += 1;
+                    continue;
+                }
+            }
+            let pause = rand::rng().random_range(2..10);
+            sleep(Duration::from_millis(pause)).await;
+            let asked = Instant::now();
+            match writer.write().await {
+                Ok(guard) => {
+                    waits.push(asked.elapsed().as_secs_f64() * 1e3);
+                    let _ = guard.release().await;
+                }
+                Err(_) => failed += 1,
+            }
+        }
+        if failed > 0 {
+            self.note(format!("writer behind a kept read: {failed} failures"));
+        }
+        let r = &mut self.results;
+        let max = waits.iter().copied().fold(f64::NAN, f64::max);
+        for (metric, value) in [
+            (WAIT_P50, percentile(&mut waits, 50.0)),
+            (WAIT_P99, percentile(&mut waits, 99.0)),
+            (WAIT_MAX, max),
+        ] {
+            r.record(WRITER_BEHIND_KEPT, Impl::Ours, metric, "ms", value);
+        }
+        r.record(
+            WRITER_BEHIND_KEPT,
             Impl::Ours,
             WRITES,
             "count",

@@ -16,7 +16,7 @@ pub(super) fn tables(o: &mut String, b: &Bench) {
     }
     let _ = writeln!(
         o,
-        "\n### Shared reads (redis-rwlock, the lock's master)\n\n`read()` + release while another task of the client holds a read (a join), against the same pair on a handle with `share_reads(false)` (a server acquire and release), in alternating blocks; then {BUSY_READERS} tasks of one client loop read / hold 1 ms / release while a writer on another client asks again and again, 10-30 ms apart.\n"
+        "\n### Shared reads (redis-rwlock, the lock's master)\n\n`read()` + release while another task of the client holds a read (a join), against the same pair on a handle with `share_reads(false)` (a server acquire and release), in alternating blocks; then {BUSY_READERS} tasks of one client loop read / hold 1 ms / release while a writer on another client asks again and again, 10-30 ms apart; then a client with `keep_reads` reads and releases, and 2-10 ms later a writer on another client asks (the call-back, the release and the hand-over).\n"
     );
     header(o, &["measure", "value", "ratio"]);
     let join = r.get(SHARED_JOIN, Impl::Ours, JOIN_P50);
@@ -53,6 +53,24 @@ pub(super) fn tables(o: &mut String, b: &Bench) {
             &[
                 what.into(),
                 at(r, WRITER_BEHIND_SHARED, Impl::Ours, m),
+                "-".into(),
+            ],
+        );
+    }
+    for (what, m) in [
+        (
+            "writer's wait behind an idle kept read hold, p50 (ms)",
+            WAIT_P50,
+        ),
+        ("writer's wait behind a kept hold, p99 (ms)", WAIT_P99),
+        ("writer's wait behind a kept hold, max (ms)", WAIT_MAX),
+        ("writes behind a kept hold per run", WRITES),
+    ] {
+        row(
+            o,
+            &[
+                what.into(),
+                at(r, WRITER_BEHIND_KEPT, Impl::Ours, m),
                 "-".into(),
             ],
         );

@@ -1,0 +1,156 @@
+//! Kept reads (`LockOptions::keep_reads`): after its last share leaves, a client
+//! keeps its read hold, idle, for the next read to take up with no request; to
+//! everyone else it is a hold; a writer elsewhere calls it back and is granted at
+//! once; a write on the same client gives it back first; untouched, it ends at its
+//! bound.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use redis_rwlock::{Error, LockClient, LockOptions, RwLock};
+use tokio::time::Instant;
+
+use common::{cluster_client, standalone_client, unique_name, wait_for};
+
+/// Long enough that a test which passes did not wait for the bound.
+const LONG: Duration = Duration::from_secs(60);
+
+fn keeping(client: &LockClient, name: &str, bound: Duration) -> RwLock {
+    client.rwlock_with(name, LockOptions::default().keep_reads(bound))
+}
+
+/// The token of the lock's only reader.
+async fn only_reader(lock: &RwLock) -> String {
+    let state = lock.state().await.unwrap();
+    assert_eq!(state.readers.len(), 1, "{state:?}");
+    assert!(state.writer.is_none(), "{state:?}");
+    state.readers[0].token.clone().unwrap()
+}
+
+#[tokio::test]
+async fn the_next_read_takes_up_the_kept_hold_and_others_see_it_held() {
+    let client = cluster_client().await;
+    let other = cluster_client().await;
+    let name = unique_name("kept");
+    let lock = keeping(&client, &name, LONG);
+
+    lock.read().await.unwrap().release().await.unwrap();
+    let kept = only_reader(&lock).await;
+    // A kept hold is a hold: a writer elsewhere cannot have the lock beside it.
+    let refused = other.rwlock(&name).try_write().await;
+    assert!(matches!(refused, Err(Error::WouldBlock)), "{refused:?}");
+
+    for _ in 0..3 {
+        let guard = lock.read().await.unwrap();
+        assert!(guard.is_held());
+        assert_eq!(only_reader(&lock).await, kept, "a new hold was taken");
+        drop(guard);
+        let again = lock.try_read().await.expect("a try_read takes it up too");
+        again.release().await.unwrap();
+        assert_eq!(only_reader(&lock).await, kept);
+    }
+    client.shutdown(Duration::from_secs(5)).await.unwrap();
+    assert!(
+        lock.state().await.unwrap().is_free(),
+        "shutdown releases it"
+    );
+}
+
+#[tokio::test]
+async fn a_writer_elsewhere_calls_the_kept_hold_back_and_is_granted_at_once() {
+    let client = cluster_client().await;
+    let other = cluster_client().await;
+    let name = unique_name("kept-recall");
+    let lock = keeping(&client, &name, LONG);
+    lock.read().await.unwrap().release().await.unwrap();
+    only_reader(&lock).await;
+
+    let writer = other.rwlock_with(
+        &name,
+        LockOptions::default().wait_timeout(Duration::from_secs(10)),
+    );
+    let asked = Instant::now();
+    let guard = writer.write().await.expect("granted long before the bound");
+    let waited = asked.elapsed();
+    assert!(waited < Duration::from_secs(5), "waited {waited:?}");
+    let state = lock.state().await.unwrap();
+    assert!(
+        state.readers.is_empty() && state.writer.is_some(),
+        "{state:?}"
+    );
+    guard.release().await.unwrap();
+
+    // The next read asks the server again, and may be kept again.
+    lock.read().await.unwrap().release().await.unwrap();
+    only_reader(&lock).await;
+}
+
+#[tokio::test]
+async fn a_write_or_an_upgrade_on_the_same_client_gives_the_kept_hold_back_first() {
+    let client = standalone_client().await;
+    let name = unique_name("kept-local");
+    let lock = keeping(&client, &name, LONG);
+    lock.read().await.unwrap().release().await.unwrap();
+    only_reader(&lock).await;
+    let writer = lock
+        .try_write()
+        .await
+        .expect("no wait for its own kept hold");
+    writer.release().await.unwrap();
+
+    lock.read().await.unwrap().release().await.unwrap();
+    only_reader(&lock).await;
+    let mut upgradable = lock.upgradable_read().await.unwrap();
+    let writer = upgradable
+        .try_upgrade()
+        .await
+        .expect("no wait for its own kept hold");
+    writer.release().await.unwrap();
+    assert!(lock.state().await.unwrap().is_free());
+}
+
+#[tokio::test]
+async fn an_idle_kept_hold_ends_at_its_bound() {
+    let client = standalone_client().await;
+    let bound = Duration::from_secs(1);
+    let lock = keeping(&client, &unique_name("kept-bound"), bound);
+    let guard = lock.read().await.unwrap();
+    guard.release().await.unwrap();
+    let left = Instant::now();
+    only_reader(&lock).await;
+    wait_for(&lock, |state| state.is_free()).await;
+    let kept = left.elapsed();
+    assert!(kept >= bound, "released after {kept:?}");
+    assert!(kept < bound + Duration::from_secs(4), "kept for {kept:?}");
+}
+
+#[tokio::test]
+async fn a_hold_that_was_lost_is_not_kept() {
+    let client = standalone_client().await;
+    let name = unique_name("kept-lost");
+    let lock = client.rwlock_with(
+        &name,
+        LockOptions::default()
+            .keep_reads(LONG)
+            .read_lease(Duration::from_millis(900)),
+    );
+    let guard = lock.read().await.unwrap();
+    let lost_one = only_reader(&lock).await;
+    // An operator ends it; the client learns at its next renewal (a third of the
+    // lease).
+    assert_eq!(lock.force_release().await.unwrap(), 1);
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("the renewal finds the hold gone");
+    assert!(matches!(guard.release().await, Err(Error::LeaseLost)));
+    let guard = lock.read().await.unwrap();
+    assert!(guard.is_held());
+    assert_ne!(
+        only_reader(&lock).await,
+        lost_one,
+        "the lost hold was taken up"
+    );
+    guard.release().await.unwrap();
+}
