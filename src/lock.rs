@@ -107,6 +107,15 @@ impl From<Error> for Unusable {
     }
 }
 
+/// A hold the server granted, with its lease running.
+pub(crate) struct Leased {
+    pub(crate) lease: Lease,
+    /// The fencing token (0 for reads).
+    pub(crate) fence: u64,
+    /// It waited for others first.
+    pub(crate) waited: bool,
+}
+
 impl RwLock {
     /// A lock in the hash layout, `"{prefix}:{name}"`.
     pub(crate) fn new(client: LockClient, name: String, options: LockOptions) -> Self {
@@ -531,7 +540,7 @@ impl RwLock {
                 let share = shared_reads::read(&lock, wait).await?;
                 return Ok(RwLockReadGuard::shared(share));
             }
-            let (lease, _) = lock.lease_for(access, wait).await?;
+            let lease = lock.lease_for(access, wait).await?.lease;
             RwLockReadGuard::new(lease)
         })
     }
@@ -543,7 +552,7 @@ impl RwLock {
     {
         let lock = self.clone();
         SyncFuture::new(async move {
-            let (lease, _) = lock.lease_for(Access::UpgradableRead, wait).await?;
+            let lease = lock.lease_for(Access::UpgradableRead, wait).await?.lease;
             Ok(RwLockUpgradableReadGuard::new(lease))
         })
     }
@@ -555,18 +564,18 @@ impl RwLock {
         let lock = self.clone();
         SyncFuture::new(async move {
             shared_reads::give_back_kept(&lock).await;
-            let (lease, fence) = lock.lease_for(Access::Write, wait).await?;
-            Ok(RwLockWriteGuard::new(lease, fence))
+            let leased = lock.lease_for(Access::Write, wait).await?;
+            Ok(RwLockWriteGuard::new(leased.lease, leased.fence))
         })
     }
 
-    /// Acquires a hold for `access` and starts its lease; returns it with its
-    /// fencing token (0 for reads). The acquisition counts as a waiter until it
-    /// returns or is dropped, and its outcome (and wait, when granted) is recorded.
-    pub(crate) async fn lease_for(self, access: Access, wait: bool) -> Result<(Lease, u64), Error> {
+    /// Acquires a hold for `access` and starts its lease. The acquisition counts
+    /// as a waiter until it returns or is dropped, and its outcome (and wait, when
+    /// granted) is recorded.
+    pub(crate) async fn lease_for(self, access: Access, wait: bool) -> Result<Leased, Error> {
         let acquiring = Acquiring::start(&self.metrics, Mode::of(access));
         let result = acquire(&self, access, wait).await.map(|granted| {
-            let fence = granted.fence;
+            let (fence, waited) = (granted.fence, granted.waited);
             let lease = Lease::start(
                 self,
                 granted.token,
@@ -575,7 +584,11 @@ impl RwLock {
                 granted.sent,
                 granted.lasts,
             );
-            (lease, fence)
+            Leased {
+                lease,
+                fence,
+                waited,
+            }
         });
         acquiring.finish(&result);
         result

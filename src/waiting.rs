@@ -80,6 +80,9 @@ pub(crate) struct Granted {
     /// How long after `sent` the hold counts until renewed: [`RwLock::held_for`], or
     /// less for a hold handed over by another client's release ([`handed_lease`]).
     pub(crate) lasts: Duration,
+    /// An attempt was refused first: it waited (a batch's readers may be granted
+    /// with writers in line behind them).
+    pub(crate) waited: bool,
 }
 
 /// How long a hold handed over by another client's script (a write hold, or a
@@ -283,6 +286,7 @@ impl Waiting {
             fence,
             sent,
             lasts,
+            waited: self.refused.1 != u64::MAX,
         }
     }
 

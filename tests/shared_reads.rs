@@ -12,7 +12,7 @@ use std::time::Duration;
 use redis_rwlock::{Error, LockOptions};
 use tokio::time::{Instant, timeout};
 
-use common::{cluster_client, spawn_writer, standalone_client, unique_name, wait_for};
+use common::{LocalRedis, cluster_client, spawn_writer, standalone_client, unique_name, wait_for};
 
 #[tokio::test]
 async fn the_reads_of_one_client_share_one_hold_until_the_last_leaves() {
@@ -184,4 +184,89 @@ async fn dropped_shares_release_the_hold_with_the_last() {
     assert_eq!(lock.state().await.unwrap().readers.len(), 1);
     drop(second);
     wait_for(&lock, |s| s.is_free()).await;
+}
+
+/// The client listens on a lock across its holds: the first shared hold subscribes
+/// and looks (one `HMGET`, one `SUBSCRIBE`); a later hold of the lock, within the
+/// few seconds the listening lingers, is shared at once and costs neither. Counted
+/// on a private server.
+#[tokio::test]
+async fn a_lock_read_over_and_over_subscribes_and_looks_once() {
+    let server = Arc::new(LocalRedis::standalone());
+    let client = redis_rwlock::LockClient::standalone(server.url())
+        .await
+        .unwrap();
+    let lock = client.rwlock(unique_name("shared-listen"));
+    let counted = |command: &'static str| {
+        let server = server.clone();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                let stats = server.commandstats(&server.nodes[0]);
+                stats.get(command).copied().unwrap_or(0)
+            })
+            .await
+            .unwrap()
+        }
+    };
+    // The scripts read fields with `HMGET` too: the look is one more in the first
+    // round than in each later one.
+    let mut looks = Vec::new();
+    for round in 0..3 {
+        let before = counted("hmget").await;
+        let first = lock.read().await.unwrap();
+        let second = lock.read().await.unwrap();
+        assert_eq!(
+            lock.state().await.unwrap().readers.len(),
+            1,
+            "round {round}"
+        );
+        second.release().await.unwrap();
+        first.release().await.unwrap();
+        assert!(lock.state().await.unwrap().is_free());
+        looks.push(counted("hmget").await - before);
+    }
+    assert_eq!(looks[1], looks[2], "{looks:?}");
+    assert_eq!(
+        looks[0],
+        looks[1] + 1,
+        "one look, in the first round: {looks:?}"
+    );
+    assert_eq!(counted("subscribe").await, 1, "one subscription");
+}
+
+/// A hold granted after a wait in line may have writers queued behind it (a batch
+/// of readers goes ahead of the writers that came after it): the client looks
+/// before a task joins it, also while it already listens on the lock.
+#[tokio::test]
+async fn a_hold_let_in_ahead_of_a_queued_writer_takes_no_share() {
+    let client = standalone_client().await;
+    let other = standalone_client().await;
+    let name = unique_name("shared-batch");
+    let lock = client.rwlock(&name);
+    // A shared hold: the client listens on the lock from now on.
+    let (a, b) = (lock.read().await.unwrap(), lock.read().await.unwrap());
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+
+    let first = other.rwlock(&name).write().await.unwrap();
+    let waiting = lock.read();
+    let reader = tokio::spawn(waiting);
+    wait_for(&lock, |s| s.waiting_readers.len() == 1).await;
+    let behind = tokio::spawn(other.rwlock(&name).write());
+    wait_for(&lock, |s| s.queued_writers.len() == 1).await;
+    first.release().await.unwrap();
+    let granted = reader.await.unwrap().expect("the batch is let in");
+
+    let refused = lock.try_read().await;
+    assert!(
+        matches!(refused, Err(Error::WouldBlock)),
+        "a new read passed the queued writer: {refused:?}"
+    );
+    granted.release().await.unwrap();
+    let writer = timeout(Duration::from_secs(10), behind)
+        .await
+        .expect("the writer behind is served")
+        .unwrap()
+        .unwrap();
+    writer.release().await.unwrap();
 }

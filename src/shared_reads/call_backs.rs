@@ -1,0 +1,182 @@
+//! Call-backs: how a client hears that a writer waits for its read hold of a lock.
+//!
+//! A writer (or upgrade) that waits calls the readers back at every refused attempt
+//! (`w` on the lock's channel, lua/acquire_write.lua). The client listens for that
+//! on a lock once one of its holds of the lock is shared or kept: the task that
+//! would be the second share subscribes, then looks once whether a writer or an
+//! upgrade already waits (one `HMGET`), and only then joins; tasks that come
+//! meanwhile wait for it. The client then listens on the lock across its holds,
+//! until none has been left for a few seconds (`LINGER`), so a lock read over and
+//! over subscribes and looks once. A hold the server grants later needs no look:
+//! under writer preference a read is refused while a writer waits, and a writer
+//! that queues afterwards is refused because of the hold, and calls it back. The
+//! one exception, a hold granted after a wait (a batch of readers is let in ahead
+//! of the writers behind it), looks once (`Asking::granted`).
+//!
+//! Called back, a hold (under writer preference) admits no new share: new readers
+//! ask the server and wait in line behind the writer, as any reader does, and the
+//! writer waits only for the shares that joined before the process heard it; a
+//! kept hold is released at once. A call-back that is lost is sent again at the
+//! writer's next attempt, within a re-check period (about a second). A lone reader
+//! pays nothing for this: no subscription, no look.
+
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+
+use super::{Entry, SharedReads, Slot};
+use crate::error::ErrorChain;
+use crate::wakeups::CALL_BACK;
+use crate::{Error, RwLock};
+
+/// Whether the client hears writers' call-backs for a lock.
+pub(super) enum Listening {
+    /// None of its holds of the lock was shared or kept lately.
+    No,
+    /// A task subscribes and looks for a waiting writer; the others wait for it.
+    Starting(watch::Receiver<()>),
+    /// The task that listens.
+    Yes { _listens: Listens },
+}
+
+/// The task that listens for a lock's call-backs; it ends when this is dropped.
+pub(super) struct Listens(AbortHandle);
+
+impl Drop for Listens {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A task making the client hear call-backs for a lock. Dropped before it is done
+/// (a cancelled future), it lets another task try.
+pub(super) struct Starting {
+    lock: RwLock,
+    key: String,
+    started: watch::Receiver<()>,
+    /// Dropped when done: wakes the tasks that wait for it.
+    _done: watch::Sender<()>,
+}
+
+impl Starting {
+    /// `entry`, the lock's, is to hear call-backs; the tasks that would join its
+    /// hold meanwhile wait.
+    pub(super) fn new(entry: &mut Entry, lock: &RwLock, key: &str) -> Self {
+        let (done, started) = watch::channel(());
+        entry.listening = Listening::Starting(started.clone());
+        Starting {
+            lock: lock.clone(),
+            key: key.to_owned(),
+            started,
+            _done: done,
+        }
+    }
+
+    /// Subscribes to the lock's channel, then looks once whether a writer or an
+    /// upgrade waits already: a call-back sent before the subscription is not
+    /// missed. A lock whose call-backs cannot be heard has its hold called back.
+    pub(super) async fn run(self) {
+        let lock = &self.lock;
+        let reads = &lock.client().inner.shared_reads;
+        let listens = match self.listen().await {
+            Ok(listens) => Some(listens),
+            Err(err) => {
+                tracing::warn!(lock = lock.name(), error = %ErrorChain(&err), "cannot hear writers' call-backs; the read hold takes no more shares");
+                None
+            }
+        };
+        if listens.is_none() || writer_waits(lock).await {
+            reads.call_back(&self.key);
+        }
+        let mut locks = reads.locks();
+        if let (Some(entry), Some(listens)) = (locks.get_mut(&self.key), listens)
+            && self.is_current(entry)
+        {
+            entry.listening = Listening::Yes { _listens: listens };
+        }
+    }
+
+    fn is_current(&self, entry: &Entry) -> bool {
+        matches!(&entry.listening, Listening::Starting(started) if started.same_channel(&self.started))
+    }
+
+    /// Subscribes, and listens for call-backs in the background.
+    async fn listen(&self) -> Result<Listens, Error> {
+        let lock = &self.lock;
+        let channel = &lock.target()?.channel;
+        let wakeups = &lock.client().inner.wakeups;
+        let mut listener = wakeups.listen_for_call_backs(channel).await?;
+        let (lock, key) = (lock.clone(), self.key.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                if *listener.recv().await == *CALL_BACK {
+                    tracing::debug!(lock = lock.name(), "a writer called the read hold back");
+                    lock.client().inner.shared_reads.call_back(&key);
+                }
+            }
+        });
+        Ok(Listens(task.abort_handle()))
+    }
+}
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        let reads = &self.lock.client().inner.shared_reads;
+        let mut locks = reads.locks();
+        if let Some(entry) = locks.get_mut(&self.key)
+            && self.is_current(entry)
+        {
+            entry.listening = Listening::No;
+            if entry.slot.is_none() {
+                locks.remove(&self.key);
+            }
+        }
+    }
+}
+
+impl SharedReads {
+    /// A writer called the lock's readers back: the hold new readers would join
+    /// admits no more shares (a kept one is released now), and the one a task is
+    /// asking for is called back when it comes.
+    pub(super) fn call_back(&self, key: &str) {
+        let mut locks = self.locks();
+        let Some(entry) = locks.get_mut(key) else {
+            return;
+        };
+        match &entry.slot {
+            Some(Slot::Held(shared)) => {
+                let shared = shared.clone();
+                let mut state = shared.state();
+                state.called_back = true;
+                if state.kept.is_some() {
+                    tracing::debug!(
+                        lock = shared.hold.lock.name(),
+                        "released the kept read hold for a writer"
+                    );
+                    drop(self.give_back(&mut locks, &shared, &mut state));
+                }
+            }
+            Some(Slot::Asking(_)) => entry.recalled = true,
+            None => {}
+        }
+    }
+}
+
+/// Whether a writer or an upgrade waits, or readers wait in line (a read would
+/// wait behind them): the lock's line or pending upgrade exists. One that cannot
+/// tell says yes: the hold then takes no more shares.
+pub(super) async fn writer_waits(lock: &RwLock) -> bool {
+    let looked = async {
+        let mut conn = lock.conn().conn.clone();
+        let fields: (Option<String>, Option<String>) = redis::cmd("HMGET")
+            .arg(lock.key()?)
+            .arg("q:head")
+            .arg("u:upgrade")
+            .query_async(&mut conn)
+            .await?;
+        Ok::<_, Error>(fields.0.is_some() || fields.1.is_some())
+    };
+    looked.await.unwrap_or_else(|err| {
+        tracing::warn!(lock = lock.name(), error = %ErrorChain(&err), "cannot tell whether a writer waits; the read hold takes no more shares");
+        true
+    })
+}

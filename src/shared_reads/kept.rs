@@ -1,0 +1,93 @@
+//! Kept reads ([`LockOptions::keep_reads`](crate::LockOptions::keep_reads)): when the
+//! last share leaves, the client may keep the hold, idle and renewed, for up to the
+//! configured bound; a read in that window takes it up with no request.
+//!
+//! A kept hold listens for call-backs (`call_backs.rs`: it subscribes and looks
+//! once, in the background, unless the client listens on the lock already) and is
+//! released at once when a writer calls it back, or at the bound, whichever comes
+//! first; a `write()` (or upgrade) on this client gives it back before asking. To
+//! everyone else it is a hold like any other.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::call_backs::{Listening, Starting};
+use super::{Entry, Shared, Slot, State};
+use crate::RwLock;
+use crate::error::ErrorChain;
+
+impl Shared {
+    /// Keeps the hold its last share left, if the process may: it is the hold new
+    /// readers of the lock find, held, not called back, and keeping is on. Until
+    /// the bound, unless a read takes it up meanwhile; it listens for call-backs.
+    pub(super) fn keep(
+        self: &Arc<Self>,
+        locks: &mut HashMap<String, Entry>,
+        state: &mut State,
+    ) -> bool {
+        let lock = &self.hold.lock;
+        let (Some(bound), Ok(key)) = (lock.options().keep_reads, lock.key()) else {
+            return false;
+        };
+        let Some(entry) = locks.get_mut(key).filter(|entry| entry.holds(self)) else {
+            return false;
+        };
+        let closed = lock.client().inner.live.is_closed();
+        if state.lease.is_none() || state.called_back || !self.hold.is_held() || closed {
+            return false;
+        }
+        let since = Instant::now();
+        state.kept = Some(since);
+        let shared = Arc::downgrade(self);
+        self.hold.runtime.spawn(async move {
+            tokio::time::sleep_until(since + bound).await;
+            if let Some(shared) = shared.upgrade() {
+                shared.kept_too_long(since);
+            }
+        });
+        if matches!(entry.listening, Listening::No) {
+            let starting = Starting::new(entry, lock, key);
+            self.hold.runtime.spawn(starting.run());
+        }
+        true
+    }
+
+    /// The hold kept since `since` reached its bound: released, unless a read took
+    /// it up meanwhile.
+    fn kept_too_long(self: &Arc<Self>, since: Instant) {
+        let reads = &self.hold.lock.client().inner.shared_reads;
+        let mut locks = reads.locks();
+        let mut state = self.state();
+        if state.kept == Some(since) {
+            drop(reads.give_back(&mut locks, self, &mut state));
+        }
+    }
+}
+
+/// Before a write (or an upgrade) of `lock` on this client: the client's idle kept
+/// read hold of it is released first, so the write does not wait for it.
+pub(crate) async fn give_back_kept(lock: &RwLock) {
+    let Ok(key) = lock.key() else {
+        return;
+    };
+    let reads = &lock.client().inner.shared_reads;
+    let lease = {
+        let mut locks = reads.locks();
+        let Some(Slot::Held(shared)) = locks.get(key).and_then(|entry| entry.slot.as_ref()) else {
+            return;
+        };
+        let shared = shared.clone();
+        let mut state = shared.state();
+        if state.kept.is_none() {
+            return;
+        }
+        reads.give_back(&mut locks, &shared, &mut state)
+    };
+    if let Some(lease) = lease
+        && let Err(err) = lease.release().await
+    {
+        tracing::debug!(lock = lock.name(), error = %ErrorChain(&err), "could not release the kept read hold before a write");
+    }
+}

@@ -1,0 +1,476 @@
+//! Shared reads: the tasks of one process share one read hold of a lock.
+//!
+//! Between the lock handle and the waiting loop: a plain [`read`](crate::RwLock::read)
+//! or [`try_read`](crate::RwLock::try_read) of a lock this client already holds for
+//! reading joins that hold here, with no round trip and no script; only what cannot
+//! be decided locally goes on to the server (`waiting.rs`). Each task gets its own
+//! guard, a [`Share`]; the hold is renewed while any share lives, released when the
+//! last one leaves (or kept, `kept.rs`), and a lost hold is lost to every share.
+//! One task at a time asks the server for a lock's read hold; the tasks that come
+//! meanwhile wait for its answer, then join what it got.
+//!
+//! Writers are never starved by a process's readers: a writer that waits calls the
+//! holds back, and a hold called back admits no new share under writer preference
+//! (`call_backs.rs`).
+//!
+//! Not shared: [`read_recursive`](crate::RwLock::read_recursive) (a hold of its own by
+//! design), upgradable reads, the read hold a downgrade leaves, legacy two-key locks
+//! and locks with original timeouts (clients of the original design never call
+//! back), locks without auto-renewal (each guard renews its own hold), locks with
+//! `share_reads(false)`, and handles of one lock whose options differ.
+
+mod call_backs;
+mod kept;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::lease::{Hold, Lease};
+use crate::metrics::{Acquiring, Holding, Local, Mode};
+use crate::scripts::Access;
+use crate::{Error, Fairness, RwLock};
+
+use call_backs::{Listening, Starting};
+pub(crate) use kept::give_back_kept;
+
+/// How long a lock's entry, with its listening for call-backs, outlives its last
+/// hold (as long as the wake-up channel's subscription lingers), so a lock read
+/// over and over subscribes once.
+const LINGER: Duration = Duration::from_secs(5);
+
+/// A client's shareable read holds, and its listening for call-backs, by lock key.
+#[derive(Default)]
+pub(crate) struct SharedReads {
+    locks: Mutex<HashMap<String, Entry>>,
+}
+
+/// What the client knows of one lock's reads.
+struct Entry {
+    /// The hold new readers join, or the task asking the server for one; `None`:
+    /// neither (the entry lingers while it listens).
+    slot: Option<Slot>,
+    listening: Listening,
+    /// A call-back came while a task asked the server: the hold it gets is called
+    /// back (the call-back may be older than the hold: that costs only sharing).
+    recalled: bool,
+    /// When the slot emptied: the entry goes `LINGER` later unless used again.
+    idle_since: Option<Instant>,
+}
+
+enum Slot {
+    /// A task asks the server for the lock's read hold; the others wait for its
+    /// answer (the sender goes when it has one).
+    Asking(watch::Receiver<()>),
+    /// The hold new readers join, unless it was called back.
+    Held(Arc<Shared>),
+}
+
+/// A read hold of the server, shared by the guards of the process's tasks.
+struct Shared {
+    /// What every share follows: the deadline, the lost signal, renewals.
+    hold: Arc<Hold>,
+    state: Mutex<State>,
+}
+
+struct State {
+    shares: usize,
+    /// The server hold; the last share to leave (or whoever ends a kept hold)
+    /// takes it, to release it.
+    lease: Option<Lease>,
+    /// A writer called the hold back.
+    called_back: bool,
+    /// No share lives, and the process keeps the hold (since then).
+    kept: Option<Instant>,
+}
+
+/// One task's share of a read hold: what a read guard has.
+pub(crate) struct Share {
+    shared: Arc<Shared>,
+    /// A share that joined counts as a hold in the metrics of its own (the first
+    /// share's is the lease's).
+    holding: Option<Holding>,
+    /// Left already (released): `Drop` has nothing to do.
+    left: bool,
+}
+
+/// What a reader does next.
+enum Enter {
+    Joined(Share, Local),
+    /// Wait for the task that asks the server, or starts listening, then look again.
+    Wait(watch::Receiver<()>),
+    /// Start listening for call-backs, then look again.
+    Listen(Starting),
+    /// Ask the server, for the others too.
+    Ask(Asking),
+    /// Ask the server for a hold of its own.
+    Alone,
+}
+
+/// Takes a plain read hold, `wait`ing as [`RwLock::read`] does, or
+/// [`Error::WouldBlock`] as [`RwLock::try_read`] does: joins the process's hold of
+/// the lock when it can, else asks the server.
+pub(crate) async fn read(lock: &RwLock, wait: bool) -> Result<Share, Error> {
+    if !shareable(lock) {
+        return alone(lock, wait).await;
+    }
+    let reads = &lock.client().inner.shared_reads;
+    let key = lock.key()?;
+    // A read that joins counts as an acquisition (granted, with its wait); one
+    // that asks the server is counted there.
+    let acquiring = Acquiring::start(lock.metrics_label(), Mode::Read);
+    let deadline = lock
+        .options()
+        .wait_timeout
+        .filter(|_| wait)
+        .map(|limit| Instant::now() + limit);
+    loop {
+        match reads.enter(lock, key, wait) {
+            Enter::Joined(share, how) => {
+                acquiring.finish(&Ok::<(), Error>(()));
+                crate::metrics::shared_read(lock.metrics_label(), how);
+                tracing::trace!(lock = lock.name(), ?how, "joined the process's read hold");
+                return Ok(share);
+            }
+            Enter::Listen(starting) => starting.run().await,
+            Enter::Wait(mut asked) => {
+                within(deadline, async {
+                    let _ = asked.changed().await;
+                    Ok(())
+                })
+                .await?;
+            }
+            Enter::Ask(asking) => {
+                acquiring.forget();
+                // Within what is left of the wait limit, if it waited for another.
+                let asked = lock.clone().lease_for(Access::Read, wait);
+                let leased = within(deadline, asked).await?;
+                return asking.granted(leased.lease, leased.waited).await;
+            }
+            Enter::Alone => {
+                acquiring.forget();
+                return alone(lock, wait).await;
+            }
+        }
+    }
+}
+
+/// `work`, or [`Error::Timeout`] at `deadline`.
+async fn within<T>(
+    deadline: Option<Instant>,
+    work: impl Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, work)
+            .await
+            .map_err(|_| Error::Timeout)?,
+        None => work.await,
+    }
+}
+
+/// A hold of its own, not shared.
+async fn alone(lock: &RwLock, wait: bool) -> Result<Share, Error> {
+    let lease = lock.clone().lease_for(Access::Read, wait).await?.lease;
+    Share::alone(lease)
+}
+
+/// Whether the lock's plain reads may be shared (see the module's docs).
+fn shareable(lock: &RwLock) -> bool {
+    let options = lock.options();
+    options.share_reads
+        && options.auto_renew
+        && options.original_timeouts.is_none()
+        && lock.target().is_ok_and(|target| !target.is_legacy())
+}
+
+fn writer_preferred(lock: &RwLock) -> bool {
+    lock.options().fairness == Fairness::WriterPreferred
+}
+
+impl SharedReads {
+    fn locks(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
+        self.locks.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn enter(&self, lock: &RwLock, key: &str, wait: bool) -> Enter {
+        let mut locks = self.locks();
+        let entry = locks.entry(key.to_owned()).or_insert_with(Entry::new);
+        match &entry.slot {
+            Some(Slot::Held(shared)) if shared.hold.lock.options() != lock.options() => {
+                return Enter::Alone;
+            }
+            Some(Slot::Held(shared)) if shared.joinable(lock) => {
+                let shared = shared.clone();
+                if writer_preferred(lock) {
+                    match &entry.listening {
+                        Listening::Yes { .. } => {}
+                        Listening::Starting(started) if wait => {
+                            return Enter::Wait(started.clone());
+                        }
+                        Listening::Starting(_) => return Enter::Alone,
+                        Listening::No => return Enter::Listen(Starting::new(entry, lock, key)),
+                    }
+                }
+                let (share, how) = shared.join(lock);
+                return Enter::Joined(share, how);
+            }
+            Some(Slot::Asking(asked)) if wait => return Enter::Wait(asked.clone()),
+            Some(Slot::Asking(_)) => return Enter::Alone,
+            Some(Slot::Held(_)) | None => {}
+        }
+        let (answer, asked) = watch::channel(());
+        entry.slot = Some(Slot::Asking(asked.clone()));
+        entry.idle_since = None;
+        Enter::Ask(Asking {
+            lock: lock.clone(),
+            key: key.to_owned(),
+            asked,
+            _answer: answer,
+        })
+    }
+
+    /// The hold `shared` goes: no reader finds it any more. Its lease, to release
+    /// (dropped, it releases itself in the background).
+    fn give_back(
+        &self,
+        locks: &mut HashMap<String, Entry>,
+        shared: &Arc<Shared>,
+        state: &mut State,
+    ) -> Option<Lease> {
+        let lock = &shared.hold.lock;
+        if let Ok(key) = lock.key()
+            && locks.get(key).is_some_and(|entry| entry.holds(shared))
+        {
+            self.emptied(locks, lock, key);
+        }
+        state.kept = None;
+        state.lease.take()
+    }
+
+    /// The lock's slot emptied (its hold went, or its asker gave up): the entry
+    /// goes now if it does not listen, else `LINGER` later unless used again.
+    fn emptied(&self, locks: &mut HashMap<String, Entry>, lock: &RwLock, key: &str) {
+        let Some(entry) = locks.get_mut(key) else {
+            return;
+        };
+        entry.slot = None;
+        entry.recalled = false;
+        if matches!(entry.listening, Listening::No) {
+            locks.remove(key);
+            return;
+        }
+        let since = Instant::now();
+        entry.idle_since = Some(since);
+        let (lock, key) = (lock.clone(), key.to_owned());
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            locks.remove(&key);
+            return;
+        };
+        runtime.spawn(async move {
+            tokio::time::sleep(LINGER).await;
+            let reads = &lock.client().inner.shared_reads;
+            let mut locks = reads.locks();
+            if locks
+                .get(&key)
+                .is_some_and(|entry| entry.slot.is_none() && entry.idle_since == Some(since))
+            {
+                locks.remove(&key);
+            }
+        });
+    }
+}
+
+impl Entry {
+    fn new() -> Self {
+        Entry {
+            slot: None,
+            listening: Listening::No,
+            recalled: false,
+            idle_since: None,
+        }
+    }
+
+    /// Whether `shared` is the hold new readers of the lock find.
+    fn holds(&self, shared: &Arc<Shared>) -> bool {
+        matches!(&self.slot, Some(Slot::Held(held)) if Arc::ptr_eq(held, shared))
+    }
+}
+
+/// A task asking the server for the read hold the others wait for. Dropped without
+/// an answer (an error, a timeout, a cancelled future), it lets them look again.
+struct Asking {
+    lock: RwLock,
+    key: String,
+    asked: watch::Receiver<()>,
+    /// Dropped when the task has an answer: wakes the others.
+    _answer: watch::Sender<()>,
+}
+
+impl Asking {
+    /// The server granted `lease`: it is the hold the others join. A hold granted
+    /// after a wait may have writers in line behind it (a batch of readers is let
+    /// in ahead of them): it looks once, under writer preference, before anyone
+    /// joins it.
+    async fn granted(self, lease: Lease, waited: bool) -> Result<Share, Error> {
+        let share = Share::alone(lease)?;
+        let lock = &self.lock;
+        if waited && writer_preferred(lock) && call_backs::writer_waits(lock).await {
+            share.shared.state().called_back = true;
+        }
+        let reads = &lock.client().inner.shared_reads;
+        let mut locks = reads.locks();
+        if let Some(entry) = locks.get_mut(&self.key)
+            && matches!(&entry.slot, Some(Slot::Asking(asked)) if asked.same_channel(&self.asked))
+        {
+            if std::mem::take(&mut entry.recalled) {
+                share.shared.state().called_back = true;
+            }
+            entry.slot = Some(Slot::Held(share.shared.clone()));
+        }
+        Ok(share)
+    }
+}
+
+impl Drop for Asking {
+    fn drop(&mut self) {
+        let reads = &self.lock.client().inner.shared_reads;
+        let mut locks = reads.locks();
+        if let Some(Entry {
+            slot: Some(Slot::Asking(asked)),
+            ..
+        }) = locks.get(&self.key)
+            && asked.same_channel(&self.asked)
+        {
+            reads.emptied(&mut locks, &self.lock, &self.key);
+        }
+    }
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether a reader of `lock` may join the hold: it is held, a share lives or
+    /// the process keeps it, and no writer called it back (under writer
+    /// preference).
+    fn joinable(&self, lock: &RwLock) -> bool {
+        let state = self.state();
+        let closed = lock.client().inner.live.is_closed();
+        (state.shares > 0 || state.kept.is_some())
+            && state.lease.is_some()
+            && !closed
+            && self.hold.is_held()
+            && !(writer_preferred(lock) && state.called_back)
+    }
+
+    /// Another share; `Local::Kept` if it takes up a kept hold.
+    fn join(self: &Arc<Self>, lock: &RwLock) -> (Share, Local) {
+        let mut state = self.state();
+        state.shares += 1;
+        let how = match state.kept.take() {
+            Some(_) => Local::Kept,
+            None => Local::Joined,
+        };
+        let share = Share {
+            shared: self.clone(),
+            holding: Some(Holding::start(lock.metrics_label(), Mode::Read)),
+            left: false,
+        };
+        (share, how)
+    }
+
+    /// A share leaves: the hold's lease if it was the last and the process does
+    /// not keep the hold.
+    fn leave(self: &Arc<Self>) -> Option<Lease> {
+        let reads = &self.hold.lock.client().inner.shared_reads;
+        let mut locks = reads.locks();
+        let mut state = self.state();
+        state.shares -= 1;
+        if state.shares > 0 {
+            return None;
+        }
+        if self.keep(&mut locks, &mut state) {
+            return None;
+        }
+        reads.give_back(&mut locks, self, &mut state)
+    }
+}
+
+impl Share {
+    /// The only share of `lease`, a hold of its own until others join it;
+    /// [`Error::LeaseLost`] for a lease already released.
+    pub(crate) fn alone(lease: Lease) -> Result<Self, Error> {
+        let hold = lease.hold().ok_or(Error::LeaseLost)?.clone();
+        Ok(Share {
+            shared: Arc::new(Shared {
+                hold,
+                state: Mutex::new(State {
+                    shares: 1,
+                    lease: Some(lease),
+                    called_back: false,
+                    kept: None,
+                }),
+            }),
+            holding: None,
+            left: false,
+        })
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        self.shared.hold.lock.name()
+    }
+
+    pub(crate) fn token(&self) -> &crate::token::Token {
+        &self.shared.hold.token
+    }
+
+    pub(crate) fn is_held(&self) -> bool {
+        self.shared.hold.is_held()
+    }
+
+    pub(crate) fn deadline(&self) -> std::time::Instant {
+        self.shared.hold.deadline().into_std()
+    }
+
+    pub(crate) async fn lost(&self) {
+        self.shared.hold.lost().await;
+    }
+
+    /// Renews the shared hold now.
+    pub(crate) async fn extend(&self) -> Result<(), Error> {
+        self.shared.hold.renew_now().await
+    }
+
+    /// Ends this share; the last one releases the hold (unless it is kept).
+    /// `Err(LeaseLost)` when the share already knew its lease was gone.
+    pub(crate) async fn release(mut self) -> Result<(), Error> {
+        let knew_lost = !self.is_held();
+        match self.leave() {
+            Some(lease) => lease.release().await,
+            None if knew_lost => Err(Error::LeaseLost),
+            None => Ok(()),
+        }
+    }
+
+    /// This share ends: the hold's lease if it was the last.
+    fn leave(&mut self) -> Option<Lease> {
+        self.left = true;
+        if let Some(holding) = &self.holding {
+            holding.end();
+        }
+        self.shared.leave()
+    }
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        if !self.left {
+            // The last share's lease releases itself in the background as it drops.
+            drop(self.leave());
+        }
+    }
+}
