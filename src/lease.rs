@@ -277,7 +277,7 @@ impl Lease {
         }
     }
 
-    /// The hold, for the guards that share it (src/shared_reads.rs).
+    /// The hold, for the guards that share it (src/shared_reads/).
     pub(crate) fn hold(&self) -> Option<&Arc<Hold>> {
         self.held.as_ref().map(|held| &held.hold)
     }

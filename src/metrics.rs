@@ -357,7 +357,7 @@ impl Local {
     const LABELS: &'static [&'static str] = &["joined", "kept"];
 }
 
-/// Hook for shared reads (`src/shared_reads.rs`): a read was granted in the
+/// Hook for shared reads (`src/shared_reads/`): a read was granted in the
 /// process, `how`, with no request (it counts in `redis_rwlock_acquisitions_total`
 /// too, as a granted read, and its guard as a hold). Counts in
 /// `redis_rwlock_shared_reads_total`; the server's grants are the granted reads

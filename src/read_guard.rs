@@ -24,7 +24,7 @@ impl RwLockReadGuard {
         })
     }
 
-    /// A guard of a share of the process's read hold (`shared_reads.rs`).
+    /// A guard of a share of the process's read hold (`shared_reads/`).
     pub(crate) fn shared(share: Share) -> Self {
         RwLockReadGuard { share }
     }

@@ -65,7 +65,7 @@ impl Lock {
     }
 
     /// Another task may join the process's read hold: it is shared while a share
-    /// lives or it is kept, and no writer called it back (src/shared_reads.rs).
+    /// lives or it is kept, and no writer called it back (src/shared_reads/).
     pub(super) fn may_join(&self, s: &State, i: usize) -> bool {
         let c = &s.clients[i];
         let Phase::Holding { since, .. } = c.phase else {

@@ -120,7 +120,7 @@ pub struct Config {
     /// The application ends every hold within this many ticks of acquiring it (with
     /// shared reads, of the newest share's start).
     pub max_hold: Time,
-    /// Shared reads (src/shared_reads.rs): each reader is a process whose tasks may
+    /// Shared reads (src/shared_reads/): each reader is a process whose tasks may
     /// join its plain read hold, this many times over the run; a join needs no
     /// script, and the hold lasts until the newest share ends. 0: no sharing.
     pub shares: u8,
