@@ -563,7 +563,7 @@ impl RwLock {
     ) -> impl Future<Output = Result<RwLockWriteGuard, Error>> + Send + Sync + 'static {
         let lock = self.clone();
         SyncFuture::new(async move {
-            shared_reads::give_back_kept(&lock).await;
+            shared_reads::make_way(&lock).await;
             let leased = lock.lease_for(Access::Write, wait).await?;
             Ok(RwLockWriteGuard::new(leased.lease, leased.fence))
         })

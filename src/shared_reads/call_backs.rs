@@ -161,6 +161,36 @@ impl SharedReads {
     }
 }
 
+/// Before a write (or an upgrade) of `lock` on this client: the client's idle kept
+/// read hold of it is released first, so the write does not wait for it. A hold
+/// with live shares is left to the call-back the write sends once queued: called
+/// back before that, it would send new readers to the server, which grants them
+/// holds of their own until the write is queued (measured: the one-lock
+/// read-heavy mix fell from 8.6x to 3.3x the original design's throughput).
+pub(crate) async fn make_way(lock: &RwLock) {
+    let Ok(key) = lock.key() else {
+        return;
+    };
+    let reads = &lock.client().inner.shared_reads;
+    let lease = {
+        let mut locks = reads.locks();
+        let Some(Slot::Held(shared)) = locks.get(key).and_then(|entry| entry.slot.as_ref()) else {
+            return;
+        };
+        let shared = shared.clone();
+        let mut state = shared.state();
+        if state.kept.is_none() {
+            return;
+        }
+        reads.give_back(&mut locks, &shared, &mut state)
+    };
+    if let Some(lease) = lease
+        && let Err(err) = lease.release().await
+    {
+        tracing::debug!(lock = lock.name(), error = %ErrorChain(&err), "could not release the kept read hold before a write");
+    }
+}
+
 /// Whether a writer or an upgrade waits, or readers wait in line (a read would
 /// wait behind them): the lock's line or pending upgrade exists. One that cannot
 /// tell says yes: the hold then takes no more shares.

@@ -5,8 +5,8 @@
 //! A kept hold listens for call-backs (`call_backs.rs`: it subscribes and looks
 //! once, in the background, unless the client listens on the lock already) and is
 //! released at once when a writer calls it back, or at the bound, whichever comes
-//! first; a `write()` (or upgrade) on this client gives it back before asking. To
-//! everyone else it is a hold like any other.
+//! first; a `write()` (or upgrade) on this client gives it back before asking
+//! (`call_backs::make_way`). To everyone else it is a hold like any other.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,9 +14,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::call_backs::{Listening, Starting};
-use super::{Entry, Shared, Slot, State};
-use crate::RwLock;
-use crate::error::ErrorChain;
+use super::{Entry, Shared, State};
 
 impl Shared {
     /// Keeps the hold its last share left, if the process may: it is the hold new
@@ -63,31 +61,5 @@ impl Shared {
         if state.kept == Some(since) {
             drop(reads.give_back(&mut locks, self, &mut state));
         }
-    }
-}
-
-/// Before a write (or an upgrade) of `lock` on this client: the client's idle kept
-/// read hold of it is released first, so the write does not wait for it.
-pub(crate) async fn give_back_kept(lock: &RwLock) {
-    let Ok(key) = lock.key() else {
-        return;
-    };
-    let reads = &lock.client().inner.shared_reads;
-    let lease = {
-        let mut locks = reads.locks();
-        let Some(Slot::Held(shared)) = locks.get(key).and_then(|entry| entry.slot.as_ref()) else {
-            return;
-        };
-        let shared = shared.clone();
-        let mut state = shared.state();
-        if state.kept.is_none() {
-            return;
-        }
-        reads.give_back(&mut locks, &shared, &mut state)
-    };
-    if let Some(lease) = lease
-        && let Err(err) = lease.release().await
-    {
-        tracing::debug!(lock = lock.name(), error = %ErrorChain(&err), "could not release the kept read hold before a write");
     }
 }

@@ -35,7 +35,7 @@ use crate::scripts::Access;
 use crate::{Error, Fairness, RwLock};
 
 use call_backs::{Listening, Starting};
-pub(crate) use kept::give_back_kept;
+pub(crate) use call_backs::make_way;
 
 /// How long a lock's entry, with its listening for call-backs, outlives its last
 /// hold (as long as the wake-up channel's subscription lingers), so a lock read
