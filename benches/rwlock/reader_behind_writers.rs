@@ -8,9 +8,11 @@
 //! reader's wait from asking to its grant (a timed-out read counts as its full
 //! wait), and the writes completed per second while the reader asks.
 //!
-//! Two variants, each run of each implementation does both (their order
+//! Three variants, each run of each implementation does all (their order
 //! alternating from run to run): the writers on another client (instance) than the
-//! reader, and on the reader's own client. For this crate the client decides what
+//! reader, on the reader's own client, and on another client with the reader's
+//! idle read holds kept (`keep_reads`, this crate only: the peers run as in the
+//! first), so every writer's turn after a read first calls the kept hold back. For this crate the client decides what
 //! a reader learns from its neighbours (its subscription, the refusals its other
 //! waiters saw); for the peers, a client is a connection.
 //!
@@ -25,7 +27,7 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep};
 
 use crate::locks::{Impl, Mode, Refused, Wait};
-use crate::scenarios::{Bench, Exclusion, LONG_WAIT};
+use crate::scenarios::{Bench, Exclusion, KEEP_READS, LONG_WAIT};
 use crate::stats::percentile;
 
 /// Writers looping on the lock.
@@ -68,16 +70,23 @@ pub enum Variant {
     OtherClient,
     /// On the reader's own client.
     SameClient,
+    /// On another client, the reader keeping its idle read holds.
+    KeptOtherClient,
 }
 
 impl Variant {
-    pub const ALL: [Variant; 2] = [Variant::OtherClient, Variant::SameClient];
+    pub const ALL: [Variant; 3] = [
+        Variant::OtherClient,
+        Variant::SameClient,
+        Variant::KeptOtherClient,
+    ];
 
     /// The result file's scenario name.
     pub fn scenario(self) -> &'static str {
         match self {
             Variant::OtherClient => "reader_behind_writers_other_client",
             Variant::SameClient => "reader_behind_writers_same_client",
+            Variant::KeptOtherClient => "reader_behind_writers_kept_other_client",
         }
     }
 
@@ -86,6 +95,7 @@ impl Variant {
         match self {
             Variant::OtherClient => "writers on another client",
             Variant::SameClient => "writers on the reader's client",
+            Variant::KeptOtherClient => "writers on another client, reads kept",
         }
     }
 
@@ -93,6 +103,7 @@ impl Variant {
         match self {
             Variant::OtherClient => "other",
             Variant::SameClient => "same",
+            Variant::KeptOtherClient => "kept",
         }
     }
 }
@@ -115,7 +126,7 @@ impl Bench {
         let instances = self.instances(2).await;
         let reader_clients = instances[0].clone();
         let writer_clients = match variant {
-            Variant::OtherClient => match instances.get(1) {
+            Variant::OtherClient | Variant::KeptOtherClient => match instances.get(1) {
                 Some(other) => other.clone(),
                 None => {
                     self.note(format!("{scenario}: no second client, skipped"));
@@ -124,7 +135,10 @@ impl Bench {
             },
             Variant::SameClient => instances[0].clone(),
         };
-        let reader_lock = reader_clients.lock(imp, &name, READ_WAIT);
+        let reader_lock = match variant {
+            Variant::KeptOtherClient => reader_clients.kept_lock(imp, &name, READ_WAIT, KEEP_READS),
+            _ => reader_clients.lock(imp, &name, READ_WAIT),
+        };
         let writer_lock = writer_clients.lock(imp, &name, LONG_WAIT);
         let shared = Arc::new(Writers::default());
         let (stop, stopped) = watch::channel(false);
