@@ -71,14 +71,14 @@ pub enum Variant {
     /// On the reader's own client.
     SameClient,
     /// On another client, the reader keeping its idle read holds.
-    KeptOtherClient,
+    OtherKeeping,
 }
 
 impl Variant {
     pub const ALL: [Variant; 3] = [
         Variant::OtherClient,
         Variant::SameClient,
-        Variant::KeptOtherClient,
+        Variant::OtherKeeping,
     ];
 
     /// The result file's scenario name.
@@ -86,7 +86,7 @@ impl Variant {
         match self {
             Variant::OtherClient => "reader_behind_writers_other_client",
             Variant::SameClient => "reader_behind_writers_same_client",
-            Variant::KeptOtherClient => "reader_behind_writers_kept_other_client",
+            Variant::OtherKeeping => "reader_behind_writers_kept_other_client",
         }
     }
 
@@ -95,7 +95,7 @@ impl Variant {
         match self {
             Variant::OtherClient => "writers on another client",
             Variant::SameClient => "writers on the reader's client",
-            Variant::KeptOtherClient => "writers on another client, reads kept",
+            Variant::OtherKeeping => "writers on another client, reads kept",
         }
     }
 
@@ -103,7 +103,7 @@ impl Variant {
         match self {
             Variant::OtherClient => "other",
             Variant::SameClient => "same",
-            Variant::KeptOtherClient => "kept",
+            Variant::OtherKeeping => "kept",
         }
     }
 }
@@ -126,7 +126,7 @@ impl Bench {
         let instances = self.instances(2).await;
         let reader_clients = instances[0].clone();
         let writer_clients = match variant {
-            Variant::OtherClient | Variant::KeptOtherClient => match instances.get(1) {
+            Variant::OtherClient | Variant::OtherKeeping => match instances.get(1) {
                 Some(other) => other.clone(),
                 None => {
                     self.note(format!("{scenario}: no second client, skipped"));
@@ -136,7 +136,7 @@ impl Bench {
             Variant::SameClient => instances[0].clone(),
         };
         let reader_lock = match variant {
-            Variant::KeptOtherClient => reader_clients.kept_lock(imp, &name, READ_WAIT, KEEP_READS),
+            Variant::OtherKeeping => reader_clients.kept_lock(imp, &name, READ_WAIT, KEEP_READS),
             _ => reader_clients.lock(imp, &name, READ_WAIT),
         };
         let writer_lock = writer_clients.lock(imp, &name, LONG_WAIT);

@@ -34,8 +34,8 @@ use crate::metrics::{Acquiring, Holding, Local, Mode};
 use crate::scripts::Access;
 use crate::{Error, Fairness, RwLock};
 
-use call_backs::{Listening, Starting};
 pub(crate) use call_backs::make_way;
+use call_backs::{Listening, Starting};
 
 /// How long a lock's entry, with its listening for call-backs, outlives its last
 /// hold (as long as the wake-up channel's subscription lingers), so a lock read
