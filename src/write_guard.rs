@@ -251,6 +251,13 @@ impl RwLockWriteGuard {
     /// # Ok(()) }
     /// ```
     pub async fn release(self) -> Result<(), Error> {
+        let keeps = self.lease.hold().is_some_and(|hold| {
+            // Held: a lost hold is released (and reported) as it is.
+            hold.is_held() && crate::shared_reads::keeps_after_write(&hold.lock)
+        });
+        if keeps {
+            return crate::shared_reads::release_keeping(self.lease).await;
+        }
         self.lease.release().await
     }
 }

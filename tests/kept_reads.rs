@@ -1,8 +1,8 @@
 //! Kept reads (`LockOptions::keep_reads`): after its last share leaves, a client
 //! keeps its read hold, idle, for the next read to take up with no request; to
 //! everyone else it is a hold; a writer elsewhere calls it back and is granted at
-//! once; a write on the same client gives it back first; untouched, it ends at its
-//! bound.
+//! once; a write on the same client gives it back first, and its release keeps a
+//! read in its place; untouched, it ends at its bound.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -108,7 +108,8 @@ async fn a_write_or_an_upgrade_on_the_same_client_gives_the_kept_hold_back_first
         .await
         .expect("no wait for its own kept hold");
     writer.release().await.unwrap();
-    assert!(lock.state().await.unwrap().is_free());
+    // The write hold the client released is its kept read hold now.
+    only_reader(&lock).await;
 }
 
 #[tokio::test]
@@ -153,4 +154,46 @@ async fn a_hold_that_was_lost_is_not_kept() {
         "the lost hold was taken up"
     );
     guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_write_released_by_a_keeping_client_leaves_a_kept_read() {
+    let client = cluster_client().await;
+    let other = cluster_client().await;
+    let name = unique_name("kept-after-write");
+    let lock = keeping(&client, &name, LONG);
+    lock.write().await.unwrap().release().await.unwrap();
+    let kept = only_reader(&lock).await;
+    let guard = lock.read().await.unwrap();
+    assert_eq!(only_reader(&lock).await, kept, "the read took up the kept hold");
+    guard.release().await.unwrap();
+
+    // A writer elsewhere calls it back as any kept hold.
+    let elsewhere = other.rwlock_with(
+        &name,
+        LockOptions::default().wait_timeout(Duration::from_secs(10)),
+    );
+    let asked = Instant::now();
+    elsewhere.write().await.unwrap().release().await.unwrap();
+    assert!(asked.elapsed() < Duration::from_secs(5), "{:?}", asked.elapsed());
+}
+
+/// A writer queued behind the write hold heard of no reader to call back: the
+/// client looks, and releases rather than keep.
+#[tokio::test]
+async fn a_write_released_while_a_writer_waits_is_handed_over_not_kept() {
+    let client = standalone_client().await;
+    let other = standalone_client().await;
+    let name = unique_name("kept-handover");
+    let lock = keeping(&client, &name, LONG);
+    let writer = lock.write().await.unwrap();
+    let waiting = tokio::spawn(other.rwlock(&name).write());
+    wait_for(&lock, |state| state.queued_writers.len() == 1).await;
+    writer.release().await.unwrap();
+    let state = lock.state().await.unwrap();
+    assert!(
+        state.readers.is_empty() && state.writer.is_some(),
+        "handed over by the release itself: {state:?}"
+    );
+    waiting.await.unwrap().unwrap().release().await.unwrap();
 }

@@ -7,14 +7,23 @@
 //! released at once when a writer calls it back, or at the bound, whichever comes
 //! first; a `write()` (or upgrade) on this client gives it back before asking
 //! (`call_backs::make_way`). To everyone else it is a hold like any other.
+//!
+//! A write hold the client releases becomes its kept read hold (a downgrade, one
+//! script as the release is), when it has no read hold of the lock already: the
+//! next read then costs nothing, where it would cost an acquire. A writer queued
+//! behind the write hold would not hear of it (its refusals came before there was
+//! a reader to call back), so the client first looks whether one waits, and if so
+//! releases at once.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::call_backs::{Listening, Starting};
-use super::{Entry, Shared, State};
+use super::call_backs::{Listening, Starting, writer_waits};
+use super::{Entry, Share, Shared, Slot, State, shareable};
+use crate::lease::Lease;
+use crate::{Error, RwLock};
 
 impl Shared {
     /// Keeps the hold its last share left, if the process may: it is the hold new
@@ -62,4 +71,48 @@ impl Shared {
             drop(reads.give_back(&mut locks, self, &mut state));
         }
     }
+}
+
+/// Whether the client keeps a read hold of `lock` when it releases its write hold:
+/// keeping is on, reads are shared, and the client holds no read of it already.
+pub(crate) fn keeps_after_write(lock: &RwLock) -> bool {
+    if lock.options().keep_reads.is_none() || !shareable(lock) {
+        return false;
+    }
+    let Ok(key) = lock.key() else {
+        return false;
+    };
+    let reads = &lock.client().inner.shared_reads;
+    reads
+        .locks()
+        .get(key)
+        .is_none_or(|entry| entry.slot.is_none())
+}
+
+/// Releases the write hold `lease`, keeping a read hold in its place (see the
+/// module's docs); as [`Lease::release`] for the caller.
+pub(crate) async fn release_keeping(lease: Lease) -> Result<(), Error> {
+    let read = match lease.downgrade().await {
+        Ok(read) => read,
+        // Released on the way out.
+        Err(Error::Shutdown) => return Ok(()),
+        Err(err) => return Err(err),
+    };
+    let share = Share::alone(read)?;
+    let lock = share.shared.hold.lock.clone();
+    if writer_waits(&lock).await {
+        return share.release().await;
+    }
+    let reads = &lock.client().inner.shared_reads;
+    {
+        let mut locks = reads.locks();
+        let key = lock.key()?;
+        let entry = locks.entry(key.to_owned()).or_insert_with(Entry::new);
+        if entry.slot.is_none() {
+            entry.slot = Some(Slot::Held(share.shared.clone()));
+            entry.idle_since = None;
+        }
+    }
+    // Its only share leaves: the hold is kept, unless another hold got there first.
+    share.release().await
 }

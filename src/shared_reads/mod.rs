@@ -35,6 +35,7 @@ use crate::scripts::Access;
 use crate::{Error, Fairness, RwLock};
 
 pub(crate) use call_backs::make_way;
+pub(crate) use kept::{keeps_after_write, release_keeping};
 use call_backs::{Listening, Starting};
 
 /// How long a lock's entry, with its listening for call-backs, outlives its last
