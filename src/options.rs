@@ -200,8 +200,9 @@ impl LockOptions {
     /// that call-back is lost, the hold ends within `bound` all the same, so
     /// `bound` is the longest a writer waits for an idle kept hold (1 ms to 10
     /// minutes). A `write()` on this client gives the client's idle kept hold back
-    /// before it asks. Needs [`share_reads`](Self::share_reads) (README, "Reads that
-    /// cost nothing").
+    /// before it asks, and the release of its write hold keeps a read hold in its
+    /// place (unless a writer waits behind it). Needs
+    /// [`share_reads`](Self::share_reads) (README, "Kept reads").
     ///
     /// # Examples
     ///

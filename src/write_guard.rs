@@ -226,7 +226,8 @@ impl RwLockWriteGuard {
         self.lease.downgrade().await.and_then(RwLockReadGuard::new)
     }
 
-    /// Ends the hold.
+    /// Ends the hold. With [`LockOptions::keep_reads`](crate::LockOptions::keep_reads)
+    /// the client keeps a read hold in its place (README, "Kept reads").
     ///
     /// Returns `Ok(())` when the lock no longer holds this guard's token afterwards
     /// (also when it had already expired unnoticed, or a retried request did it).

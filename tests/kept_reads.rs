@@ -165,7 +165,11 @@ async fn a_write_released_by_a_keeping_client_leaves_a_kept_read() {
     lock.write().await.unwrap().release().await.unwrap();
     let kept = only_reader(&lock).await;
     let guard = lock.read().await.unwrap();
-    assert_eq!(only_reader(&lock).await, kept, "the read took up the kept hold");
+    assert_eq!(
+        only_reader(&lock).await,
+        kept,
+        "the read took up the kept hold"
+    );
     guard.release().await.unwrap();
 
     // A writer elsewhere calls it back as any kept hold.
@@ -175,7 +179,11 @@ async fn a_write_released_by_a_keeping_client_leaves_a_kept_read() {
     );
     let asked = Instant::now();
     elsewhere.write().await.unwrap().release().await.unwrap();
-    assert!(asked.elapsed() < Duration::from_secs(5), "{:?}", asked.elapsed());
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
 }
 
 /// A writer queued behind the write hold heard of no reader to call back: the

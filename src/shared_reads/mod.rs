@@ -35,8 +35,8 @@ use crate::scripts::Access;
 use crate::{Error, Fairness, RwLock};
 
 pub(crate) use call_backs::make_way;
-pub(crate) use kept::{keeps_after_write, release_keeping};
 use call_backs::{Listening, Starting};
+pub(crate) use kept::{keeps_after_write, release_keeping};
 
 /// How long a lock's entry, with its listening for call-backs, outlives its last
 /// hold (as long as the wake-up channel's subscription lingers), so a lock read
