@@ -8,12 +8,14 @@
 --          original_writer_until_ms or 0, original_reader_until_ms or 0,
 --          {{reader_token, until_ms}, ...}, {{queued_writer_token, until_ms}, ...},
 --          upgradable_token or '', upgrade_pending (1 or 0),
---          {{waiting_reader_token, until_ms}, ...}}
+--          {{waiting_reader_token, until_ms}, ...}, {kept_token, ...}}
 -- with queued writers first in line first; the upgradable reader is also one of the
 -- readers; readers that hold by a batch's grant are readers (until: the batch's
 -- deadline, or their own place's if that is earlier); waiting readers are those that
 -- wait in line (until: when their own place lapses unless they come back), first in
--- line first.
+-- line first. Kept tokens: the `k:` fields, which a client that keeps a read hold
+-- idle sets (and clears) with plain HSET/HDEL; no script reads them otherwise, and
+-- one whose token no longer reads means nothing.
 bind(KEYS, ARGV)
 local s = load('', true)
 
@@ -22,10 +24,12 @@ local h = {}
 for i = 1, #flat, 2 do
   h[flat[i]] = flat[i + 1]
 end
-local readers, members = {}, {}
+local readers, members, kept = {}, {}, {}
 for field, value in pairs(h) do
   local kind = sub(field, 1, 3)
-  if kind == 'rw:' then
+  if sub(field, 1, 2) == 'k:' then
+    kept[#kept + 1] = sub(field, 3)
+  elseif kind == 'rw:' then
     local batch, own = parse_place(value)
     members[batch] = members[batch] or {}
     members[batch][#members[batch] + 1] = { sub(field, 4), own }
@@ -69,4 +73,4 @@ while entry do
 end
 return { s.now, s.fence, s.writer or '', s.writer_until or 0, s.original_writer_until or 0,
          s.original_reader_until or 0, readers, queue, s.upgradable or '', s.upgrade and 1 or 0,
-         waiting }
+         waiting, kept }

@@ -723,7 +723,8 @@ mod reply {
 /// original writer's and original reader's deadlines (0: none), readers and queued
 /// writers as (token, deadline) pairs, the upgradable reader's token ('' for none)
 /// and 1 while it waits to upgrade, and the readers waiting in line as (token, their
-/// batch's place deadline) pairs; all times in ms.
+/// batch's place deadline) pairs, and the tokens of the `k:` fields (read holds a
+/// client keeps idle); all times in ms.
 pub(crate) type RawState = (
     i64,
     u64,
@@ -736,6 +737,7 @@ pub(crate) type RawState = (
     String,
     i64,
     Vec<(String, i64)>,
+    Vec<String>,
 );
 
 /// `WAIT` for this many replicas, at most this long, after a script.

@@ -42,6 +42,12 @@ pub struct Holder {
     pub token: Option<String>,
     /// The lease deadline, by the server's clock.
     pub until: DateTime<Utc>,
+    /// A read hold its process keeps while no task uses it
+    /// ([`LockOptions::keep_reads`](crate::LockOptions::keep_reads)): it goes when a
+    /// writer calls it back, or at the process's bound. Marked once it has been
+    /// idle for a tenth of a second.
+    #[serde(default)]
+    pub kept_idle: bool,
 }
 
 /// Who holds a lock at one instant, as returned by [`RwLock::state`](crate::RwLock::state).
@@ -142,10 +148,12 @@ impl LockState {
             upgradable,
             upgrade_pending,
             waiting,
+            kept,
         ) = raw;
         let holder = |token: Option<String>, until: i64| Holder {
             token,
             until: wall_clock(until),
+            kept_idle: false,
         };
         let writer = if !writer.is_empty() {
             Some(holder(Some(writer), writer_until))
@@ -154,7 +162,10 @@ impl LockState {
         };
         let mut readers: Vec<Holder> = readers
             .into_iter()
-            .map(|(token, until)| holder(Some(token), until))
+            .map(|(token, until)| Holder {
+                kept_idle: kept.contains(&token),
+                ..holder(Some(token), until)
+            })
             .collect();
         readers.sort_by_key(|r| r.until);
         let upgradable = readers
@@ -205,8 +216,15 @@ mod tests {
             "bb".into(),
             1,
             vec![("ee".into(), 1_002_000)],
+            vec!["aa".into(), "gone".into()],
         ));
         assert_eq!(state.mode(), Some(LockMode::Read));
+        let kept: Vec<_> = state.readers.iter().map(|h| h.kept_idle).collect();
+        assert_eq!(
+            kept,
+            [true, false, false],
+            "a mark counts for a reader only"
+        );
         assert_eq!(state.waiting_readers[0].token.as_deref(), Some("ee"));
         let readers: Vec<_> = state.readers.iter().map(|h| h.token.clone()).collect();
         assert_eq!(readers, [Some("aa".into()), Some("bb".into()), None]);
@@ -235,6 +253,7 @@ mod tests {
             String::new(),
             0,
             vec![],
+            vec![],
         ));
         assert_eq!(original.writer.unwrap().token, None);
         let free = LockState::from_raw((
@@ -248,6 +267,7 @@ mod tests {
             vec![],
             String::new(),
             0,
+            vec![],
             vec![],
         ));
         assert!(free.is_free() && free.upgradable.is_none() && !free.upgrade_pending);

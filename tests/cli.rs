@@ -1004,3 +1004,30 @@ async fn watch_redraws_the_status_until_sigterm_and_exits_0() {
     let (code, _, _) = run(cli(&["watch", &name, "--interval", "0"])).await;
     assert_eq!(code, USAGE);
 }
+
+/// A read hold its process keeps idle (`keep_reads`) shows as kept in `status` and
+/// `list`, and as a plain reader again once a read takes it up.
+#[tokio::test]
+async fn a_kept_idle_read_hold_shows_as_kept() {
+    let client = cluster_client().await;
+    let name = unique_name("cli-kept");
+    let lock = client.rwlock_with(
+        &name,
+        LockOptions::default().keep_reads(Duration::from_secs(60)),
+    );
+    lock.read().await.unwrap().release().await.unwrap();
+    wait_for(&lock, |s| s.readers.len() == 1 && s.readers[0].kept_idle).await;
+    let (code, stdout, stderr) = run(cli(&["status", &name])).await;
+    assert_eq!(code, HELD, "{stderr}");
+    assert!(stdout.contains("  reader (kept, idle)  "), "{stdout}");
+    let (_, stdout, _) = run(cli(&["status", &name, "--json"])).await;
+    assert_eq!(json(&stdout)["readers"][0]["kept_idle"], true, "{stdout}");
+    let (_, stdout, stderr) = run(cli(&["list", &name])).await;
+    assert!(stdout.contains("read (1 kept idle)"), "{stdout}{stderr}");
+
+    let guard = lock.read().await.unwrap();
+    wait_for(&lock, |s| s.readers.len() == 1 && !s.readers[0].kept_idle).await;
+    let (_, stdout, _) = run(cli(&["status", &name])).await;
+    assert!(!stdout.contains("(kept, idle)"), "{stdout}");
+    guard.release().await.unwrap();
+}

@@ -8,6 +8,12 @@
 //! first; a `write()` (or upgrade) on this client gives it back before asking
 //! (`call_backs::make_way`). To everyone else it is a hold like any other.
 //!
+//! A kept hold that stays idle for a tenth of a second is marked so in the lock's
+//! hash, for people and tools (`state()`, the CLI): a `k:<token>` field, set with
+//! `HSET` and cleared with `HDEL` when a read takes the hold up or it goes; no
+//! script reads it (state.lua reports it), and a busy lock, whose holds are never
+//! idle that long, pays nothing for it.
+//!
 //! A write hold the client releases becomes its kept read hold (a downgrade, one
 //! script as the release is), when it has no read hold of the lock already: the
 //! next read then costs nothing, where it would cost an acquire. A writer queued
@@ -18,12 +24,18 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use tokio::time::Instant;
 
 use super::call_backs::{Listening, Starting, writer_waits};
 use super::{Entry, Share, Shared, Slot, State, shareable};
+use crate::error::ErrorChain;
 use crate::lease::Lease;
 use crate::{Error, RwLock};
+
+/// How long a kept hold is idle before its `k:` field marks it so.
+const MARK_AFTER: Duration = Duration::from_millis(100);
 
 impl Shared {
     /// Keeps the hold its last share left, if the process may: it is the hold new
@@ -49,6 +61,13 @@ impl Shared {
         state.kept = Some(since);
         let shared = Arc::downgrade(self);
         self.hold.runtime.spawn(async move {
+            if bound > MARK_AFTER {
+                tokio::time::sleep_until(since + MARK_AFTER).await;
+                let Some(held) = shared.upgrade() else {
+                    return;
+                };
+                held.mark(since).await;
+            }
             tokio::time::sleep_until(since + bound).await;
             if let Some(shared) = shared.upgrade() {
                 shared.kept_too_long(since);
@@ -59,6 +78,32 @@ impl Shared {
             self.hold.runtime.spawn(starting.run());
         }
         true
+    }
+
+    /// Marks the hold kept idle (since `since`) in the lock's hash, unless a read took
+    /// it up meanwhile; if one does while the mark is on its way, the mark goes again.
+    async fn mark(self: &Arc<Self>, since: Instant) {
+        {
+            let mut state = self.state();
+            if state.kept != Some(since) {
+                return;
+            }
+            state.marked = true;
+        }
+        set_mark(&self.hold, true).await;
+        if self.state().kept != Some(since) {
+            set_mark(&self.hold, false).await;
+        }
+    }
+
+    /// The hold is idle no more (taken up, or going): its mark goes, if it has one.
+    pub(super) fn unmark(&self, state: &mut State) {
+        if std::mem::take(&mut state.marked) {
+            let hold = self.hold.clone();
+            self.hold
+                .runtime
+                .spawn(async move { set_mark(&hold, false).await });
+        }
     }
 
     /// The hold kept since `since` reached its bound: released, unless a read took
@@ -115,4 +160,41 @@ pub(crate) async fn release_keeping(lease: Lease) -> Result<(), Error> {
     }
     // Its only share leaves: the hold is kept, unless another hold got there first.
     share.release().await
+}
+
+/// Sets (`on`) or clears the hold's `k:` field. A mark is for display only: one
+/// that fails is logged and forgotten. The set also gives the hash a TTL of a read
+/// lease if it has none (`NX`), so a mark that comes after the lock's hash went
+/// leaves no key behind for good; the scripts keep any live hash's TTL past its
+/// holds.
+async fn set_mark(hold: &crate::lease::Hold, on: bool) {
+    let lock = &hold.lock;
+    let Ok(key) = lock.key() else {
+        return;
+    };
+    let field = format!("k:{}", hold.token.as_str());
+    let mut conn = lock.conn().conn.clone();
+    let sent = if on {
+        let lease = lock.options().read_lease.as_millis() as u64;
+        redis::pipe()
+            .atomic()
+            .hset(key, &field, 1)
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(key)
+            .arg(lease)
+            .arg("NX")
+            .ignore()
+            .query_async::<()>(&mut conn)
+            .await
+    } else {
+        redis::cmd("HDEL")
+            .arg(key)
+            .arg(&field)
+            .query_async::<()>(&mut conn)
+            .await
+    };
+    if let Err(err) = sent {
+        tracing::debug!(lock = lock.name(), on, error = %ErrorChain(&Error::from(err)), "could not mark the kept read hold");
+    }
 }

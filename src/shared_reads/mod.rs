@@ -86,6 +86,8 @@ struct State {
     called_back: bool,
     /// No share lives, and the process keeps the hold (since then).
     kept: Option<Instant>,
+    /// The hold's `k:` field says it is kept idle (`kept.rs`).
+    marked: bool,
 }
 
 /// One task's share of a read hold: what a read guard has.
@@ -248,6 +250,7 @@ impl SharedReads {
             self.emptied(locks, lock, key);
         }
         state.kept = None;
+        shared.unmark(state);
         state.lease.take()
     }
 
@@ -376,6 +379,7 @@ impl Shared {
             Some(_) => Local::Kept,
             None => Local::Joined,
         };
+        self.unmark(&mut state);
         let share = Share {
             shared: self.clone(),
             holding: Some(Holding::start(lock.metrics_label(), Mode::Read)),
@@ -414,6 +418,7 @@ impl Share {
                     lease: Some(lease),
                     called_back: false,
                     kept: None,
+                    marked: false,
                 }),
             }),
             holding: None,

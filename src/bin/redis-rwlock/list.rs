@@ -93,6 +93,8 @@ struct Row<'a> {
     mode: &'static str,
     /// 1 for a writer, the readers for readers, 0 when free.
     holders: usize,
+    /// Readers whose process keeps the hold while no task uses it (`keep_reads`).
+    kept_idle: usize,
     queued_writers: usize,
     /// When the holds end at the latest unless renewed (local time); null when free.
     held_until: Option<DateTime<Local>>,
@@ -120,6 +122,7 @@ impl<'a> Row<'a> {
                 Some(LockMode::Write) => "write",
             },
             holders: lock.holders(),
+            kept_idle: lock.state.readers.iter().filter(|r| r.kept_idle).count(),
             queued_writers: lock.queued_writers(),
             held_until: held_until.map(|at| at.with_timezone(&Local)),
             held_until_ms: held_until.map(|at| at.timestamp_millis()),
@@ -133,11 +136,14 @@ impl<'a> Row<'a> {
 
     /// The table's cells, in column order.
     fn cells(&self) -> [String; 6] {
-        let mode = if self.upgrade_pending {
+        let mut mode = if self.upgrade_pending {
             format!("{} (upgrading)", self.mode)
         } else {
             self.mode.to_owned()
         };
+        if self.kept_idle > 0 {
+            mode = format!("{mode} ({} kept idle)", self.kept_idle);
+        }
         let holders = match &self.state.upgradable {
             Some(_) => format!("{} (1 upgradable)", self.holders),
             None => self.holders.to_string(),

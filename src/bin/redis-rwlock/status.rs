@@ -70,6 +70,8 @@ struct HolderView {
     until_ms: i64,
     /// Time left by the server's clock.
     remaining_ms: i64,
+    /// A read hold its process keeps while no task uses it (`keep_reads`).
+    kept_idle: bool,
 }
 
 impl StatusView {
@@ -79,6 +81,7 @@ impl StatusView {
             until: holder.until.with_timezone(&Local),
             until_ms: holder.until.timestamp_millis(),
             remaining_ms: (holder.until - state.server_time).num_milliseconds(),
+            kept_idle: holder.kept_idle,
         };
         StatusView {
             lock: name.to_owned(),
@@ -112,6 +115,8 @@ impl StatusView {
         for reader in &self.readers {
             let kind = if reader.token.is_some() && reader.token.as_deref() == upgradable {
                 "upgradable reader"
+            } else if reader.kept_idle {
+                "reader (kept, idle)"
             } else {
                 "reader"
             };
