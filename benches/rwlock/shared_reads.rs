@@ -186,33 +186,7 @@ impl Bench {
         while let Some(done) = tasks.join_next().await {
             failed += done.unwrap_or(1);
         }
-        if failed > 0 {
-            self.note(format!("writer behind shared readers: {failed} failures"));
-        }
-        let r = &mut self.results;
-        let max = waits.iter().copied().fold(f64::NAN, f64::max);
-        r.record(
-            WRITER_BEHIND_SHARED,
-            Impl::Ours,
-            WAIT_P50,
-            "ms",
-            percentile(&mut waits, 50.0),
-        );
-        r.record(
-            WRITER_BEHIND_SHARED,
-            Impl::Ours,
-            WAIT_P99,
-            "ms",
-            percentile(&mut waits, 99.0),
-        );
-        r.record(WRITER_BEHIND_SHARED, Impl::Ours, WAIT_MAX, "ms", max);
-        r.record(
-            WRITER_BEHIND_SHARED,
-            Impl::Ours,
-            WRITES,
-            "count",
-            waits.len() as f64,
-        );
+        self.record_writer_waits(WRITER_BEHIND_SHARED, waits, failed);
     }
 
     async fn writer_behind_kept(&mut self, run: usize) {
@@ -252,8 +226,13 @@ impl Bench {
                 Err(_) => failed += 1,
             }
         }
+        self.record_writer_waits(WRITER_BEHIND_KEPT, waits, failed);
+    }
+
+    /// A writer's waits (ms) under `scenario`: p50, p99, max and how many.
+    fn record_writer_waits(&mut self, scenario: &'static str, mut waits: Vec<f64>, failed: u64) {
         if failed > 0 {
-            self.note(format!("writer behind a kept read: {failed} failures"));
+            self.note(format!("{scenario}: {failed} failures"));
         }
         let r = &mut self.results;
         let max = waits.iter().copied().fold(f64::NAN, f64::max);
@@ -262,14 +241,8 @@ impl Bench {
             (WAIT_P99, percentile(&mut waits, 99.0)),
             (WAIT_MAX, max),
         ] {
-            r.record(WRITER_BEHIND_KEPT, Impl::Ours, metric, "ms", value);
+            r.record(scenario, Impl::Ours, metric, "ms", value);
         }
-        r.record(
-            WRITER_BEHIND_KEPT,
-            Impl::Ours,
-            WRITES,
-            "count",
-            waits.len() as f64,
-        );
+        r.record(scenario, Impl::Ours, WRITES, "count", waits.len() as f64);
     }
 }
