@@ -66,10 +66,12 @@ pub enum Error {
         other: String,
     },
 
-    /// The hold was granted but fewer replicas than
-    /// [`LockOptions::min_replicas`](crate::LockOptions::min_replicas) acknowledged it
-    /// within the replica timeout; it was released again.
-    #[error("only {acknowledged} of {required} replicas acknowledged the hold in time")]
+    /// Fewer replicas than
+    /// [`LockOptions::min_replicas`](crate::LockOptions::min_replicas) acknowledged
+    /// within the replica timeout. From an acquire: the hold was granted and released
+    /// again. From a fenced write: the writes were applied on the master (the hold
+    /// stays), and a failover now could lose them.
+    #[error("only {acknowledged} of {required} replicas acknowledged in time")]
     NotReplicated {
         /// Replicas that acknowledged.
         acknowledged: u32,

@@ -60,10 +60,7 @@ impl RwLock {
     ) -> Result<Acquired, Error> {
         let target = self.target()?;
         let options = self.options();
-        let replicas = (options.min_replicas > 0).then_some(Replicas {
-            count: options.min_replicas,
-            timeout: options.replica_timeout,
-        });
+        let replicas = self.replicas();
         let lease = self.lease(access.mode());
         let intent = if wait {
             intent_ttl(options.write_lease)
@@ -164,6 +161,9 @@ impl RwLock {
     }
 
     /// Applies `writes` if `token` still holds the write lock (keys checked first).
+    /// With `min_replicas`, writes that too few replicas acknowledged in time are
+    /// reported ([`Error::NotReplicated`]): they are applied on the master, and a
+    /// failover now could lose them, as it could a hold.
     pub(crate) async fn fenced_write(
         &self,
         token: &Token,
@@ -171,9 +171,26 @@ impl RwLock {
     ) -> Result<bool, Error> {
         let target = self.target()?;
         writes.check(target.keys())?;
-        target
-            .fenced_write(self.conn(), token, &writes.writes)
-            .await
+        let required = self.options().min_replicas;
+        let (written, acknowledged) = target
+            .fenced_write(self.conn(), token, &writes.writes, self.replicas())
+            .await?;
+        if written && acknowledged < required {
+            return Err(Error::NotReplicated {
+                acknowledged,
+                required,
+            });
+        }
+        Ok(written)
+    }
+
+    /// What `WAIT` asks for after a script, with `min_replicas`.
+    fn replicas(&self) -> Option<Replicas> {
+        let options = self.options();
+        (options.min_replicas > 0).then_some(Replicas {
+            count: options.min_replicas,
+            timeout: options.replica_timeout,
+        })
     }
 
     /// Listens for wake-ups on the lock's channel, subscribing if needed.

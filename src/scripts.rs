@@ -552,25 +552,27 @@ impl Target {
     }
 
     /// Applies `writes` if `token` still holds the write lock; false (nothing
-    /// written) when it does not.
+    /// written) when it does not. With `replicas`, also how many replicas
+    /// acknowledged the writes in time (`WAIT`).
     pub(crate) async fn fenced_write(
         &self,
         conn: &ScriptConnection,
         token: &Token,
         writes: &[Write],
-    ) -> Result<bool, Error> {
+        replicas: Option<Replicas>,
+    ) -> Result<(bool, u32), Error> {
         let keys: Vec<&str> = writes.iter().map(|w| w.key.as_str()).collect();
         let args = args::fenced_write(token, writes);
-        let (fence, _) = self
+        let (fence, acknowledged) = self
             .eval::<reply::Fence>(
                 conn,
                 self.scripts.get(Operation::FencedWrite),
                 &keys,
                 args,
-                None,
+                replicas,
             )
             .await?;
-        Ok(fence > 0)
+        Ok((fence > 0, acknowledged))
     }
 
     /// Ends every hold (the operator's break-glass); returns how many there were.

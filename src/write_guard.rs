@@ -174,7 +174,11 @@ impl RwLockWriteGuard {
     /// [`Error::InvalidOptions`] for the lock's own key or a zero expiry (both before
     /// any I/O); [`Error::LeaseLost`] when the hold is gone (nothing was written, and
     /// the guard now reports the lease lost); [`Error::WrongType`] or
-    /// [`Error::Redis`] when Redis refuses a write or cannot be reached.
+    /// [`Error::Redis`] when Redis refuses a write or cannot be reached; with
+    /// [`LockOptions::min_replicas`](crate::LockOptions::min_replicas),
+    /// [`Error::NotReplicated`] when too few replicas acknowledged the writes within
+    /// the replica timeout (they are applied on the master, and a failover could
+    /// still lose them; the hold stays).
     ///
     /// # Cancel safety
     ///

@@ -11,7 +11,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis_rwlock::{Error, LockClient, LockOptions, RwLock};
+use redis_rwlock::{Error, FencedWrites, LockClient, LockOptions, RwLock};
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 
 use common::{LocalRedis, Node, Paused, blocking, panics_outside_tests};
@@ -517,4 +517,46 @@ async fn a_release_to_a_frozen_master_returns_within_its_bound() {
         sleep(Duration::from_millis(50)).await;
     }
     println!("free {:?} after the master was back", resumed.elapsed());
+}
+
+/// Under `min_replicas`, a fenced write waits for the replicas as the acquire did:
+/// with the replica paused after the grant, it is applied on the master but reported
+/// `NotReplicated` once `replica_timeout` has passed (a failover now could lose it),
+/// never acknowledged as safe; the hold stays, and a write once the replica is back
+/// is acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_write_under_min_replicas_reports_a_paused_replica() {
+    let (redis, master) = blocking(start);
+    let replica = blocking(|| redis.replica_of(&master).cloned()).expect("a replica");
+    let client = LockClient::cluster(redis.urls()).await.unwrap();
+    let name = blocking(|| redis.name_on_master("fenced-replica", &master));
+    let lock = client.rwlock_with(
+        &name,
+        LockOptions::default()
+            .min_replicas(1)
+            .replica_timeout(Duration::from_secs(1)),
+    );
+    let writer = lock.write().await.unwrap();
+    let cell = format!("cell:{{{name}}}");
+    let frozen = Paused::new(replica.pid);
+    let started = Instant::now();
+    match writer
+        .fenced_write(FencedWrites::new().set(&cell, "unreplicated"))
+        .await
+    {
+        Err(Error::NotReplicated {
+            acknowledged: 0,
+            required: 1,
+        }) => {}
+        other => panic!("expected NotReplicated, got {other:?}"),
+    }
+    let took = started.elapsed();
+    assert!(took >= Duration::from_secs(1), "reported after {took:?}");
+    assert!(writer.is_held(), "the hold itself was not at stake");
+    frozen.resume();
+    writer
+        .fenced_write(FencedWrites::new().set(&cell, "replicated"))
+        .await
+        .expect("acknowledged once the replica is back");
+    writer.release().await.unwrap();
 }
