@@ -1,0 +1,346 @@
+//! Partitions and pauses, Jepsen-style: clients in processes of their own take read
+//! and write holds and write registers beside the locks (fenced and plain) while the
+//! network splits or a process stalls; a checker reads the whole history and
+//! measures what held (see docs/GUARANTEES.md for the table and what each number
+//! means).
+//!
+//! Every link runs through the relays of [`common::Network`]; faults:
+//!
+//! * `isolated_master`: the lock's master cut off from every node and client;
+//! * `split_brain`: the lock's master cut off from the other nodes (its replica
+//!   too), still reachable by clients;
+//! * `client_cut_off`: a client holding the write lock cut off from the lock's
+//!   master (held silently both ways, as a firewall dropping packets);
+//! * `paused_master`: the lock's master stopped (SIGSTOP) until its replica took
+//!   over, then resumed;
+//! * `paused_client`: a client stopped while it holds the write lock, for longer
+//!   than its lease, then resumed.
+//!
+//! `every_fault_once` runs each fault once on one cluster (CI), seeded: the seed is
+//! printed and `PARTITION_SEED=<seed>` replays the same choices (which worker, the
+//! workers' random timing, how long each phase lasts; the machine's own timing
+//! still varies). `PARTITION_RUNS=<n>` runs the ignored `random_faults`: n trials of
+//! randomly chosen faults.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use redis::Value;
+
+use common::{
+    LockReport, Network, Paused, Peer, Worker, WorkerSpec, ack_keys, check_lock, now_us,
+    run_worker, unique_name,
+};
+
+/// The cluster's `cluster-node-timeout`.
+const NODE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The workers' read and write lease.
+const LEASE: Duration = Duration::from_secs(3);
+/// Worker processes per trial.
+const WORKERS: u32 = 4;
+/// How long a failover may take on a loaded 2-core machine before the test gives up.
+const FAILOVER_LIMIT: Duration = Duration::from_secs(30);
+/// How long the cluster may take to settle (every node ok and agreeing) after a heal.
+const SETTLE_LIMIT: Duration = Duration::from_secs(60);
+
+/// The faults, in the order `every_fault_once` runs them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fault {
+    IsolatedMaster,
+    SplitBrain,
+    ClientCutOff,
+    PausedMaster,
+    PausedClient,
+}
+
+impl Fault {
+    const ALL: [Fault; 5] = [
+        Fault::IsolatedMaster,
+        Fault::SplitBrain,
+        Fault::ClientCutOff,
+        Fault::PausedMaster,
+        Fault::PausedClient,
+    ];
+
+    /// Whether the fault fails the lock's master over (exclusion is not claimed
+    /// across a failover).
+    fn fails_over(self) -> bool {
+        matches!(
+            self,
+            Fault::IsolatedMaster | Fault::SplitBrain | Fault::PausedMaster
+        )
+    }
+}
+
+/// A worker process of the trials (run by [`Worker::start`]); does nothing when run
+/// otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a worker process of the partition tests: they start it themselves"]
+async fn worker_process() {
+    run_worker().await;
+}
+
+/// Each fault once, on one cluster, checked against its bounds (CI).
+#[test]
+fn every_fault_once() {
+    let seed = seed();
+    eprintln!("partitions: PARTITION_SEED={seed}");
+    let network = Network::start(NODE_TIMEOUT.as_millis() as u64);
+    let mut failures = Vec::new();
+    for (i, fault) in Fault::ALL.into_iter().enumerate() {
+        let reports = trial(&network, fault, seed.wrapping_add(i as u64));
+        failures.extend(beyond_bounds(fault, &reports));
+    }
+    assert!(failures.is_empty(), "beyond the bounds: {failures:#?}");
+}
+
+/// `PARTITION_RUNS` trials (default 20) of faults picked at random, seeded.
+#[test]
+#[ignore = "long: PARTITION_RUNS=<n> cargo test --test partitions -- --ignored random_faults"]
+fn random_faults() {
+    let runs: u64 = std::env::var("PARTITION_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let seed = seed();
+    eprintln!("partitions: PARTITION_SEED={seed} PARTITION_RUNS={runs}");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let network = Network::start(NODE_TIMEOUT.as_millis() as u64);
+    let mut failures = Vec::new();
+    for _ in 0..runs {
+        let fault = Fault::ALL[rng.random_range(0..Fault::ALL.len())];
+        let reports = trial(&network, fault, rng.random());
+        failures.extend(beyond_bounds(fault, &reports));
+    }
+    assert!(failures.is_empty(), "beyond the bounds: {failures:#?}");
+}
+
+/// `PARTITION_SEED`, or a fresh one.
+fn seed() -> u64 {
+    std::env::var("PARTITION_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| now_us() % 1_000_000_007)
+}
+
+/// What each fault must keep, as docs/GUARANTEES.md states it; the list of what a
+/// trial broke.
+fn beyond_bounds(fault: Fault, reports: &[LockReport]) -> Vec<String> {
+    let mut broken = Vec::new();
+    for r in reports {
+        let mut fail = |what: String| broken.push(format!("{fault:?} {}: {what}", r.name));
+        if r.fenced_out_of_order > 0 {
+            fail(format!(
+                "{} fenced writes out of token order",
+                r.fenced_out_of_order
+            ));
+        }
+        if !fault.fails_over() && r.checked_overlaps > 0 {
+            fail(format!(
+                "two guards held at once (checked) without a failover: {:.0} ms",
+                r.checked_overlap_ms
+            ));
+        }
+        if r.granted == 0 {
+            fail("no hold was granted at all".to_owned());
+        }
+        match r.unusable_ms {
+            None => fail("never granted after the heal".to_owned()),
+            Some(ms) if ms > unusable_bound(fault).as_secs_f64() * 1000.0 => fail(format!(
+                "unusable for {ms:.0} ms after the heal, more than {:?}",
+                unusable_bound(fault)
+            )),
+            Some(_) => {}
+        }
+    }
+    broken
+}
+
+/// How long a lock may stay unusable after its fault healed: a hold that survived
+/// the fault blocks until its lease ends, and a failover still under way finishes
+/// within the node timeout and a couple of seconds; plus slack for a loaded machine.
+fn unusable_bound(_fault: Fault) -> Duration {
+    LEASE + NODE_TIMEOUT + Duration::from_secs(5)
+}
+
+/// One fault on the master of two fresh locks (one with `min_replicas(1)`), with
+/// [`WORKERS`] workers on them before, during and after; returns each lock's report.
+fn trial(network: &Network, fault: Fault, seed: u64) -> Vec<LockReport> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let probe = unique_name("partition-probe");
+    let target = network.wait_settled(&probe, SETTLE_LIMIT);
+    let locks = [
+        (name_on(network, target, "part"), 0),
+        (name_on(network, target, "part-repl"), 1),
+    ];
+    let workers: Vec<Worker> = (0..WORKERS)
+        .map(|id| {
+            let worker = Worker::start(&WorkerSpec {
+                id,
+                urls: network.urls(),
+                locks: locks.to_vec(),
+                seed: rng.random(),
+                lease: LEASE,
+            });
+            network.add_client(worker.pid);
+            worker
+        })
+        .collect();
+    wait_until(
+        "every worker has done something",
+        Duration::from_secs(30),
+        || workers.iter().all(|w| w.records().len() >= 2),
+    );
+    std::thread::sleep(Duration::from_millis(rng.random_range(500..1500)));
+
+    let started = Instant::now();
+    let what = inject(network, fault, target, &workers, &locks[0].0, &mut rng);
+    let heal_us = now_us();
+    let faulted = started.elapsed();
+    let owner = network.wait_settled(&locks[0].0, SETTLE_LIMIT);
+    let settled = started.elapsed();
+    // Long enough after the heal for a surviving hold's lease to end and the
+    // workers to take the locks again.
+    std::thread::sleep(LEASE + Duration::from_secs(2));
+
+    let records: Vec<serde_json::Value> = workers
+        .into_iter()
+        .flat_map(|w| w.stop(Duration::from_secs(30)))
+        .collect();
+    let reports: Vec<LockReport> = locks
+        .iter()
+        .map(|(name, replicas)| {
+            let present = present_keys(network, owner, &ack_keys(&records, name));
+            check_lock(name, *replicas, &records, heal_us, &present)
+        })
+        .collect();
+    eprintln!(
+        "partitions: {fault:?} ({what}; fault {faulted:.1?}, settled {settled:.1?} after it began, \
+         master {target} -> {owner})"
+    );
+    for report in &reports {
+        eprintln!("partitions:   {report}");
+    }
+    reports
+}
+
+/// Injects `fault` on master `target` and heals it; says what it did.
+fn inject(
+    network: &Network,
+    fault: Fault,
+    target: usize,
+    workers: &[Worker],
+    lock: &str,
+    rng: &mut StdRng,
+) -> String {
+    let master_pid = network.nodes()[target].pid;
+    match fault {
+        Fault::IsolatedMaster | Fault::SplitBrain | Fault::PausedMaster => {
+            let paused = match fault {
+                Fault::IsolatedMaster => {
+                    network.isolate(target);
+                    None
+                }
+                Fault::SplitBrain => {
+                    network.cut_from_nodes(target);
+                    None
+                }
+                _ => Some(Paused::new(master_pid)),
+            };
+            let started = Instant::now();
+            wait_until("a replica took over", FAILOVER_LIMIT, || {
+                network
+                    .owner_agreed(lock, Some(target))
+                    .is_some_and(|owner| owner != target)
+            });
+            let failover = started.elapsed();
+            std::thread::sleep(Duration::from_millis(rng.random_range(200..1500)));
+            if let Some(paused) = paused {
+                paused.resume();
+            }
+            network.heal();
+            format!("failed over in {failover:.1?}")
+        }
+        Fault::ClientCutOff | Fault::PausedClient => {
+            let worker = wait_for_writer(workers);
+            let length = LEASE.mul_f64(rng.random_range(1.5..2.5));
+            if fault == Fault::ClientCutOff {
+                network.hold(Peer::Client(worker.pid), Peer::Node(target));
+                network.hold(Peer::Node(target), Peer::Client(worker.pid));
+                std::thread::sleep(length);
+                network.heal();
+            } else {
+                let paused = Paused::new(worker.pid);
+                std::thread::sleep(length);
+                paused.resume();
+            }
+            format!("worker {} for {length:.1?}", worker.id)
+        }
+    }
+}
+
+/// A worker that holds a write lock now (its last record is a granted write acquire
+/// or a write under it).
+fn wait_for_writer(workers: &[Worker]) -> &Worker {
+    let started = Instant::now();
+    loop {
+        for worker in workers {
+            let records = worker.records();
+            let Some(last) = records.last() else { continue };
+            let holds_write =
+                (last["kind"] == "acquire" && last["ok"] == true && last["mode"] == "write")
+                    || last["kind"] == "write";
+            if holds_write {
+                return worker;
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no worker held a write lock within 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A fresh lock name whose slot `master` owns.
+fn name_on(network: &Network, master: usize, prefix: &str) -> String {
+    for _ in 0..10_000 {
+        let name = unique_name(prefix);
+        if network.owner_from(master, &format!("{{{name}}}")) == Some(master) {
+            return name;
+        }
+    }
+    panic!("no name found on master {master}");
+}
+
+/// Which of `keys` (all in one slot) are on `owner` now.
+fn present_keys(network: &Network, owner: usize, keys: &[String]) -> HashMap<String, bool> {
+    let mut present = HashMap::new();
+    for chunk in keys.chunks(200) {
+        let mut args = vec!["MGET"];
+        args.extend(chunk.iter().map(String::as_str));
+        let port = network.nodes()[owner].port;
+        let reply = common::raw_port_command(port, &args).expect("MGET on the owner");
+        let Value::Array(values) = reply else {
+            panic!("MGET gave {reply:?}");
+        };
+        for (key, value) in chunk.iter().zip(values) {
+            present.insert(key.clone(), value != Value::Nil);
+        }
+    }
+    present
+}
+
+/// Polls `done` every 20 ms until it holds; panics after `limit`.
+fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
