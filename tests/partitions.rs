@@ -14,7 +14,9 @@
 //! * `paused_master`: the lock's master stopped (SIGSTOP) until its replica took
 //!   over, then resumed;
 //! * `paused_client`: a client stopped while it holds the write lock, for longer
-//!   than its lease, then resumed.
+//!   than its lease, then resumed;
+//! * `killed_master`: the lock's master killed (SIGKILL) under load, started again
+//!   once its replica took over (it rejoins as a replica).
 //!
 //! `every_fault_once` runs each fault once on one cluster (CI), seeded: the seed is
 //! printed and `PARTITION_SEED=<seed>` replays the same choices (which worker, the
@@ -56,15 +58,17 @@ enum Fault {
     ClientCutOff,
     PausedMaster,
     PausedClient,
+    KilledMaster,
 }
 
 impl Fault {
-    const ALL: [Fault; 5] = [
+    const ALL: [Fault; 6] = [
         Fault::IsolatedMaster,
         Fault::SplitBrain,
         Fault::ClientCutOff,
         Fault::PausedMaster,
         Fault::PausedClient,
+        Fault::KilledMaster,
     ];
 
     /// Whether the fault fails the lock's master over (exclusion is not claimed
@@ -72,7 +76,7 @@ impl Fault {
     fn fails_over(self) -> bool {
         matches!(
             self,
-            Fault::IsolatedMaster | Fault::SplitBrain | Fault::PausedMaster
+            Fault::IsolatedMaster | Fault::SplitBrain | Fault::PausedMaster | Fault::KilledMaster
         )
     }
 }
@@ -191,12 +195,22 @@ fn trial(network: &Network, fault: Fault, seed: u64) -> Vec<LockReport> {
             worker
         })
         .collect();
-    wait_until(
-        "every worker has done something",
-        Duration::from_secs(30),
-        || workers.iter().all(|w| w.records().len() >= 2),
-    );
-    std::thread::sleep(Duration::from_millis(rng.random_range(500..1500)));
+    if !poll_until(Duration::from_secs(30), || {
+        workers.iter().all(|w| w.records().len() >= 2)
+    }) {
+        for url in network.urls() {
+            let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
+            let t = Instant::now();
+            let r = common::raw_port_command(port, &["PING"]);
+            eprintln!("DEBUG relay {url}: {r:?} in {:?}", t.elapsed());
+        }
+        for (i, n) in network.nodes().iter().enumerate() {
+            let r = common::raw_port_command(n.port, &["PING"]);
+            eprintln!("DEBUG node {i} {}: {r:?}", n.port);
+        }
+        panic!("workers did nothing");
+    }
+    std::thread::sleep(Duration::from_millis(rng.random_range(300..1000)));
 
     let started = Instant::now();
     let what = inject(network, fault, target, &workers, &locks[0].0, &mut rng);
@@ -204,9 +218,23 @@ fn trial(network: &Network, fault: Fault, seed: u64) -> Vec<LockReport> {
     let faulted = started.elapsed();
     let owner = network.wait_settled(&locks[0].0, SETTLE_LIMIT);
     let settled = started.elapsed();
-    // Long enough after the heal for a surviving hold's lease to end and the
-    // workers to take the locks again.
-    std::thread::sleep(LEASE + Duration::from_secs(2));
+    // Until both locks were granted after the heal (what (d) measures), and a little
+    // longer: the workers' holds after the fault are part of the history.
+    // (Not granted in time: the checker reports it.)
+    poll_until(unusable_bound(fault) + Duration::from_secs(1), || {
+        let granted = |w: &Worker, lock: &str| {
+            w.records().iter().any(|r| {
+                r["kind"] == "acquire"
+                    && r["ok"] == true
+                    && r["lock"] == lock
+                    && r["end"].as_u64().unwrap_or(0) >= heal_us
+            })
+        };
+        locks
+            .iter()
+            .all(|(name, _)| workers.iter().any(|w| granted(w, name)))
+    });
+    std::thread::sleep(Duration::from_millis(500));
 
     let records: Vec<serde_json::Value> = workers
         .into_iter()
@@ -238,20 +266,15 @@ fn inject(
     lock: &str,
     rng: &mut StdRng,
 ) -> String {
-    let master_pid = network.nodes()[target].pid;
     match fault {
-        Fault::IsolatedMaster | Fault::SplitBrain | Fault::PausedMaster => {
-            let paused = match fault {
-                Fault::IsolatedMaster => {
-                    network.isolate(target);
-                    None
-                }
-                Fault::SplitBrain => {
-                    network.cut_from_nodes(target);
-                    None
-                }
-                _ => Some(Paused::new(master_pid)),
-            };
+        Fault::IsolatedMaster | Fault::SplitBrain | Fault::PausedMaster | Fault::KilledMaster => {
+            let (mut paused, mut killed) = (None, None);
+            match fault {
+                Fault::IsolatedMaster => network.isolate(target),
+                Fault::SplitBrain => network.cut_from_nodes(target),
+                Fault::PausedMaster => paused = Some(Paused::new(network.pid(target))),
+                _ => killed = Some(network.kill(target)),
+            }
             let started = Instant::now();
             wait_until("a replica took over", FAILOVER_LIMIT, || {
                 network
@@ -260,15 +283,18 @@ fn inject(
             });
             let failover = started.elapsed();
             std::thread::sleep(Duration::from_millis(rng.random_range(200..1500)));
-            if let Some(paused) = paused {
+            if let Some(paused) = paused.take() {
                 paused.resume();
+            }
+            if let Some(args) = killed.take() {
+                network.restart(target, &args);
             }
             network.heal();
             format!("failed over in {failover:.1?}")
         }
         Fault::ClientCutOff | Fault::PausedClient => {
             let worker = wait_for_writer(workers);
-            let length = LEASE.mul_f64(rng.random_range(1.5..2.5));
+            let length = LEASE.mul_f64(rng.random_range(1.2..1.8));
             if fault == Fault::ClientCutOff {
                 network.hold(Peer::Client(worker.pid), Peer::Node(target));
                 network.hold(Peer::Node(target), Peer::Client(worker.pid));
@@ -284,26 +310,24 @@ fn inject(
     }
 }
 
-/// A worker that holds a write lock now (its last record is a granted write acquire
-/// or a write under it).
+/// A worker that has just checked `is_held()` on a write hold and is preparing its
+/// write (its last record is that check): stopped or cut off now, it writes after
+/// its lease as if it held.
 fn wait_for_writer(workers: &[Worker]) -> &Worker {
     let started = Instant::now();
     loop {
         for worker in workers {
             let records = worker.records();
             let Some(last) = records.last() else { continue };
-            let holds_write =
-                (last["kind"] == "acquire" && last["ok"] == true && last["mode"] == "write")
-                    || last["kind"] == "write";
-            if holds_write {
+            if last["kind"] == "check" && last["mode"] == "write" {
                 return worker;
             }
         }
         assert!(
             started.elapsed() < Duration::from_secs(30),
-            "no worker held a write lock within 30 s"
+            "no worker checked a write hold within 30 s"
         );
-        std::thread::sleep(Duration::from_millis(5));
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 
@@ -337,10 +361,18 @@ fn present_keys(network: &Network, owner: usize, keys: &[String]) -> HashMap<Str
 }
 
 /// Polls `done` every 20 ms until it holds; panics after `limit`.
-fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+fn wait_until(what: &str, limit: Duration, done: impl FnMut() -> bool) {
+    assert!(poll_until(limit, done), "{what}: not within {limit:?}");
+}
+
+/// Polls `done` every 20 ms until it holds (true) or `limit` passed (false).
+fn poll_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     let started = Instant::now();
     while !done() {
-        assert!(started.elapsed() < limit, "{what}: not within {limit:?}");
+        if started.elapsed() >= limit {
+            return false;
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
+    true
 }

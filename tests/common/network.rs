@@ -140,6 +140,9 @@ pub struct Network {
     /// Per node: (client relay port, bus relay port).
     relays: Vec<(u16, u16)>,
     runtime: Option<tokio::runtime::Runtime>,
+    /// Nodes started again after a kill ([`Network::kill_and_restart`]): ours to
+    /// stop, since the launcher knows only the processes it started.
+    restarted: Mutex<HashMap<usize, std::process::Child>>,
 }
 
 impl Network {
@@ -174,6 +177,7 @@ impl Network {
             rules,
             relays,
             runtime: Some(runtime),
+            restarted: Mutex::new(HashMap::new()),
         };
         network.route_through_relays();
         network
@@ -374,18 +378,29 @@ impl Network {
     /// has bus links through the relays to every other node, and no connection
     /// reaches a node's real ports from a node's address (nothing bypasses a relay).
     fn route_through_relays(&self) {
-        for (i, node) in self.nodes().iter().enumerate() {
-            let (client, bus) = self.relays[i];
-            let source = node_address(i).to_string();
-            for (name, value) in [
-                ("cluster-announce-ip", "127.0.0.1".to_owned()),
-                ("bind-source-addr", source),
-                ("cluster-announce-bus-port", bus.to_string()),
-                ("cluster-announce-port", client.to_string()),
-            ] {
-                self.redis.raw(node, &["CONFIG", "SET", name, &value]);
-            }
+        for i in 0..self.nodes().len() {
+            self.announce_relays(i);
         }
+        self.wait_routed();
+    }
+
+    /// Makes node `i` announce its relays and dial out from its own address.
+    fn announce_relays(&self, i: usize) {
+        let (client, bus) = self.relays[i];
+        let source = node_address(i).to_string();
+        for (name, value) in [
+            ("cluster-announce-ip", "127.0.0.1".to_owned()),
+            ("bind-source-addr", source),
+            ("cluster-announce-bus-port", bus.to_string()),
+            ("cluster-announce-port", client.to_string()),
+        ] {
+            self.redis
+                .raw(&self.nodes()[i], &["CONFIG", "SET", name, &value]);
+        }
+    }
+
+    /// Waits until every link runs through the relays.
+    fn wait_routed(&self) {
         let started = Instant::now();
         loop {
             let Some(problem) = self.routing_problem() else {
@@ -437,8 +452,108 @@ impl Network {
     }
 }
 
+impl Network {
+    /// The process id of node `i` now (a restarted node has a new one).
+    pub fn pid(&self, i: usize) -> u32 {
+        self.restarted
+            .lock()
+            .unwrap()
+            .get(&i)
+            .map_or(self.nodes()[i].pid, std::process::Child::id)
+    }
+
+    /// Kills node `i` with SIGKILL and returns the command line that starts it again
+    /// on the same port and files ([`Network::restart`]): the launcher's settings,
+    /// with the node's own read from it first (a server rewrites its process title,
+    /// so its `/proc` command line is gone).
+    pub fn kill(&self, i: usize) -> Vec<String> {
+        let node = &self.nodes()[i];
+        let config = |name: &str| {
+            let Value::Array(pair) = self.redis.raw(node, &["CONFIG", "GET", name]) else {
+                panic!("CONFIG GET {name}: not a list");
+            };
+            value_to_string(pair.get(1).cloned().expect("a value"))
+        };
+        let mut args: Vec<String> = vec![
+            super::server_binary()
+                .expect("the server binary")
+                .to_string_lossy()
+                .into_owned(),
+        ];
+        for name in ["port", "bind", "dir", "logfile", "cluster-node-timeout"] {
+            args.push(format!("--{name}"));
+            args.push(config(name));
+        }
+        // Announcing the relays from the start: a node that first announced its
+        // real ports would have the others dial them directly.
+        let (client, bus) = self.relays[i];
+        for (name, value) in [
+            ("cluster-announce-ip", "127.0.0.1".to_owned()),
+            ("bind-source-addr", node_address(i).to_string()),
+            ("cluster-announce-bus-port", bus.to_string()),
+            ("cluster-announce-port", client.to_string()),
+        ] {
+            args.push(format!("--{name}"));
+            args.push(value);
+        }
+        for (name, value) in [
+            ("protected-mode", "no"),
+            ("daemonize", "no"),
+            ("save", ""),
+            ("appendonly", "no"),
+            ("cluster-enabled", "yes"),
+            ("cluster-config-file", "nodes.conf"),
+            ("cluster-replica-validity-factor", "0"),
+            ("repl-diskless-sync-delay", "0"),
+        ] {
+            args.push(format!("--{name}"));
+            args.push(value.to_owned());
+        }
+        super::kill9(self.pid(i));
+        if let Some(mut child) = self.restarted.lock().unwrap().remove(&i) {
+            let _ = child.wait();
+        }
+        args
+    }
+
+    /// Starts node `i` again with the command line [`Network::kill`] returned (same
+    /// port, directory and cluster config file), waits until it answers, and routes
+    /// its links through the relays again.
+    pub fn restart(&self, i: usize, args: &[String]) {
+        let dir = args
+            .windows(2)
+            .find(|w| w[0] == "--dir")
+            .map(|w| w[1].clone())
+            .expect("the node's --dir");
+        let child = std::process::Command::new(&args[0])
+            .args(&args[1..])
+            .current_dir(dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start the node again");
+        self.restarted.lock().unwrap().insert(i, child);
+        let port = self.nodes()[i].port;
+        let started = Instant::now();
+        while raw_command(port, &["PING"], Duration::from_secs(1)).is_err() {
+            assert!(
+                started.elapsed() < SETUP_LIMIT,
+                "node {i} did not answer within {SETUP_LIMIT:?} of its restart"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.announce_relays(i);
+        self.wait_routed();
+    }
+}
+
 impl Drop for Network {
     fn drop(&mut self) {
+        for (_, mut child) in self.restarted.lock().unwrap().drain() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_timeout(Duration::from_secs(2));
         }

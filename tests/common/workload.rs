@@ -310,6 +310,11 @@ pub async fn run_worker() {
                 break;
             }
             last_check = checked;
+            // Said as it happens, so a test can stop the process right after it.
+            emit(
+                json!({"w": spec.id, "kind": "check", "lock": name, "mode": mode,
+                "at": checked}),
+            );
             // Preparing the write: the pause that matters lands here.
             tokio::time::sleep(Duration::from_millis(rng.random_range(20..100))).await;
             match &guard {
