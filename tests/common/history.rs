@@ -9,8 +9,8 @@
 //!   writer, believing they held at once. Two measures per hold, both from the
 //!   acquire's end: *checked*, up to its last `is_held()` that said yes (what the
 //!   crate promises to keep exclusive), and *acted*, up to the end of the last write
-//!   or read begun on such an answer (what a paused or slow process actually does:
-//!   fencing is the answer to that).
+//!   or read that succeeded, begun on such an answer (what a paused or slow process
+//!   actually does: fencing is the answer to that).
 //! * (c) **lost writes**: acknowledged writes whose own key is gone once the cluster
 //!   settled after the fault (a failover threw them away).
 //! * (d) **unusable after healing**: from the heal to the end of the first successful

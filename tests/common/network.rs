@@ -230,10 +230,11 @@ impl Network {
         }
     }
 
-    /// Cuts `node` off from everyone: the other nodes and every client.
+    /// Cuts `node` off from everyone: every client, then the other nodes (in that
+    /// order, so no client hears of a write the replicas could not get).
     pub fn isolate(&self, node: usize) {
-        self.cut_from_nodes(node);
         self.cut(Peer::Node(node), Peer::Clients);
+        self.cut_from_nodes(node);
     }
 
     /// Lifts every rule: every link is open again.
@@ -588,29 +589,52 @@ fn listen(
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             };
-            let from = identify(&rules, peer, port);
+            let from = Source::new(&rules, peer, port);
             tokio::spawn(relay(conn, from, Peer::Node(node), upstream, rules.clone()));
         }
     });
     port
 }
 
-/// Who opened a connection from `peer` to the relay on `relay_port`.
-fn identify(rules: &Rules, peer: SocketAddr, relay_port: u16) -> Peer {
-    if let IpAddr::V4(ip) = peer.ip()
-        && ip != Ipv4Addr::LOCALHOST
-        && ip.octets()[..3] == [127, 0, 0]
-        && ip.octets()[3] >= FIRST_NODE_ADDRESS
-    {
-        return Peer::Node(usize::from(ip.octets()[3] - FIRST_NODE_ADDRESS));
+/// Who opened a relayed connection: a node, known at once by its address, or a
+/// client, [`Peer::Clients`] until the owning process is found.
+#[derive(Clone)]
+struct Source(Arc<Mutex<Peer>>);
+
+impl Source {
+    /// The source of a connection from `peer` to the relay on `relay_port`. A
+    /// client's process is looked up in `/proc` on the blocking pool (tens of
+    /// milliseconds on a busy machine: never on the relays' threads, where a burst of
+    /// new connections would stall every relay); the rules are looked at again once
+    /// it is known.
+    fn new(rules: &Arc<Rules>, peer: SocketAddr, relay_port: u16) -> Source {
+        if let IpAddr::V4(ip) = peer.ip()
+            && ip != Ipv4Addr::LOCALHOST
+            && ip.octets()[..3] == [127, 0, 0]
+            && ip.octets()[3] >= FIRST_NODE_ADDRESS
+        {
+            let node = usize::from(ip.octets()[3] - FIRST_NODE_ADDRESS);
+            return Source(Arc::new(Mutex::new(Peer::Node(node))));
+        }
+        let source = Source(Arc::new(Mutex::new(Peer::Clients)));
+        let clients = rules.clients.lock().unwrap().clone();
+        if !clients.is_empty() {
+            let (found, rules) = (source.clone(), rules.clone());
+            tokio::task::spawn_blocking(move || {
+                let owner = socket_inode(peer.port(), relay_port)
+                    .and_then(|inode| clients.into_iter().find(|&pid| owns_socket(pid, inode)));
+                if let Some(pid) = owner {
+                    *found.0.lock().unwrap() = Peer::Client(pid);
+                    rules.changed.send_modify(|generation| *generation += 1);
+                }
+            });
+        }
+        source
     }
-    let clients = rules.clients.lock().unwrap().clone();
-    if clients.is_empty() {
-        return Peer::Clients;
+
+    fn peer(&self) -> Peer {
+        *self.0.lock().unwrap()
     }
-    socket_inode(peer.port(), relay_port)
-        .and_then(|inode| clients.into_iter().find(|&pid| owns_socket(pid, inode)))
-        .map_or(Peer::Clients, Peer::Client)
 }
 
 /// The inode of the loopback socket `127.0.0.1:local -> 127.0.0.1:remote`.
@@ -665,8 +689,8 @@ fn direct_connections(nodes: &[Node]) -> Vec<String> {
 
 /// Relays one connection from `from` to `to` (at `127.0.0.1:upstream`) under the
 /// rules, until either side closes or the link is dropped (then both are reset).
-async fn relay(mut conn: TcpStream, from: Peer, to: Peer, upstream: u16, rules: Arc<Rules>) {
-    if rules.dropped(from, to) {
+async fn relay(mut conn: TcpStream, from: Source, to: Peer, upstream: u16, rules: Arc<Rules>) {
+    if rules.dropped(from.peer(), to) {
         let _ = conn.set_zero_linger();
         return;
     }
@@ -675,31 +699,62 @@ async fn relay(mut conn: TcpStream, from: Peer, to: Peer, upstream: u16, rules: 
     };
     let _ = conn.set_nodelay(true);
     let _ = server.set_nodelay(true);
-    Rules::count(&rules.opened, (from, to), 1);
-    Rules::count(&rules.live, (from, to), 1);
+    // Counted under the source known at once (a client's pid comes later).
+    let counted = (from.peer(), to);
+    Rules::count(&rules.opened, counted, 1);
+    Rules::count(&rules.live, counted, 1);
     let reset = {
         let (mut conn_read, mut conn_write) = conn.split();
         let (mut server_read, mut server_write) = server.split();
-        let up = pump(&mut conn_read, &mut server_write, from, to, &rules);
-        let down = pump(&mut server_read, &mut conn_write, to, from, &rules);
+        let up = pump(
+            &mut conn_read,
+            &mut server_write,
+            Direction::Up,
+            &from,
+            to,
+            &rules,
+        );
+        let down = pump(
+            &mut server_read,
+            &mut conn_write,
+            Direction::Down,
+            &from,
+            to,
+            &rules,
+        );
         let mut changed = rules.changed.subscribe();
-        let dropped = changed.wait_for(|_| rules.dropped(from, to));
+        let dropped = changed.wait_for(|_| rules.dropped(from.peer(), to));
         tokio::select! {
             () = up => false,
             () = down => false,
             _ = dropped => true,
         }
     };
-    Rules::count(&rules.live, (from, to), -1);
+    Rules::count(&rules.live, counted, -1);
     if reset {
         let _ = conn.set_zero_linger();
         let _ = server.set_zero_linger();
     }
 }
 
-/// Forwards bytes from `from` to `to` as the rules say, until either side closes.
-async fn pump<R, W>(read: &mut R, write: &mut W, from: Peer, to: Peer, rules: &Rules)
-where
+/// Which way bytes flow on a relayed connection: from its source to the node, or
+/// back.
+#[derive(Clone, Copy)]
+enum Direction {
+    Up,
+    Down,
+}
+
+/// Forwards bytes one way (`direction`) between `source` and `node` as the rules
+/// say, until either side closes.
+async fn pump<R, W>(
+    read: &mut R,
+    write: &mut W,
+    direction: Direction,
+    source: &Source,
+    node: Peer,
+    rules: &Rules,
+) where
     R: AsyncReadExt + Unpin,
     W: AsyncWriteExt + Unpin,
 {
@@ -711,6 +766,10 @@ where
         };
         let mut changed = rules.changed.subscribe();
         loop {
+            let (from, to) = match direction {
+                Direction::Up => (source.peer(), node),
+                Direction::Down => (node, source.peer()),
+            };
             match rules.state(from, to) {
                 LinkState::Open => break,
                 LinkState::Delay(delay) => {

@@ -223,14 +223,28 @@ pub async fn run_worker() {
         let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
         stopping.store(true, Ordering::SeqCst);
     });
-    let client = LockClient::cluster(spec.urls.clone())
-        .await
-        .expect("a lock client");
-    let raw = redis::cluster::ClusterClient::new(spec.urls.clone()).expect("a cluster client");
-    let mut raw = raw
-        .get_async_connection()
-        .await
-        .expect("a raw cluster connection");
+    // A loaded machine (two cores, builds beside the tests) can miss the driver's
+    // connect limit: try again for a while, as a service starting up would.
+    let (client, mut raw) = {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let client = LockClient::cluster(spec.urls.clone()).await;
+            let raw = match redis::cluster::ClusterClient::new(spec.urls.clone()) {
+                Ok(raw) => raw.get_async_connection().await,
+                Err(e) => Err(e),
+            };
+            match (client, raw) {
+                (Ok(client), Ok(raw)) => break (client, raw),
+                (client, raw) => {
+                    let error = format!("{:?} / {:?}", client.err(), raw.err());
+                    assert!(attempt < 30, "worker {}: no connection: {error}", spec.id);
+                    eprintln!("worker {}: connecting again after {error}", spec.id);
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    };
     let locks: Vec<(String, RwLock)> = spec
         .locks
         .iter()
@@ -296,7 +310,8 @@ pub async fn run_worker() {
             Guard::Write(g) => g.is_held(),
             Guard::Read(g) => g.is_held(),
         };
-        // The end of the last thing done while believing to hold.
+        // The end of the last write or read that succeeded, begun on an `is_held()`
+        // that said yes.
         let mut believed = end;
         // The last `is_held()` that said yes.
         let mut last_check = end;
@@ -332,6 +347,9 @@ pub async fn run_worker() {
                         Ok(Err(e)) => (false, describe(&e)),
                         Err(_) => (false, "hung".to_owned()),
                     };
+                    if ok {
+                        believed = end;
+                    }
                     emit(
                         json!({"w": spec.id, "kind": "write", "reg": "fenced", "lock": name,
                         "start": start, "end": end, "ok": ok, "err": err, "token": fence,
@@ -351,12 +369,14 @@ pub async fn run_worker() {
                     )
                     .await;
                     let end = now_us();
-                    believed = end;
                     let (ok, err) = match outcome {
                         Ok(Ok(())) => (true, String::new()),
                         Ok(Err(e)) => (false, describe(&e)),
                         Err(_) => (false, "hung".to_owned()),
                     };
+                    if ok {
+                        believed = end;
+                    }
                     emit(
                         json!({"w": spec.id, "kind": "write", "reg": "plain", "lock": name,
                         "start": start, "end": end, "ok": ok, "err": err, "token": fence,
@@ -373,9 +393,11 @@ pub async fn run_worker() {
                     )
                     .await;
                     let end = now_us();
-                    believed = end;
                     let value = match outcome {
-                        Ok(Ok(value)) => json!(value.unwrap_or(0)),
+                        Ok(Ok(value)) => {
+                            believed = end;
+                            json!(value.unwrap_or(0))
+                        }
                         _ => Value::Null,
                     };
                     emit(
