@@ -36,8 +36,14 @@
 //!   and TCP's retransmissions after it heals); the other way still flows;
 //! * [`LinkState::Delay`]: every chunk that way waits that long first.
 //!
+//! Processes too: [`Network::kill`] and [`Network::restart`] kill a node with SIGKILL
+//! and start it again on its port and files (it rejoins, as a replica if its shard
+//! failed over), announcing the relays from its first breath; pause one with
+//! [`super::Paused`] and [`Network::pid`].
+//!
 //! Each relay runs on one shared runtime of its own (two worker threads), so it works
-//! under any test runtime; dropping the [`Network`] stops them and the cluster.
+//! under any test runtime; dropping the [`Network`] stops them, the nodes it restarted
+//! and the cluster.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -88,9 +94,7 @@ struct Rules {
     /// Client processes a relay may find as a connection's owner.
     clients: Mutex<Vec<u32>>,
     changed: watch::Sender<u64>,
-    /// Connections relayed so far, per (from, to): setup waits for the bus links.
-    opened: Mutex<HashMap<(Peer, Peer), u64>>,
-    /// Live relayed connections per (from, to).
+    /// Live relayed connections per (from, to): setup waits for the bus links.
     live: Mutex<HashMap<(Peer, Peer), u64>>,
 }
 
@@ -160,7 +164,6 @@ impl Network {
             links: Mutex::new(HashMap::new()),
             clients: Mutex::new(Vec::new()),
             changed: watch::channel(0).0,
-            opened: Mutex::new(HashMap::new()),
             live: Mutex::new(HashMap::new()),
         });
         let relays = (0..redis.nodes.len())
@@ -701,7 +704,6 @@ async fn relay(mut conn: TcpStream, from: Source, to: Peer, upstream: u16, rules
     let _ = server.set_nodelay(true);
     // Counted under the source known at once (a client's pid comes later).
     let counted = (from.peer(), to);
-    Rules::count(&rules.opened, counted, 1);
     Rules::count(&rules.live, counted, 1);
     let reset = {
         let (mut conn_read, mut conn_write) = conn.split();

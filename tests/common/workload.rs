@@ -109,6 +109,8 @@ pub struct Worker {
     stdin: Option<ChildStdin>,
     records: Arc<Mutex<Vec<Value>>>,
     reader: Option<std::thread::JoinHandle<()>>,
+    /// Waited for: its pid may belong to another process now.
+    exited: bool,
 }
 
 impl Worker {
@@ -143,6 +145,7 @@ impl Worker {
             child,
             records,
             reader: Some(reader),
+            exited: false,
         }
     }
 
@@ -179,6 +182,7 @@ impl Worker {
                 _ => std::thread::sleep(Duration::from_millis(20)),
             }
         }
+        self.exited = true;
         if let Some(reader) = self.reader.take() {
             let _ = reader.join();
         }
@@ -188,6 +192,9 @@ impl Worker {
 
 impl Drop for Worker {
     fn drop(&mut self) {
+        if self.exited {
+            return;
+        }
         // SIGCONT first: a paused worker cannot die of SIGKILL before it runs again
         // on every kernel, and it must not stay frozen.
         let _ = super::process::kill_command(self.pid, "-CONT");
