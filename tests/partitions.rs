@@ -19,7 +19,8 @@
 //! * `killed_master`: the lock's master killed (SIGKILL) under load, started again
 //!   once its replica took over (it rejoins as a replica).
 //!
-//! `every_fault_once` runs each fault once on one cluster (CI), seeded: the seed is
+//! `every_fault_once` runs each fault once on one cluster (CI; the split brain with
+//! the short lease only), seeded: the seed is
 //! printed and `PARTITION_SEED=<seed>` replays the same choices (which worker, the
 //! workers' random timing, how long each phase lasts; the machine's own timing
 //! still varies). `PARTITION_RUNS=<n>` runs the ignored `random_faults`: n trials of
@@ -54,7 +55,7 @@ const FAILOVER_LIMIT: Duration = Duration::from_secs(30);
 /// How long the cluster may take to settle (every node ok and agreeing) after a heal.
 const SETTLE_LIMIT: Duration = Duration::from_secs(60);
 
-/// The faults, in the order `every_fault_once` runs them.
+/// The faults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Fault {
     IsolatedMaster,
@@ -71,6 +72,17 @@ impl Fault {
         Fault::IsolatedMaster,
         Fault::SplitBrain,
         Fault::SplitBrainDefaultLease,
+        Fault::ClientCutOff,
+        Fault::PausedMaster,
+        Fault::PausedClient,
+        Fault::KilledMaster,
+    ];
+
+    /// What `every_fault_once` runs (CI): every fault, the split brain with the short
+    /// lease only (the default lease's trial takes longer; `random_faults` runs both).
+    const CI: [Fault; 6] = [
+        Fault::IsolatedMaster,
+        Fault::SplitBrain,
         Fault::ClientCutOff,
         Fault::PausedMaster,
         Fault::PausedClient,
@@ -115,7 +127,7 @@ fn every_fault_once() {
     eprintln!("partitions: PARTITION_SEED={seed}");
     let network = Network::start(NODE_TIMEOUT.as_millis() as u64);
     let mut failures = Vec::new();
-    for (i, fault) in Fault::ALL.into_iter().enumerate() {
+    for (i, fault) in Fault::CI.into_iter().enumerate() {
         let reports = trial(&network, fault, seed.wrapping_add(i as u64), false);
         failures.extend(beyond_bounds(fault, &reports));
     }
@@ -206,10 +218,11 @@ fn beyond_bounds(fault: Fault, reports: &[LockReport]) -> Vec<String> {
 }
 
 /// How long a lock may stay unusable after its fault healed: a hold that survived
-/// the fault blocks until its lease ends, and a failover still under way finishes
-/// within the node timeout and a couple of seconds; plus slack for a loaded machine.
+/// the fault blocks until it ends (a long hold lasts up to one and a half leases) or
+/// its lease does, and a failover still under way finishes within the node timeout and
+/// a couple of seconds; plus slack for a loaded machine.
 fn unusable_bound(fault: Fault) -> Duration {
-    fault.lease() + NODE_TIMEOUT + Duration::from_secs(5)
+    fault.lease().mul_f64(1.5) + NODE_TIMEOUT + Duration::from_secs(5)
 }
 
 /// One fault on the master of two fresh locks (one with `min_replicas(1)`), with

@@ -10,7 +10,9 @@
 //! clock), and stops when its stdin closes. The parent ([`Worker`]) reads those lines
 //! as they come, so the test can see who holds what (to pause a writer mid-hold).
 //!
-//! Each write step is: check `is_held()`; prepare (a short random sleep: building
+//! Holds take one to three steps; one write hold in five steps on for one to one and
+//! a half leases, so that some hold spans the fault. Each write step is: check
+//! `is_held()`; prepare (a short random sleep: building
 //! the request, or a pause landing there); write. So a worker stopped past its lease
 //! between the check and the write wakes up and writes as if it held, as in the
 //! classic critique of lease-based locks. Every write also sets a key of its own
@@ -322,8 +324,18 @@ pub async fn run_worker() {
         let mut believed = end;
         // The last `is_held()` that said yes.
         let mut last_check = end;
-        for _ in 0..rng.random_range(1..=3) {
-            if stop.load(Ordering::SeqCst) {
+        // Most holds take one to three steps; one write hold in five is a long one,
+        // stepping on for one to one and a half leases (a batch job), so some hold is
+        // held across whatever fault comes.
+        let long = write && rng.random_bool(0.2);
+        let steps = if long {
+            u32::MAX
+        } else {
+            rng.random_range(1..=3)
+        };
+        let long_until = std::time::Instant::now() + spec.lease.mul_f64(rng.random_range(1.0..1.5));
+        for _ in 0..steps {
+            if stop.load(Ordering::SeqCst) || (long && std::time::Instant::now() >= long_until) {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(rng.random_range(20..100))).await;
