@@ -28,7 +28,7 @@
 //! printed and `PARTITION_SEED=<seed>` replays the same choices (which worker, the
 //! workers' random timing, how long each phase lasts; the machine's own timing
 //! still varies). `PARTITION_RUNS=<n>` runs the ignored `random_faults`: n trials of
-//! randomly chosen faults.
+//! randomly chosen faults (`PARTITION_FAULTS=PausedMaster,SplitBrain`: only those).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -156,11 +156,24 @@ fn random_faults() {
         .unwrap_or(20);
     let seed = seed();
     eprintln!("partitions: PARTITION_SEED={seed} PARTITION_RUNS={runs}");
+    // `PARTITION_FAULTS=PausedMaster,SplitBrain`: only those (as `Fault` names them).
+    let faults: Vec<Fault> = match std::env::var("PARTITION_FAULTS") {
+        Ok(names) => names
+            .split(',')
+            .map(|name| {
+                *Fault::ALL
+                    .iter()
+                    .find(|f| format!("{f:?}") == name.trim())
+                    .unwrap_or_else(|| panic!("no fault {name:?}: {:?}", Fault::ALL))
+            })
+            .collect(),
+        Err(_) => Fault::ALL.to_vec(),
+    };
     let mut rng = StdRng::seed_from_u64(seed);
     let network = Network::start(NODE_TIMEOUT.as_millis() as u64);
     let mut failures = Vec::new();
     for _ in 0..runs {
-        let fault = Fault::ALL[rng.random_range(0..Fault::ALL.len())];
+        let fault = faults[rng.random_range(0..faults.len())];
         let reports = trial(&network, fault, rng.random(), true);
         failures.extend(beyond_bounds(fault, &reports));
     }

@@ -37,6 +37,8 @@ pub struct LockReport {
     /// (b): pairs of overlapping incompatible holds, and the longest overlap (ms).
     pub checked_overlaps: u64,
     pub checked_overlap_ms: f64,
+    /// The longest checked overlap's two holds, for the report.
+    pub checked_worst: String,
     pub acted_overlaps: u64,
     pub acted_overlap_ms: f64,
     /// (c)
@@ -49,6 +51,7 @@ pub struct LockReport {
 /// One hold: the worker, the mode, and its belief intervals (µs).
 struct Hold {
     worker: u64,
+    fence: u64,
     write: bool,
     from: u64,
     checked: u64,
@@ -136,6 +139,7 @@ pub fn check_lock(
         .filter(|r| r["kind"] == "hold")
         .map(|h| Hold {
             worker: us(h, "w"),
+            fence: us(h, "fence"),
             write: h["mode"] == "write",
             from: us(h, "from"),
             checked: us(h, "checked").max(us(h, "from")),
@@ -151,9 +155,23 @@ pub fn check_lock(
             let checked = a.checked.min(b.checked);
             if checked > start {
                 report.checked_overlaps += 1;
-                report.checked_overlap_ms = report
-                    .checked_overlap_ms
-                    .max((checked - start) as f64 / 1000.0);
+                let ms = (checked - start) as f64 / 1000.0;
+                if ms > report.checked_overlap_ms {
+                    report.checked_overlap_ms = ms;
+                    // Times in ms from the heal (negative: before it).
+                    let at = |t: u64| (t as f64 - heal_us as f64) / 1000.0;
+                    let describe = |h: &Hold| {
+                        format!(
+                            "worker {} {} (fence {}) from {:.0} to {:.0} ms",
+                            h.worker,
+                            if h.write { "write" } else { "read" },
+                            h.fence,
+                            at(h.from),
+                            at(h.checked)
+                        )
+                    };
+                    report.checked_worst = format!("{}; {}", describe(a), describe(b));
+                }
             }
             let acted = a.acted.min(b.acted);
             if acted > start {
@@ -197,6 +215,10 @@ impl std::fmt::Display for LockReport {
             self.plain_lost,
             self.unusable_ms
                 .map_or("never".to_owned(), |ms| format!("{ms:.0} ms")),
-        )
+        )?;
+        if !self.checked_worst.is_empty() {
+            write!(f, "; longest checked overlap: {}", self.checked_worst)?;
+        }
+        Ok(())
     }
 }
