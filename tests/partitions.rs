@@ -6,19 +6,19 @@
 //!
 //! Every link runs through the relays of [`common::Network`]; faults:
 //!
-//! * `isolated_master`: the lock's master cut off from every node and client;
-//! * `split_brain`: the lock's master cut off from the other nodes (its replica
-//!   too), still reachable by clients; again with the crate's default 10 s lease
+//! * `IsolatedMaster`: the lock's master cut off from every node and client;
+//! * `SplitBrain`: the lock's master cut off from the other nodes (its replica
+//!   too), still reachable by clients; `SplitBrainDefaultLease` with the crate's default 10 s lease
 //!   (longer than a failover; the other trials use 3 s, shorter than one);
-//! * `client_cut_off`: a client holding the write lock cut off from the lock's
+//! * `ClientCutOff`: a client holding the write lock cut off from the lock's
 //!   master (held silently both ways, as a firewall dropping packets);
-//! * `paused_master`: the lock's master stopped (SIGSTOP) until its replica took
+//! * `PausedMaster`: the lock's master stopped (SIGSTOP) until its replica took
 //!   over, then resumed;
-//! * `paused_client`: a client stopped while it holds the write lock, for longer
+//! * `PausedClient`: a client stopped while it holds the write lock, for longer
 //!   than its lease, then resumed;
-//! * `killed_master`: the lock's master killed (SIGKILL) under load, started again
+//! * `KilledMaster`: the lock's master killed (SIGKILL) under load, started again
 //!   once its replica took over (it rejoins as a replica);
-//! * `killed_after_hand_over`, `killed_after_batch_grant`: the same, but first the
+//! * `KilledAfterHandOver`, `KilledAfterBatchGrant`: the same, but first the
 //!   master's link to its replica is held (one way) until a writer that waited is
 //!   handed the lock, or a reader that waited is let in with its batch: the master
 //!   dies with a grant its replica never got.
@@ -27,8 +27,8 @@
 //! brain with the short lease, the kill after a hand-over), seeded: the seed is
 //! printed and `PARTITION_SEED=<seed>` replays the same choices (which worker, the
 //! workers' random timing, how long each phase lasts; the machine's own timing
-//! still varies). `PARTITION_RUNS=<n>` runs the ignored `random_faults`: n trials of
-//! randomly chosen faults (`PARTITION_FAULTS=PausedMaster,SplitBrain`: only those).
+//! still varies). The ignored `random_faults` runs `PARTITION_RUNS` trials (default 20)
+//! of faults picked at random (`PARTITION_FAULTS=PausedMaster,SplitBrain`: only those).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
