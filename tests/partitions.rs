@@ -332,7 +332,12 @@ fn trial(network: &Network, fault: Fault, seed: u64, long: bool) -> Vec<LockRepo
 
     let records: Vec<serde_json::Value> = workers
         .into_iter()
-        .flat_map(|w| w.stop(Duration::from_secs(30)))
+        .flat_map(|w| {
+            let pid = w.pid;
+            let records = w.stop(Duration::from_secs(30));
+            network.remove_client(pid);
+            records
+        })
         .collect();
     let reports: Vec<LockReport> = locks
         .iter()

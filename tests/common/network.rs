@@ -204,6 +204,11 @@ impl Network {
         self.rules.clients.lock().unwrap().push(pid);
     }
 
+    /// Forgets `pid` (its process has exited): fewer processes to look through.
+    pub fn remove_client(&self, pid: u32) {
+        self.rules.clients.lock().unwrap().retain(|&p| p != pid);
+    }
+
     /// Sets the direction `from -> to`.
     pub fn set(&self, from: Peer, to: Peer, state: LinkState) {
         self.rules.set(from, to, state);
