@@ -18,13 +18,14 @@
 //!   than its lease, then resumed;
 //! * `KilledMaster`: the lock's master killed (SIGKILL) under load, started again
 //!   once its replica took over (it rejoins as a replica);
-//! * `KilledAfterHandOver`, `KilledAfterBatchGrant`: the same, but first the
-//!   master's link to its replica is held (one way) until a writer that waited is
-//!   handed the lock, or a reader that waited is let in with its batch: the master
-//!   dies with a grant its replica never got.
+//! * `KilledAfterHandOver`, `KilledAfterBatchGrant`, `KilledAfterUpgrade`: the same,
+//!   but first the master's link to its replica is held (one way) until a writer that
+//!   waited is handed the lock, a reader that waited is let in with its batch, or an
+//!   upgrade that waited for the readers is granted: the master dies with a grant its
+//!   replica never got.
 //!
 //! `every_fault_once` runs each kind of fault once on one cluster (CI; the split
-//! brain with the short lease, the kill after a hand-over), seeded: the seed is
+//! brain with the short lease, one of the kills after a grant), seeded: the seed is
 //! printed and `PARTITION_SEED=<seed>` replays the same choices (which worker, the
 //! workers' random timing, how long each phase lasts; the machine's own timing
 //! still varies). The ignored `random_faults` runs `PARTITION_RUNS` trials (default 20)
@@ -71,10 +72,11 @@ enum Fault {
     KilledMaster,
     KilledAfterHandOver,
     KilledAfterBatchGrant,
+    KilledAfterUpgrade,
 }
 
 impl Fault {
-    const ALL: [Fault; 9] = [
+    const ALL: [Fault; 10] = [
         Fault::IsolatedMaster,
         Fault::SplitBrain,
         Fault::SplitBrainDefaultLease,
@@ -84,19 +86,26 @@ impl Fault {
         Fault::KilledMaster,
         Fault::KilledAfterHandOver,
         Fault::KilledAfterBatchGrant,
+        Fault::KilledAfterUpgrade,
+    ];
+
+    /// The kills after a grant the replica never got; CI runs one of them, by seed.
+    const KILLS_AFTER_GRANT: [Fault; 3] = [
+        Fault::KilledAfterHandOver,
+        Fault::KilledAfterBatchGrant,
+        Fault::KilledAfterUpgrade,
     ];
 
     /// What `every_fault_once` runs (CI, about 90 s per server): every kind of fault
     /// once: the split brain with the short lease (the default lease's trial takes
-    /// longer), the master killed after a hand-over it could not replicate
+    /// longer), then one of [`Fault::KILLS_AFTER_GRANT`], picked by the seed
     /// (`random_faults` runs every variant).
-    const CI: [Fault; 6] = [
+    const CI: [Fault; 5] = [
         Fault::IsolatedMaster,
         Fault::SplitBrain,
         Fault::ClientCutOff,
         Fault::PausedMaster,
         Fault::PausedClient,
-        Fault::KilledAfterHandOver,
     ];
 
     /// Whether the fault fails the lock's master over (exclusion is not claimed
@@ -111,6 +120,7 @@ impl Fault {
                 | Fault::KilledMaster
                 | Fault::KilledAfterHandOver
                 | Fault::KilledAfterBatchGrant
+                | Fault::KilledAfterUpgrade
         )
     }
 
@@ -139,7 +149,8 @@ fn every_fault_once() {
     eprintln!("partitions: PARTITION_SEED={seed}");
     let network = Network::start(NODE_TIMEOUT.as_millis() as u64);
     let mut failures = Vec::new();
-    for (i, fault) in Fault::CI.into_iter().enumerate() {
+    let kill = Fault::KILLS_AFTER_GRANT[(seed % 3) as usize];
+    for (i, fault) in Fault::CI.into_iter().chain([kill]).enumerate() {
         let reports = trial(&network, fault, seed.wrapping_add(i as u64), false);
         failures.extend(beyond_bounds(fault, &reports));
     }
@@ -226,6 +237,7 @@ fn beyond_bounds(fault: Fault, reports: &[LockReport]) -> Vec<String> {
                 | Fault::SplitBrainDefaultLease
                 | Fault::KilledAfterHandOver
                 | Fault::KilledAfterBatchGrant
+                | Fault::KilledAfterUpgrade
         );
         if r.min_replicas > 0 && !unreplicated && r.fenced_lost > 0 {
             fail(format!(
@@ -373,16 +385,23 @@ fn inject(
         | Fault::PausedMaster
         | Fault::KilledMaster
         | Fault::KilledAfterHandOver
-        | Fault::KilledAfterBatchGrant => {
+        | Fault::KilledAfterBatchGrant
+        | Fault::KilledAfterUpgrade => {
             let (mut paused, mut killed) = (None, None);
             let mut granted = String::new();
             match fault {
                 Fault::IsolatedMaster => network.isolate(target),
                 Fault::SplitBrain | Fault::SplitBrainDefaultLease => network.cut_from_nodes(target),
                 Fault::PausedMaster => paused = Some(Paused::new(network.pid(target))),
-                Fault::KilledAfterHandOver | Fault::KilledAfterBatchGrant => {
-                    let write = fault == Fault::KilledAfterHandOver;
-                    granted = unreplicated_grant(network, target, workers, write);
+                Fault::KilledAfterHandOver
+                | Fault::KilledAfterBatchGrant
+                | Fault::KilledAfterUpgrade => {
+                    let (kind, mode) = match fault {
+                        Fault::KilledAfterHandOver => ("acquire", "write"),
+                        Fault::KilledAfterBatchGrant => ("acquire", "read"),
+                        _ => ("upgrade", "write"),
+                    };
+                    granted = unreplicated_grant(network, target, workers, kind, mode);
                     killed = Some(network.kill(target));
                 }
                 _ => killed = Some(network.kill(target)),
@@ -447,14 +466,20 @@ fn wait_for_writer(workers: &[Worker]) -> &Worker {
 }
 
 /// Holds everything `master` sends its replica (replication and the bus, one way),
-/// then waits until a client that waited for the lock is granted it (a writer:
-/// handed over by a release; readers: a batch let in): the master has made a grant
-/// its replica does not have. Says who.
-fn unreplicated_grant(network: &Network, master: usize, workers: &[Worker], write: bool) -> String {
+/// then waits until a client that waited for the lock is granted it (`kind`
+/// `acquire`, `mode` `write`: a writer handed the lock by a release; `read`: a reader
+/// let in with its batch; kind `upgrade`: an upgrade that waited for the readers):
+/// the master has made a grant its replica does not have. Says who.
+fn unreplicated_grant(
+    network: &Network,
+    master: usize,
+    workers: &[Worker],
+    kind: &str,
+    mode: &str,
+) -> String {
     let replica = network.replica_of(master).expect("the master's replica");
     network.hold(Peer::Node(master), Peer::Node(replica));
     let since = now_us();
-    let mode = if write { "write" } else { "read" };
     let mut who = String::new();
     wait_until("a waiter granted", Duration::from_secs(30), || {
         for worker in workers {
@@ -463,7 +488,7 @@ fn unreplicated_grant(network: &Network, master: usize, workers: &[Worker], writ
                     r["start"].as_u64().unwrap_or(0),
                     r["end"].as_u64().unwrap_or(0),
                 );
-                r["kind"] == "acquire"
+                r["kind"] == kind
                     && r["ok"] == true
                     && r["mode"] == mode
                     && start >= since
@@ -471,7 +496,7 @@ fn unreplicated_grant(network: &Network, master: usize, workers: &[Worker], writ
             });
             if let Some(r) = waited {
                 who = format!(
-                    "worker {} granted {mode} after waiting {} ms, unreplicated; ",
+                    "worker {} granted {kind} {mode} after waiting {} ms, unreplicated; ",
                     worker.id,
                     (r["end"].as_u64().unwrap_or(0) - r["start"].as_u64().unwrap_or(0)) / 1000
                 );

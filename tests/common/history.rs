@@ -5,8 +5,9 @@
 //!   token is smaller than that of a write acknowledged before it started (real time:
 //!   one process clock). Counted for the fenced register (must stay 0) and for the
 //!   plain one (what fencing saves you from).
-//! * (b) **overlapping holds**: two guards of different workers, at least one a
-//!   writer, believing they held at once. Two measures per hold, both from the
+//! * (b) **overlapping holds**: two guards of different workers in modes that exclude
+//!   each other (a writer and anyone; two upgradable readers), believing they held
+//!   at once. Two measures per hold, both from the
 //!   acquire's end: *checked*, up to its last `is_held()` that said yes (what the
 //!   crate promises to keep exclusive), and *acted*, up to the end of the last write
 //!   or read that succeeded, begun on such an answer (what a paused or slow process
@@ -52,7 +53,9 @@ pub struct LockReport {
 struct Hold {
     worker: u64,
     fence: u64,
-    write: bool,
+    /// `write`, `read` or `upgradable` (an upgradable read before its upgrade:
+    /// beside readers, not beside a writer or another upgradable holder).
+    mode: String,
     from: u64,
     checked: u64,
     acted: u64,
@@ -140,7 +143,7 @@ pub fn check_lock(
         .map(|h| Hold {
             worker: us(h, "w"),
             fence: us(h, "fence"),
-            write: h["mode"] == "write",
+            mode: h["mode"].as_str().unwrap_or("").to_owned(),
             from: us(h, "from"),
             checked: us(h, "checked").max(us(h, "from")),
             acted: us(h, "to").max(us(h, "from")),
@@ -148,7 +151,10 @@ pub fn check_lock(
         .collect();
     for (i, a) in holds.iter().enumerate() {
         for b in &holds[i + 1..] {
-            if a.worker == b.worker || !(a.write || b.write) {
+            let exclusive = |m: &str| m == "write" || m == "upgradable";
+            let compatible = !(a.mode == "write" || b.mode == "write")
+                && !(exclusive(&a.mode) && exclusive(&b.mode));
+            if a.worker == b.worker || compatible {
                 continue;
             }
             let start = a.from.max(b.from);
@@ -164,7 +170,7 @@ pub fn check_lock(
                         format!(
                             "worker {} {} (fence {}) from {:.0} to {:.0} ms",
                             h.worker,
-                            if h.write { "write" } else { "read" },
+                            h.mode,
                             h.fence,
                             at(h.from),
                             at(h.checked)

@@ -10,7 +10,8 @@
 //! clock), and stops when its stdin closes. The parent ([`Worker`]) reads those lines
 //! as they come, so the test can see who holds what (to pause a writer mid-hold).
 //!
-//! Holds take one to three steps; one write hold in five steps on for one to one and
+//! One write hold in four is taken by an upgrade (an upgradable read, a look, then
+//! `upgrade()`). Holds take one to three steps; one write hold in five steps on for one to one and
 //! a half leases, so that some hold spans the fault. Each write step is: check
 //! `is_held()`; prepare (a short random sleep: building
 //! the request, or a pause landing there); write. So a worker stopped past its lease
@@ -218,6 +219,43 @@ fn describe<E: std::fmt::Debug>(e: &E) -> String {
     text.chars().take(120).collect()
 }
 
+/// A write hold by way of an upgradable read: takes it, looks for `look`, upgrades.
+/// Records the upgradable hold (mode `upgradable`, up to the `is_held()` before the
+/// upgrade) and the upgrade (kind `upgrade`: how long it waited for the readers).
+async fn upgraded(
+    id: u32,
+    name: &str,
+    lock: &RwLock,
+    look: Duration,
+    limit: Duration,
+) -> Result<Result<redis_rwlock::RwLockWriteGuard, redis_rwlock::Error>, tokio::time::error::Elapsed>
+{
+    let guard = match tokio::time::timeout(limit, lock.upgradable_read()).await? {
+        Ok(guard) => guard,
+        Err(e) => return Ok(Err(e)),
+    };
+    let from = now_us();
+    tokio::time::sleep(look).await;
+    let checked = now_us();
+    let to = if guard.is_held() { checked } else { from };
+    let start = now_us();
+    let upgraded = tokio::time::timeout(limit, guard.upgrade()).await;
+    let end = now_us();
+    let (ok, fence) = match &upgraded {
+        Ok(Ok(writer)) => (true, writer.fencing_token()),
+        _ => (false, 0),
+    };
+    emit(
+        json!({"w": id, "kind": "hold", "lock": name, "mode": "upgradable", "fence": 0,
+        "from": from, "to": to, "checked": to, "released": "upgraded"}),
+    );
+    emit(
+        json!({"w": id, "kind": "upgrade", "lock": name, "mode": "write", "start": start,
+        "end": end, "ok": ok, "fence": fence}),
+    );
+    upgraded
+}
+
 /// Runs the worker that [`WORKER_ENV`] describes until its stdin closes. Returns at
 /// once when the variable is not set.
 pub async fn run_worker() {
@@ -282,7 +320,14 @@ pub async fn run_worker() {
             Write(redis_rwlock::RwLockWriteGuard),
             Read(redis_rwlock::RwLockReadGuard),
         }
-        let acquired = if write {
+        // One write in four comes by an upgrade: an upgradable read, a look, then
+        // `upgrade()`.
+        let acquired = if write && rng.random_bool(0.25) {
+            let look = Duration::from_millis(rng.random_range(20..100));
+            upgraded(spec.id, name, lock, look, op_limit)
+                .await
+                .map(|r| r.map(Guard::Write))
+        } else if write {
             tokio::time::timeout(op_limit, lock.write())
                 .await
                 .map(|r| r.map(Guard::Write))
