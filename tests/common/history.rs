@@ -152,9 +152,10 @@ pub fn check_lock(
     for (i, a) in holds.iter().enumerate() {
         for b in &holds[i + 1..] {
             let exclusive = |m: &str| m == "write" || m == "upgradable";
-            let compatible = !(a.mode == "write" || b.mode == "write")
-                && !(exclusive(&a.mode) && exclusive(&b.mode));
-            if a.worker == b.worker || compatible {
+            let conflict = a.mode == "write"
+                || b.mode == "write"
+                || (exclusive(&a.mode) && exclusive(&b.mode));
+            if a.worker == b.worker || !conflict {
                 continue;
             }
             let start = a.from.max(b.from);
