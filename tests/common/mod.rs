@@ -27,6 +27,10 @@
 //! * `inspect.rs`: commands, statistics and the cluster's view of itself;
 //! * `faults.rs`: failover, slot migration, script flushes, connection kills;
 //! * `process.rs`: pausing, resuming and killing processes by pid;
+//! * `network.rs`: [`Network`], a cluster with every link (client to node, node to
+//!   node on the data port and the bus) behind relays that cut, hold, delay and heal
+//!   links one way or both; `workload.rs`: the partition tests' clients, each in a
+//!   process of its own; `history.rs`: the checker of what they recorded;
 //! * `proxy.rs`: [`Proxy`], a loopback relay that loses a chosen reply and resets
 //!   the connection (or holds a request to deliver it late), and [`Proxied`]
 //!   servers (a relay in front of every node);
@@ -45,11 +49,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod faults;
+mod history;
 mod inspect;
 mod launcher;
 mod locks;
 mod logs;
 mod monitor;
+mod network;
 mod original;
 mod panics;
 mod process;
@@ -58,10 +64,13 @@ pub mod scale;
 mod scripts;
 #[cfg(all(unix, feature = "cli"))]
 mod tool;
+mod workload;
 
 // Not every test binary uses every helper.
 #[allow(unused_imports)]
 pub use faults::*;
+#[allow(unused_imports)]
+pub use history::*;
 #[allow(unused_imports)]
 pub use inspect::*;
 #[allow(unused_imports)]
@@ -72,6 +81,8 @@ pub use locks::*;
 pub use logs::*;
 #[allow(unused_imports)]
 pub use monitor::*;
+#[allow(unused_imports)]
+pub use network::*;
 #[allow(unused_imports)]
 pub use original::*;
 #[allow(unused_imports)]
@@ -85,3 +96,5 @@ pub use scripts::*;
 #[cfg(all(unix, feature = "cli"))]
 #[allow(unused_imports)]
 pub use tool::*;
+#[allow(unused_imports)]
+pub use workload::*;

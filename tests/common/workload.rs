@@ -1,0 +1,495 @@
+//! The partition tests' workload: clients in processes of their own (so one can be
+//! paused with SIGSTOP, or cut off by pid, without the others), each taking read and
+//! write holds on a few locks and writing, under each write hold, a register beside
+//! the lock twice: once through `fenced_write` and once with a plain `MSET` (what an
+//! application without fencing would do).
+//!
+//! A worker is the test binary run again with its `worker_process` test and
+//! [`WORKER_ENV`] holding a [`WorkerSpec`] (JSON). It prints one `REC {json}` line per
+//! operation, as it ends, with wall-clock microseconds (every process reads the same
+//! clock), and stops when its stdin closes. The parent ([`Worker`]) reads those lines
+//! as they come, so the test can see who holds what (to pause a writer mid-hold).
+//!
+//! One write hold in four is taken by an upgrade (an upgradable read, a look, then
+//! `upgrade()`). Holds take one to three steps; one write hold in five steps on for one to one and
+//! a half leases, so that some hold spans the fault. Each write step is: check
+//! `is_held()`; prepare (a short random sleep: building
+//! the request, or a pause landing there); write. So a worker stopped past its lease
+//! between the check and the write wakes up and writes as if it held, as in the
+//! classic critique of lease-based locks. Every write also sets a key of its own
+//! (`ack:{lock}:<worker>:<seq>`) in the same step, so a write acknowledged and then
+//! lost in a failover is found missing afterwards.
+
+use std::io::{BufRead, BufReader, Write as _};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use redis_rwlock::{FencedWrites, LockClient, LockOptions, RwLock};
+use serde_json::{Value, json};
+
+/// The environment variable that makes `worker_process` run a worker.
+pub const WORKER_ENV: &str = "PARTITION_WORKER";
+
+/// What one worker does.
+#[derive(Clone, Debug)]
+pub struct WorkerSpec {
+    pub id: u32,
+    /// The client relays' URLs.
+    pub urls: Vec<String>,
+    /// (lock name, min_replicas).
+    pub locks: Vec<(String, u32)>,
+    pub seed: u64,
+    /// Read and write lease.
+    pub lease: Duration,
+}
+
+impl WorkerSpec {
+    fn to_json(&self) -> String {
+        json!({
+            "id": self.id,
+            "urls": self.urls,
+            "locks": self.locks,
+            "seed": self.seed,
+            "lease_ms": self.lease.as_millis() as u64,
+        })
+        .to_string()
+    }
+
+    fn from_json(text: &str) -> WorkerSpec {
+        let v: Value = serde_json::from_str(text).expect("a worker spec");
+        WorkerSpec {
+            id: v["id"].as_u64().unwrap() as u32,
+            urls: v["urls"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|u| u.as_str().unwrap().to_owned())
+                .collect(),
+            locks: v["locks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|l| {
+                    (
+                        l[0].as_str().unwrap().to_owned(),
+                        l[1].as_u64().unwrap() as u32,
+                    )
+                })
+                .collect(),
+            seed: v["seed"].as_u64().unwrap(),
+            lease: Duration::from_millis(v["lease_ms"].as_u64().unwrap()),
+        }
+    }
+}
+
+/// Wall-clock microseconds: every process on the machine reads the same clock.
+pub fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("a clock after 1970")
+        .as_micros() as u64
+}
+
+/// The fenced register beside `lock`.
+pub fn fenced_register(lock: &str) -> String {
+    format!("reg:{{{lock}}}")
+}
+
+/// The plain (unfenced) register beside `lock`.
+pub fn plain_register(lock: &str) -> String {
+    format!("plain:{{{lock}}}")
+}
+
+/// A running worker process and the records it printed so far.
+pub struct Worker {
+    pub id: u32,
+    pub pid: u32,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    records: Arc<Mutex<Vec<Value>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+    /// Waited for: its pid may belong to another process now.
+    exited: bool,
+}
+
+impl Worker {
+    /// Starts `spec` in a process of its own: this test binary, `worker_process`.
+    pub fn start(spec: &WorkerSpec) -> Worker {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let mut child = Command::new(exe)
+            .args(["--exact", "worker_process", "--ignored", "--nocapture"])
+            .args(["--test-threads", "1"])
+            .env(WORKER_ENV, spec.to_json())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start a worker process");
+        let stdout = child.stdout.take().expect("a piped stdout");
+        let records = Arc::new(Mutex::new(Vec::new()));
+        let sink = records.clone();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(record) = line.strip_prefix("REC ") {
+                    let value: Value = serde_json::from_str(record).expect("a record");
+                    sink.lock().unwrap().push(value);
+                }
+            }
+        });
+        Worker {
+            id: spec.id,
+            pid: child.id(),
+            stdin: child.stdin.take(),
+            child,
+            records,
+            reader: Some(reader),
+            exited: false,
+        }
+    }
+
+    /// The records printed so far.
+    pub fn records(&self) -> Vec<Value> {
+        self.records.lock().unwrap().clone()
+    }
+
+    /// The latest acquire record, if any.
+    pub fn last_acquire(&self) -> Option<Value> {
+        self.records
+            .lock()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|r| r["kind"] == "acquire")
+            .cloned()
+    }
+
+    /// Closes the worker's stdin (it finishes its operation, releases and exits),
+    /// waits for it (killing it after `limit`) and returns every record.
+    pub fn stop(mut self, limit: Duration) -> Vec<Value> {
+        self.stdin = None;
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(_)) => break,
+                _ if std::time::Instant::now() >= deadline => {
+                    eprintln!("worker {} did not stop within {limit:?}: killed", self.id);
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    break;
+                }
+                _ => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+        self.exited = true;
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        self.records()
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if self.exited {
+            return;
+        }
+        // SIGCONT first: a paused worker cannot die of SIGKILL before it runs again
+        // on every kernel, and it must not stay frozen.
+        let _ = super::process::kill_command(self.pid, "-CONT");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Prints one record.
+fn emit(record: Value) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "REC {record}");
+    let _ = out.flush();
+}
+
+/// The text of an error, short.
+fn describe<E: std::fmt::Debug>(e: &E) -> String {
+    let text = format!("{e:?}");
+    text.chars().take(120).collect()
+}
+
+/// A write hold by way of an upgradable read: takes it, looks for `look`, upgrades.
+/// Records the upgradable hold (mode `upgradable`, up to the `is_held()` before the
+/// upgrade) and the upgrade (kind `upgrade`: how long it waited for the readers).
+async fn upgraded(
+    id: u32,
+    name: &str,
+    lock: &RwLock,
+    look: Duration,
+    limit: Duration,
+) -> Result<Result<redis_rwlock::RwLockWriteGuard, redis_rwlock::Error>, tokio::time::error::Elapsed>
+{
+    let guard = match tokio::time::timeout(limit, lock.upgradable_read()).await? {
+        Ok(guard) => guard,
+        Err(e) => return Ok(Err(e)),
+    };
+    let from = now_us();
+    tokio::time::sleep(look).await;
+    let checked = now_us();
+    let to = if guard.is_held() { checked } else { from };
+    let start = now_us();
+    let upgraded = tokio::time::timeout(limit, guard.upgrade()).await;
+    let end = now_us();
+    let (ok, fence) = match &upgraded {
+        Ok(Ok(writer)) => (true, writer.fencing_token()),
+        _ => (false, 0),
+    };
+    emit(
+        json!({"w": id, "kind": "hold", "lock": name, "mode": "upgradable", "fence": 0,
+        "from": from, "to": to, "checked": to, "released": "upgraded"}),
+    );
+    emit(
+        json!({"w": id, "kind": "upgrade", "lock": name, "mode": "write", "start": start,
+        "end": end, "ok": ok, "fence": fence}),
+    );
+    upgraded
+}
+
+/// Runs the worker that [`WORKER_ENV`] describes until its stdin closes. Returns at
+/// once when the variable is not set.
+pub async fn run_worker() {
+    let Ok(text) = std::env::var(WORKER_ENV) else {
+        return;
+    };
+    let spec = WorkerSpec::from_json(&text);
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopping = stop.clone();
+    std::thread::spawn(move || {
+        let mut sink = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+        stopping.store(true, Ordering::SeqCst);
+    });
+    // A loaded machine (two cores, builds beside the tests) can miss the driver's
+    // connect limit: try again for a while, as a service starting up would.
+    let (client, mut raw) = {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let client = LockClient::cluster(spec.urls.clone()).await;
+            let raw = match redis::cluster::ClusterClient::new(spec.urls.clone()) {
+                Ok(raw) => raw.get_async_connection().await,
+                Err(e) => Err(e),
+            };
+            match (client, raw) {
+                (Ok(client), Ok(raw)) => break (client, raw),
+                (client, raw) => {
+                    let error = format!("{:?} / {:?}", client.err(), raw.err());
+                    assert!(attempt < 30, "worker {}: no connection: {error}", spec.id);
+                    eprintln!("worker {}: connecting again after {error}", spec.id);
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    };
+    let locks: Vec<(String, RwLock)> = spec
+        .locks
+        .iter()
+        .map(|(name, replicas)| {
+            let mut options = LockOptions::default()
+                .read_lease(spec.lease)
+                .write_lease(spec.lease)
+                .wait_timeout(Duration::from_secs(3));
+            if *replicas > 0 {
+                options = options
+                    .min_replicas(*replicas)
+                    .replica_timeout(Duration::from_millis(500));
+            }
+            (name.clone(), client.rwlock_with(name, options))
+        })
+        .collect();
+    let mut rng = StdRng::seed_from_u64(spec.seed);
+    let mut seq = 0u64;
+    let op_limit = Duration::from_secs(10);
+    while !stop.load(Ordering::SeqCst) {
+        let (name, lock) = &locks[rng.random_range(0..locks.len())];
+        let write = rng.random_bool(0.5);
+        let mode = if write { "write" } else { "read" };
+        let start = now_us();
+        enum Guard {
+            Write(redis_rwlock::RwLockWriteGuard),
+            Read(redis_rwlock::RwLockReadGuard),
+        }
+        // One write in four comes by an upgrade: an upgradable read, a look, then
+        // `upgrade()`.
+        let acquired = if write && rng.random_bool(0.25) {
+            let look = Duration::from_millis(rng.random_range(20..100));
+            upgraded(spec.id, name, lock, look, op_limit)
+                .await
+                .map(|r| r.map(Guard::Write))
+        } else if write {
+            tokio::time::timeout(op_limit, lock.write())
+                .await
+                .map(|r| r.map(Guard::Write))
+        } else {
+            tokio::time::timeout(op_limit, lock.read())
+                .await
+                .map(|r| r.map(Guard::Read))
+        };
+        let end = now_us();
+        let guard = match acquired {
+            Ok(Ok(guard)) => guard,
+            outcome => {
+                let err = match outcome {
+                    Ok(Err(e)) => describe(&e),
+                    _ => "hung".to_owned(),
+                };
+                emit(
+                    json!({"w": spec.id, "kind": "acquire", "lock": name, "mode": mode,
+                    "start": start, "end": end, "ok": false, "err": err}),
+                );
+                tokio::time::sleep(Duration::from_millis(rng.random_range(20..100))).await;
+                continue;
+            }
+        };
+        let fence = match &guard {
+            Guard::Write(g) => g.fencing_token(),
+            Guard::Read(_) => 0,
+        };
+        emit(
+            json!({"w": spec.id, "kind": "acquire", "lock": name, "mode": mode,
+            "start": start, "end": end, "ok": true, "fence": fence}),
+        );
+        let held = |guard: &Guard| match guard {
+            Guard::Write(g) => g.is_held(),
+            Guard::Read(g) => g.is_held(),
+        };
+        // The end of the last write or read that succeeded, begun on an `is_held()`
+        // that said yes.
+        let mut believed = end;
+        // The last `is_held()` that said yes.
+        let mut last_check = end;
+        // Most holds take one to three steps; one write hold in five is a long one,
+        // stepping on for one to one and a half leases (a batch job), so some hold is
+        // held across whatever fault comes.
+        let long = write && rng.random_bool(0.2);
+        let steps = if long {
+            u32::MAX
+        } else {
+            rng.random_range(1..=3)
+        };
+        let long_until = std::time::Instant::now() + spec.lease.mul_f64(rng.random_range(1.0..1.5));
+        for _ in 0..steps {
+            if stop.load(Ordering::SeqCst) || (long && std::time::Instant::now() >= long_until) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(rng.random_range(20..100))).await;
+            let checked = now_us();
+            if !held(&guard) {
+                break;
+            }
+            last_check = checked;
+            // Said as it happens, so a test can stop the process right after it.
+            emit(
+                json!({"w": spec.id, "kind": "check", "lock": name, "mode": mode,
+                "at": checked}),
+            );
+            // Preparing the write: the pause that matters lands here.
+            tokio::time::sleep(Duration::from_millis(rng.random_range(20..100))).await;
+            match &guard {
+                Guard::Write(g) => {
+                    seq += 1;
+                    let ack = format!("ack:{{{name}}}:{}:{seq}", spec.id);
+                    let start = now_us();
+                    let writes = FencedWrites::new()
+                        .set(fenced_register(name), fence.to_string())
+                        .set(&ack, "1");
+                    let outcome = tokio::time::timeout(op_limit, g.fenced_write(writes)).await;
+                    let end = now_us();
+                    let (ok, err) = match outcome {
+                        Ok(Ok(())) => (true, String::new()),
+                        Ok(Err(e)) => (false, describe(&e)),
+                        Err(_) => (false, "hung".to_owned()),
+                    };
+                    if ok {
+                        believed = end;
+                    }
+                    emit(
+                        json!({"w": spec.id, "kind": "write", "reg": "fenced", "lock": name,
+                        "start": start, "end": end, "ok": ok, "err": err, "token": fence,
+                        "ack": ack}),
+                    );
+                    seq += 1;
+                    let ack = format!("pack:{{{name}}}:{}:{seq}", spec.id);
+                    let start = now_us();
+                    let outcome: Result<redis::RedisResult<()>, _> = tokio::time::timeout(
+                        op_limit,
+                        redis::cmd("MSET")
+                            .arg(plain_register(name))
+                            .arg(fence)
+                            .arg(&ack)
+                            .arg(1)
+                            .query_async(&mut raw),
+                    )
+                    .await;
+                    let end = now_us();
+                    let (ok, err) = match outcome {
+                        Ok(Ok(())) => (true, String::new()),
+                        Ok(Err(e)) => (false, describe(&e)),
+                        Err(_) => (false, "hung".to_owned()),
+                    };
+                    if ok {
+                        believed = end;
+                    }
+                    emit(
+                        json!({"w": spec.id, "kind": "write", "reg": "plain", "lock": name,
+                        "start": start, "end": end, "ok": ok, "err": err, "token": fence,
+                        "ack": ack}),
+                    );
+                }
+                Guard::Read(_) => {
+                    let start = now_us();
+                    let outcome: Result<redis::RedisResult<Option<u64>>, _> = tokio::time::timeout(
+                        op_limit,
+                        redis::cmd("GET")
+                            .arg(fenced_register(name))
+                            .query_async(&mut raw),
+                    )
+                    .await;
+                    let end = now_us();
+                    let value = match outcome {
+                        Ok(Ok(value)) => {
+                            believed = end;
+                            json!(value.unwrap_or(0))
+                        }
+                        _ => Value::Null,
+                    };
+                    emit(
+                        json!({"w": spec.id, "kind": "read", "lock": name, "start": start,
+                        "end": end, "value": value}),
+                    );
+                }
+            }
+        }
+        let start = now_us();
+        if held(&guard) {
+            believed = start;
+            last_check = start;
+        }
+        let released = match guard {
+            Guard::Write(g) => tokio::time::timeout(op_limit, g.release()).await,
+            Guard::Read(g) => tokio::time::timeout(op_limit, g.release()).await,
+        };
+        let released = match released {
+            Ok(Ok(())) => "ok".to_owned(),
+            Ok(Err(e)) => describe(&e),
+            Err(_) => "hung".to_owned(),
+        };
+        emit(
+            json!({"w": spec.id, "kind": "hold", "lock": name, "mode": mode, "fence": fence,
+            "from": end, "to": believed, "checked": last_check, "release_start": start, "release_end": now_us(),
+            "released": released}),
+        );
+        tokio::time::sleep(Duration::from_millis(rng.random_range(10..80))).await;
+    }
+}
