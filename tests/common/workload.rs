@@ -213,6 +213,21 @@ fn emit(record: Value) {
     let _ = out.flush();
 }
 
+/// Runs one write within `limit`: when it ended (wall-clock µs), whether it
+/// succeeded, and the error's text if not (`hung` past the limit).
+async fn timed(
+    limit: Duration,
+    write: impl Future<Output = Result<(), String>>,
+) -> (u64, bool, String) {
+    let outcome = tokio::time::timeout(limit, write).await;
+    let end = now_us();
+    match outcome {
+        Ok(Ok(())) => (end, true, String::new()),
+        Ok(Err(err)) => (end, false, err),
+        Err(_) => (end, false, "hung".to_owned()),
+    }
+}
+
 /// The text of an error, short.
 fn describe<E: std::fmt::Debug>(e: &E) -> String {
     let text = format!("{e:?}");
@@ -404,13 +419,8 @@ pub async fn run_worker() {
                     let writes = FencedWrites::new()
                         .set(fenced_register(name), fence.to_string())
                         .set(&ack, "1");
-                    let outcome = tokio::time::timeout(op_limit, g.fenced_write(writes)).await;
-                    let end = now_us();
-                    let (ok, err) = match outcome {
-                        Ok(Ok(())) => (true, String::new()),
-                        Ok(Err(e)) => (false, describe(&e)),
-                        Err(_) => (false, "hung".to_owned()),
-                    };
+                    let fenced = async { g.fenced_write(writes).await.map_err(|e| describe(&e)) };
+                    let (end, ok, err) = timed(op_limit, fenced).await;
                     if ok {
                         believed = end;
                     }
@@ -422,22 +432,17 @@ pub async fn run_worker() {
                     seq += 1;
                     let ack = format!("pack:{{{name}}}:{}:{seq}", spec.id);
                     let start = now_us();
-                    let outcome: Result<redis::RedisResult<()>, _> = tokio::time::timeout(
-                        op_limit,
+                    let plain = async {
                         redis::cmd("MSET")
                             .arg(plain_register(name))
                             .arg(fence)
                             .arg(&ack)
                             .arg(1)
-                            .query_async(&mut raw),
-                    )
-                    .await;
-                    let end = now_us();
-                    let (ok, err) = match outcome {
-                        Ok(Ok(())) => (true, String::new()),
-                        Ok(Err(e)) => (false, describe(&e)),
-                        Err(_) => (false, "hung".to_owned()),
+                            .query_async::<()>(&mut raw)
+                            .await
+                            .map_err(|e| describe(&e))
                     };
+                    let (end, ok, err) = timed(op_limit, plain).await;
                     if ok {
                         believed = end;
                     }
