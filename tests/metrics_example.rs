@@ -27,7 +27,30 @@ use common::{shared_cluster, shared_standalone, unique_name};
 fn example() -> &'static PathBuf {
     static EXAMPLE: OnceLock<PathBuf> = OnceLock::new();
     EXAMPLE.get_or_init(|| {
-        let output = Command::new(env!("CARGO"))
+        // Without the variables cargo sets for this test's package: build scripts
+        // that watch them (ring's) would run again here, and again in the next
+        // `cargo test`, rebuilding the TLS stack and this crate each time.
+        let package_vars = std::env::vars_os().filter_map(|(name, _)| {
+            let text = name.to_str()?;
+            let per_package = [
+                "CARGO_PKG_",
+                "CARGO_MANIFEST_",
+                "CARGO_CRATE_",
+                "CARGO_BIN_",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "CARGO_RUSTC_CURRENT_DIR",
+            ];
+            per_package
+                .iter()
+                .any(|prefix| text.starts_with(prefix))
+                .then_some(name)
+        });
+        let mut build = Command::new(env!("CARGO"));
+        for name in package_vars {
+            build.env_remove(name);
+        }
+        let output = build
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .args([
                 "build",

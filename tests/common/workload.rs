@@ -10,9 +10,10 @@
 //! clock), and stops when its stdin closes. The parent ([`Worker`]) reads those lines
 //! as they come, so the test can see who holds what (to pause a writer mid-hold).
 //!
-//! One write hold in four is taken by an upgrade (an upgradable read, a look, then
-//! `upgrade()`). Holds take one to three steps; one write hold in five steps on for one to one and
-//! a half leases, so that some hold spans the fault. Each write step is: check
+//! A share of the write holds (one in four, or all of them in the trial that kills a
+//! master after an upgrade) is taken by an upgrade (an upgradable read, a look, then
+//! `upgrade()`). Holds take one to three steps; one write hold in five steps on for
+//! one to one and a half leases, so that some hold spans the fault. Each write step is: check
 //! `is_held()`; prepare (a short random sleep: building
 //! the request, or a pause landing there); write. So a worker stopped past its lease
 //! between the check and the write wakes up and writes as if it held, as in the
@@ -45,6 +46,9 @@ pub struct WorkerSpec {
     pub seed: u64,
     /// Read and write lease.
     pub lease: Duration,
+    /// The share of write holds taken by way of an upgrade (the rest are plain
+    /// writes).
+    pub upgrades: f64,
 }
 
 impl WorkerSpec {
@@ -55,6 +59,7 @@ impl WorkerSpec {
             "locks": self.locks,
             "seed": self.seed,
             "lease_ms": self.lease.as_millis() as u64,
+            "upgrades": self.upgrades,
         })
         .to_string()
     }
@@ -82,6 +87,7 @@ impl WorkerSpec {
                 .collect(),
             seed: v["seed"].as_u64().unwrap(),
             lease: Duration::from_millis(v["lease_ms"].as_u64().unwrap()),
+            upgrades: v["upgrades"].as_f64().unwrap(),
         }
     }
 }
@@ -335,9 +341,9 @@ pub async fn run_worker() {
             Write(redis_rwlock::RwLockWriteGuard),
             Read(redis_rwlock::RwLockReadGuard),
         }
-        // One write in four comes by an upgrade: an upgradable read, a look, then
-        // `upgrade()`.
-        let acquired = if write && rng.random_bool(0.25) {
+        // A share of the writes (`upgrades`) comes by an upgrade: an upgradable read,
+        // a look, then `upgrade()`.
+        let acquired = if write && rng.random_bool(spec.upgrades) {
             let look = Duration::from_millis(rng.random_range(20..100));
             upgraded(spec.id, name, lock, look, op_limit)
                 .await
