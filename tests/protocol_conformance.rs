@@ -23,6 +23,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use redis::{Script, Value};
 
+use model::ModelTok as _;
 use model::lua::{self, Field, Hash, Outcome, Params, Reply, Time, Tok, Val, Wake};
 
 /// One tick of model time, in ms.
@@ -124,14 +125,14 @@ enum Step {
 /// refused upgrades, not only lost ones.
 fn random_step(rng: &mut StdRng, view: &lua::View) -> Step {
     let t = rng.random_range(0..TOKENS);
-    let owner = view.upgradable.map(|(owner, _)| owner.client as usize);
+    let owner = view.upgradable.map(|(owner, _)| owner.client() as usize);
     let upgrader = owner.filter(|_| rng.random_bool(0.9)).unwrap_or(t);
     // While an upgrade waits, the other readers.
     let holders: Vec<usize> = (view
         .readers
         .keys()
         .chain(view.writer.as_ref().map(|(w, _)| w)))
-    .map(|h| h.client as usize)
+    .map(|h| h.client() as usize)
     .filter(|&h| view.upgrade.is_none() || Some(h) != owner)
     .collect();
     let releaser = if !holders.is_empty() && rng.random_bool(0.6) {
@@ -148,7 +149,7 @@ fn random_step(rng: &mut StdRng, view: &lua::View) -> Step {
         36..50 => Step::Release(releaser),
         // Mostly the writer's (which may hold past its write lease after an upgrade).
         50..59 => match view.writer {
-            Some((w, _)) if rng.random_bool(0.5) => Step::Renew(w.client as usize, true),
+            Some((w, _)) if rng.random_bool(0.5) => Step::Renew(w.client() as usize, true),
             _ => Step::Renew(t, rng.random_bool(0.5)),
         },
         59..61 => Step::Downgrade(t, true),
@@ -173,10 +174,7 @@ fn read_lease(i: usize) -> i64 {
 
 /// Token number `i` in the model.
 fn tok(i: usize) -> Tok {
-    Tok {
-        client: i as u8,
-        generation: 0,
-    }
+    model::tok(i as u8, 0)
 }
 
 fn wall_ms() -> i64 {
@@ -757,7 +755,7 @@ impl Run<'_> {
         // A hand-over names a new grant: its fence pairs like an acquire's.
         if let (Some(Wake::Handed(t, fence)), [message]) = (expected, got.as_slice())
             && let Some((named, real)) = message.split_once(':')
-            && named == self.tokens[t.client as usize]
+            && named == self.tokens[t.client() as usize]
             && let Ok(real) = real.parse()
             && self.same_fence(fence, real)?
         {
@@ -765,7 +763,7 @@ impl Run<'_> {
         }
         let want: Vec<String> = expected
             .map(|w| match w {
-                Wake::Handed(t, fence) => format!("{}:{fence}", self.tokens[t.client as usize]),
+                Wake::Handed(t, fence) => format!("{}:{fence}", self.tokens[t.client() as usize]),
                 Wake::All => "*".to_owned(),
                 Wake::Readers => "r".to_owned(),
                 Wake::Upgradable => "u".to_owned(),

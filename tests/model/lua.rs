@@ -12,43 +12,45 @@ use std::fmt;
 /// A point in time or a span, in the model's unit.
 pub type Time = i64;
 
-/// A token: 128 random bits in the crate, here a client number and a generation
-/// (fresh per acquisition; see `system::fresh_token`).
+/// A token as the hash stores it: a holder's 128 bits (random in the crate; a client
+/// number and a generation in the model checker), or the number of a batch of
+/// readers waiting in line (`r#<number>` in the scripts).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Tok {
-    pub client: u8,
-    /// For a batch of readers ([`BATCH`]): its number.
-    pub generation: u64,
+pub enum Tok {
+    /// The token's high and low 64 bits.
+    Holder(u64, u64),
+    Batch(u64),
 }
 
+impl Tok {
+    /// `is_batch`: a batch of readers, not a writer's token.
+    pub fn is_batch(self) -> bool {
+        matches!(self, Tok::Batch(_))
+    }
+
+    /// A token that never holds anything: the operator of a forced release, or the
+    /// stranger whose renewal only settles the hash. `n` tells them apart.
+    pub fn stranger(n: u64) -> Tok {
+        Tok::Holder(STRANGER, n)
+    }
+
+    /// A token that [`stranger`](Self::stranger) made.
+    pub fn is_stranger(self) -> bool {
+        matches!(self, Tok::Holder(STRANGER, _))
+    }
+}
+
+/// The high bits of a stranger's token (random tokens have them with odds of 2^-64).
+const STRANGER: u64 = u64::MAX;
+
+/// As the scripts write it: 32 hex digits, or `r#<number>`.
 impl fmt::Display for Tok {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", client_name(self.client), self.generation)
+        match self {
+            Tok::Holder(high, low) => write!(f, "{high:016x}{low:016x}"),
+            Tok::Batch(n) => write!(f, "r#{n}"),
+        }
     }
-}
-
-/// `R1`, `R2`, ... for readers, `W1`, ... for writers and `U1`, ... for upgraders
-/// is decided by the system model; the hash only knows numbers. `X` is the outsider
-/// of stray releases.
-pub fn client_name(client: u8) -> String {
-    match client {
-        OUTSIDER => "X".to_owned(),
-        BATCH => "B".to_owned(),
-        c if c >= 200 => format!("U{}", c - 199),
-        c if c >= 100 => format!("W{}", c - 99),
-        c => format!("R{}", c + 1),
-    }
-}
-
-/// The client number of the outsider, a token that never holds anything.
-pub const OUTSIDER: u8 = 255;
-/// The "client" of a batch of readers waiting in line (`r#<number>` in the scripts):
-/// `Tok { client: BATCH, generation: number }`.
-pub const BATCH: u8 = 254;
-
-/// `is_batch`: a batch of readers, not a writer's token.
-pub fn is_batch(entry: Tok) -> bool {
-    entry.client == BATCH
 }
 
 /// One field of the hash (holds.lua, queue.lua and hash_layout.lua list them).
@@ -101,6 +103,43 @@ pub enum Field {
     Read,
     Rstamp,
     OrigRead,
+}
+
+impl Field {
+    /// The field's name as the scripts spell it: a fixed part, then the token it is
+    /// about (if any).
+    pub fn parts(self) -> (&'static str, Option<Tok>) {
+        match self {
+            Field::WOwner => ("w:owner", None),
+            Field::WUntil => ("w:until", None),
+            Field::R(t) => ("r:", Some(t)),
+            Field::Readers => ("readers", None),
+            Field::ReadersUntil => ("readers_until", None),
+            Field::ReadersGone => ("readers_gone", None),
+            Field::Wait(t) => ("wait:", Some(t)),
+            Field::Wn(t) => ("wn:", Some(t)),
+            Field::Rw(t) => ("rw:", Some(t)),
+            Field::Rn(t) => ("rn:", Some(t)),
+            Field::Rg(t) => ("rg:", Some(t)),
+            Field::Rseq => ("rseq", None),
+            Field::Shares => ("shares", None),
+            Field::QHead => ("q:head", None),
+            Field::QTail => ("q:tail", None),
+            Field::QueueUntil => ("queue_until", None),
+            Field::UOwner => ("u:owner", None),
+            Field::UUntil => ("u:until", None),
+            Field::UUpgrade => ("u:upgrade", None),
+            Field::UWanted => ("u:wanted", None),
+            Field::Layout => ("layout", None),
+            Field::UOthers => ("u:others", None),
+            Field::Fence => ("fence", None),
+            Field::Write => ("write", None),
+            Field::Wstamp => ("wstamp", None),
+            Field::Read => ("read", None),
+            Field::Rstamp => ("rstamp", None),
+            Field::OrigRead => ("orig:read", None),
+        }
+    }
 }
 
 /// A field's value: the Lua scripts store strings; these are the shapes they use.
@@ -692,7 +731,7 @@ fn first_in_line(h: &Hash, s: &mut Loaded) -> Option<(Tok, Time, Time)> {
                 return Some((head, first_lease, deadline));
             }
             s.dequeued = true;
-            if is_batch(head) {
+            if head.is_batch() {
                 del(s, Field::Rn(head)); // its readers' `rw:` fields now name nothing
             }
         }
@@ -942,7 +981,7 @@ fn wait_in_line(h: &Hash, s: &mut Loaded, ttl: Time, first_lease: Time) -> Tok {
         // The batch at the tail, if its place is live; else a new one (its name from
         // `rseq`).
         let mut count = None;
-        if let Some(t) = s.tail.filter(|&t| is_batch(t))
+        if let Some(t) = s.tail.filter(|t| t.is_batch())
             && let Some(Val::Place(d, l)) = field(h, s, Field::Wait(t))
             && d > s.now
         {
@@ -959,10 +998,7 @@ fn wait_in_line(h: &Hash, s: &mut Loaded, ttl: Time, first_lease: Time) -> Tok {
             };
             let n = (last + 1).max(s.now_us);
             set(s, Field::Rseq, Val::Int(n));
-            batch = Some(Tok {
-                client: BATCH,
-                generation: n as u64,
-            });
+            batch = Some(Tok::Batch(n as u64));
         }
         let b = batch.expect("a batch");
         set(s, Field::Rn(b), Val::Int(count.unwrap_or(0) + 1));
@@ -1046,11 +1082,11 @@ fn serve_readers(h: &Hash, s: &mut Loaded) {
         return;
     }
     let free = s.nreaders == 0 && s.original_reader_until.is_none();
-    if !(is_batch(head) || free || s.dequeued) {
+    if !(head.is_batch() || free || s.dequeued) {
         return;
     }
     if let Some((first, first_lease, deadline)) = first_in_line(h, s)
-        && is_batch(first)
+        && first.is_batch()
     {
         grant_batch(h, s, first, first_lease, deadline);
     }
@@ -1262,7 +1298,7 @@ fn settle(h: &mut Hash, s: &mut Loaded, p: &Params) -> Published {
         serve_readers(h, s);
         if is_free(s)
             && let Some((first, first_lease, deadline)) = first_in_line(h, s)
-            && !is_batch(first)
+            && !first.is_batch()
         {
             serve_head(s);
             let lease = first_lease.min(deadline - s.now);
@@ -1354,7 +1390,7 @@ pub fn acquire_read(
     } else {
         None
     };
-    if first.is_some_and(|(f, _, _)| is_batch(f)) && !written && s.upgrade.is_none() {
+    if first.is_some_and(|(f, _, _)| f.is_batch()) && !written && s.upgrade.is_none() {
         // A batch heads the line behind a place that just lapsed: it goes now.
         serve_readers(h, &mut s);
         if reading(&s) {
@@ -1509,10 +1545,7 @@ pub fn release(h: &mut Hash, p: &Params, now: Time, token: Tok) -> Outcome {
 /// force_release.lua: an operator ends every hold, whoever owns it; queued writers
 /// keep their places and the fencing counter is kept.
 pub fn force_release(h: &mut Hash, p: &Params, now: Time) -> Outcome {
-    let operator = Tok {
-        client: OUTSIDER,
-        generation: 3,
-    };
+    let operator = Tok::stranger(3);
     let mut s = load_as(h, p, now, operator, false);
     let removed = s.nreaders;
     // Every `r:` field and every batch's grant goes, counted or not (the HSCAN pages).
@@ -1607,10 +1640,7 @@ pub fn fenced_write(h: &mut Hash, p: &Params, now: Time, token: Tok) -> Outcome 
 /// What any script does on this state besides its own operation (expired entries
 /// purged, a free lock handed to the first queued writer): a renewal by a stranger.
 pub fn settle_only(h: &mut Hash, p: &Params, now: Time) -> Option<Wake> {
-    let stranger = Tok {
-        client: OUTSIDER,
-        generation: 1,
-    };
+    let stranger = Tok::stranger(1);
     renew(h, p, now, stranger, 1, true).published
 }
 
@@ -1618,10 +1648,7 @@ pub fn settle_only(h: &mut Hash, p: &Params, now: Time) -> Option<Wake> {
 pub fn live_view(h: &Hash, p: &Params, now: Time) -> View {
     let mut copy = h.clone();
     copy.expire_if_due(now);
-    let stranger = Tok {
-        client: OUTSIDER,
-        generation: 2,
-    };
+    let stranger = Tok::stranger(2);
     let s = load(&mut copy, p, now, stranger);
     // What loading noted (expired entries purged, a batch of readers granted).
     flush(&mut copy, &s);
@@ -1688,6 +1715,17 @@ pub fn live_view(h: &Hash, p: &Params, now: Time) -> View {
 
 impl fmt::Display for Hash {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.render(f, &|f, t| write!(f, "{t}"))
+    }
+}
+
+/// How [`Hash::render`] writes a token.
+pub type RenderTok<'a> = &'a dyn Fn(&mut fmt::Formatter<'_>, Tok) -> fmt::Result;
+
+impl Hash {
+    /// The fields and expiry, each token written by `tok` (the model checker names
+    /// its clients).
+    pub fn render(&self, f: &mut fmt::Formatter<'_>, tok: RenderTok<'_>) -> fmt::Result {
         if self.fields.is_empty() {
             return write!(f, "(no key)");
         }
@@ -1697,41 +1735,23 @@ impl fmt::Display for Hash {
                 write!(f, " ")?;
             }
             first = false;
-            match field {
-                Field::WOwner => write!(f, "w:owner")?,
-                Field::WUntil => write!(f, "w:until")?,
-                Field::R(t) => write!(f, "r:{t}")?,
-                Field::Readers => write!(f, "readers")?,
-                Field::ReadersUntil => write!(f, "readers_until")?,
-                Field::ReadersGone => write!(f, "readers_gone")?,
-                Field::Wait(t) => write!(f, "wait:{t}")?,
-                Field::Wn(t) => write!(f, "wn:{t}")?,
-                Field::Rw(t) => write!(f, "rw:{t}")?,
-                Field::Rn(t) => write!(f, "rn:{t}")?,
-                Field::Rg(t) => write!(f, "rg:{t}")?,
-                Field::Rseq => write!(f, "rseq")?,
-                Field::Shares => write!(f, "shares")?,
-                Field::QHead => write!(f, "q:head")?,
-                Field::QTail => write!(f, "q:tail")?,
-                Field::QueueUntil => write!(f, "queue_until")?,
-                Field::UOwner => write!(f, "u:owner")?,
-                Field::UUntil => write!(f, "u:until")?,
-                Field::UUpgrade => write!(f, "u:upgrade")?,
-                Field::UWanted => write!(f, "u:wanted")?,
-                Field::Layout => write!(f, "layout")?,
-                Field::UOthers => write!(f, "u:others")?,
-                Field::Fence => write!(f, "fence")?,
-                Field::Write => write!(f, "write")?,
-                Field::Wstamp => write!(f, "wstamp")?,
-                Field::Read => write!(f, "read")?,
-                Field::Rstamp => write!(f, "rstamp")?,
-                Field::OrigRead => write!(f, "orig:read")?,
+            let (name, about) = field.parts();
+            write!(f, "{name}")?;
+            if let Some(t) = about {
+                tok(f, t)?;
             }
             match value {
                 Val::Int(n) => write!(f, "={n}")?,
-                Val::Tok(t) => write!(f, "={t}")?,
+                Val::Tok(t) => {
+                    write!(f, "=")?;
+                    tok(f, *t)?;
+                }
                 Val::Place(deadline, lease) => write!(f, "={deadline}:{lease}")?,
-                Val::Member(batch, deadline) => write!(f, "={batch}:{deadline}")?,
+                Val::Member(batch, deadline) => {
+                    write!(f, "=")?;
+                    tok(f, *batch)?;
+                    write!(f, ":{deadline}")?;
+                }
             }
         }
         if let Some(at) = self.expires {

@@ -179,7 +179,7 @@ impl Lock {
                     .hash
                     .fields
                     .keys()
-                    .any(|f| matches!(f, lua::Field::Wait(t) if !lua::is_batch(*t)));
+                    .any(|f| matches!(f, lua::Field::Wait(t) if !t.is_batch()));
                 queued_writer
                     && m.cfg.recursive_reader
                     && s.clients[0].believes(s.now) == Some(Mode::Read)
@@ -400,10 +400,7 @@ fn dead_block_nobody(m: &Lock, s: &State) -> bool {
 /// free lock is handed to the first queued writer.
 fn stray_release_is_noop(m: &Lock, s: &State) -> bool {
     let p = &m.cfg.params;
-    let token = Tok {
-        client: lua::OUTSIDER,
-        generation: 0,
-    };
+    let token = Tok::stranger(0);
     let mut h = s.hash.clone();
     let mut untouched = s.hash.clone();
     lua::settle_only(&mut untouched, p, s.now);

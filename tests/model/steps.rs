@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use super::ModelTok as _;
 use super::lua::{self, Outcome, Reply, Time, Tok, Wake};
 use super::system::{
     Access, Action, Client, EVICTED_CAME_BACK, FENCE_NOT_RISING, FENCED_WRITE_WENT_BACK,
@@ -100,8 +101,8 @@ impl Lock {
         let client = self.cfg.id(i);
         let mut used = [false; 16];
         let mut mark = |t: Tok| {
-            if t.client == client && t.generation < 16 {
-                used[t.generation as usize] = true;
+            if t.client() == client && t.generation() < 16 {
+                used[t.generation() as usize] = true;
             }
         };
         for h in std::iter::once(&s.hash).chain(s.unreplicated.as_ref()) {
@@ -123,7 +124,7 @@ impl Lock {
             mark(t);
         }
         let generation = used.iter().position(|u| !u).unwrap_or(15) as u64;
-        Tok { client, generation }
+        super::tok(client, generation)
     }
 
     /// Runs acquire `access` as the crate does (writer preference).
@@ -138,7 +139,7 @@ impl Lock {
         let cfg = &self.cfg;
         let p = &cfg.params;
         let ttl = if wait { cfg.intent_ttl } else { 0 };
-        let i = cfg.index(token.client);
+        let i = cfg.index(token.client());
         let read_lease = cfg.lease(i, Mode::Read);
         match access {
             Access::Read | Access::UpgradableRead => {
@@ -166,7 +167,7 @@ impl Lock {
             lua::live_view(&h, p, s.now)
         };
         let now = s.now;
-        let i = cfg.index(token.client);
+        let i = cfg.index(token.client());
         let out = match op {
             Op::Acquire { access, wait } => self.acquire(&mut s.hash, now, token, access, wait),
             Op::Renew => lua::renew(
@@ -199,10 +200,10 @@ impl Lock {
                     s.violations |= WRITER_JUMPED_QUEUE;
                 }
                 Access::Read | Access::UpgradableRead
-                    if (queued.iter().any(|&(t, _)| !lua::is_batch(t))
+                    if (queued.iter().any(|&(t, _)| !t.is_batch())
                         || view_before.upgrade.is_some())
                         && !view_before.readers.contains_key(&token)
-                        && !cfg.recursive(cfg.index(token.client))
+                        && !cfg.recursive(cfg.index(token.client()))
                         && !first_in_its_batch =>
                 {
                     s.violations |= READER_PASSED_WAITING_WRITER;
@@ -257,7 +258,7 @@ impl Lock {
             // (A writer ahead that leaves in this very script, e.g. withdraws, may.)
             if queued[..at]
                 .iter()
-                .any(|&(t, _)| !lua::is_batch(t) && t != token)
+                .any(|&(t, _)| !t.is_batch() && t != token)
             {
                 s.violations |= READER_PASSED_WAITING_WRITER;
             }
@@ -348,7 +349,7 @@ impl Lock {
                 (Wake::Batch(batch), Access::Read)
                     if c.wait().and_then(|w| w.batch) == Some(batch) =>
                 {
-                    c.handed = Some(batch.generation as i64);
+                    c.handed = Some(batch.generation() as i64);
                 }
                 (Wake::Batch(_), Access::Read | Access::UpgradableRead) => c.woken = true,
                 (_, Access::Upgrade) => {}
@@ -376,7 +377,7 @@ impl Lock {
             ..
         } = c.phase
         {
-            if wait.batch.map(|b| b.generation as i64) != Some(fence) {
+            if wait.batch.map(|b| b.generation() as i64) != Some(fence) {
                 c.woken = true; // a message for a batch it no longer waits in
                 return Some(());
             }

@@ -1,6 +1,7 @@
 //! Symmetry: clients of one role are interchangeable, so states equal up to a
 //! renaming of them are explored once (`Lock::canonical`).
 
+use super::ModelTok as _;
 use super::lua::{self, Hash, Tok};
 use super::system::{Lock, Phase, State};
 
@@ -60,13 +61,13 @@ impl Lock {
     }
 
     fn rename_tok(&self, perm: &Perm, t: Tok) -> Tok {
-        if t.client == lua::OUTSIDER || lua::is_batch(t) {
+        if t.is_stranger() || t.is_batch() {
             return t;
         }
-        Tok {
-            client: self.cfg.id(perm[self.cfg.index(t.client)]),
-            generation: t.generation,
-        }
+        super::tok(
+            self.cfg.id(perm[self.cfg.index(t.client())]),
+            t.generation(),
+        )
     }
 
     fn rename_hash(&self, perm: &Perm, h: &Hash) -> Hash {

@@ -14,7 +14,7 @@ use std::fmt;
 
 use stateright::{Model, Property};
 
-use super::lua::{self, Hash, Params, Time, Tok};
+use super::lua::{Hash, Params, Time, Tok};
 
 /// Read or write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -207,14 +207,14 @@ impl Config {
     pub(super) fn name(&self, i: usize) -> String {
         let first = self.clients() as usize;
         match self.original(i) {
-            None => lua::client_name(self.id(i)),
+            None => super::client_name(self.id(i)),
             Some(Mode::Read) => format!("OR{}", i - first + 1),
             Some(Mode::Write) => format!("OW{}", i - first - self.original_readers as usize + 1),
         }
     }
 
     /// Client number `i` as tokens carry it: readers 0.., writers 100.., upgraders
-    /// 200.. (so tokens print as R1.0, W1.0, U1.0; see `lua::client_name`).
+    /// 200.. (so tokens print as R1.0, W1.0, U1.0; see `client_name`).
     pub(super) fn id(&self, i: usize) -> u8 {
         let i = i as u8;
         if i < self.readers {

@@ -9,6 +9,7 @@ use super::system::{
     Lock, Op, Phase, READER_PASSED_WAITING_WRITER, STRAY_RELEASE_CHANGED, State, Upgradable,
     WRITER_BEFORE_UPGRADE, WRITER_JUMPED_QUEUE,
 };
+use super::{Named, wake_name};
 
 impl Lock {
     /// A checker path (of canonical states) as a readable trace with stable names:
@@ -114,7 +115,7 @@ impl Lock {
 
     /// A state as a few lines of a trace.
     pub fn describe_state(&self, s: &State) -> String {
-        let mut out = format!("    t={}  {}\n", s.now, s.hash);
+        let mut out = format!("    t={}  {}\n", s.now, Named(&s.hash));
         for (bit, what) in [
             (FENCE_NOT_RISING, "a fencing token did not rise"),
             (
@@ -175,8 +176,10 @@ impl Lock {
                     access,
                     wait,
                 } => format!(
-                    "waits to {access} as {token} since t={}, re-checks at t={}",
-                    wait.since, wait.recheck_at
+                    "waits to {access} as {} since t={}, re-checks at t={}",
+                    super::name(token),
+                    wait.since,
+                    wait.recheck_at
                 ),
                 Phase::Holding {
                     token,
@@ -208,7 +211,8 @@ impl Lock {
                         ),
                     };
                     format!(
-                        "holds {mode:?}{kind} as {token} until t={until} (fence {fence}): {belief}"
+                        "holds {mode:?}{kind} as {} until t={until} (fence {fence}): {belief}",
+                        super::name(token)
                     )
                 }
             };
@@ -284,18 +288,23 @@ pub(super) fn describe(op: Op, out: &Outcome) -> String {
         (_, Reply::Granted(0)) => "granted".to_owned(),
         (_, Reply::Granted(f)) => format!("granted, fence {f}"),
         (_, Reply::Refused(hint, _)) => format!("refused (retry in {hint})"),
-        (_, Reply::InLine(hint, b)) => format!("refused, waits in line in {b} (retry in {hint})"),
+        (_, Reply::InLine(hint, b)) => {
+            format!(
+                "refused, waits in line in {} (retry in {hint})",
+                super::name(b)
+            )
+        }
         (_, Reply::Lost) => "lost (the upgradable hold is gone)".to_owned(),
         (Op::FencedWrite, Reply::Int(0)) => "rejected".to_owned(),
         (Op::FencedWrite, Reply::Int(f)) => format!("written with fence {f}"),
         (_, Reply::Int(n)) => format!("returns {n}"),
     };
     let reply = match out.granted {
-        Some(b) => format!("{reply}, grants {b} and publishes {b}"),
+        Some(b) => format!("{reply}, grants {0} and publishes {0}", super::name(b)),
         None => reply,
     };
     match out.published {
-        Some(w) => format!("{reply}, publishes {w}"),
+        Some(w) => format!("{reply}, publishes {}", wake_name(w)),
         None => reply,
     }
 }
