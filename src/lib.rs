@@ -89,6 +89,8 @@ struct ReadmeDoctests;
 mod builder;
 mod client;
 mod connection;
+#[doc(hidden)]
+pub mod engine;
 mod error;
 mod fenced;
 mod fleet;

@@ -1,6 +1,6 @@
 //! Keeps the model honest: random sequences of script calls run against the REAL
 //! Lua scripts (prelude + operation, as `src/scripts.rs` builds them) on a real
-//! server and against the model's mirror (tests/model/lua.rs), and every reply,
+//! server and against their mirror in Rust (the engine, `src/engine/`), and every reply,
 //! every wake-up message, the fencing tokens' order and every field of the hash
 //! (`HGETALL`, and the key's TTL) must agree. See docs/PROTOCOL.md.
 //!

@@ -1,7 +1,8 @@
 //! A model of the lock protocol, checked with stateright (see docs/PROTOCOL.md).
 //!
-//! * [`lua`]: the lock hash and the hash-layout scripts of `lua/`, mirrored line for
-//!   line; `tests/protocol_conformance.rs` runs it side by side with the real scripts.
+//! * [`lua`]: the engine (`src/engine/`): the lock hash and the hash-layout scripts of
+//!   `lua/`, mirrored line for line; `tests/protocol_conformance.rs` runs it side by
+//!   side with the real scripts.
 //! * [`system`]: clients that run those scripts the way `src/waiting.rs` and
 //!   `src/lease.rs` do, and the environment's faults: the types and the
 //!   `stateright::Model` glue.
@@ -10,7 +11,7 @@
 //!   `traces`: counterexamples as readable traces.
 #![allow(dead_code)] // each test binary uses its own part
 
-pub mod lua;
+pub use redis_rwlock::engine as lua;
 mod properties;
 mod steps;
 mod symmetry;
