@@ -2,8 +2,8 @@
 
 use std::fmt;
 
-use crate::lease::Lease;
-use crate::state::LockMode;
+use crate::guard::lease::Lease;
+use crate::protocol::state::LockMode;
 use crate::{Error, FencedWrites, RwLockReadGuard};
 
 /// The write hold on an [`RwLock`](crate::RwLock), renewed in the background while it
@@ -258,10 +258,10 @@ impl RwLockWriteGuard {
     pub async fn release(self) -> Result<(), Error> {
         let keeps = self.lease.hold().is_some_and(|hold| {
             // Held: a lost hold is released (and reported) as it is.
-            hold.is_held() && crate::shared_reads::keeps_after_write(&hold.lock)
+            hold.is_held() && crate::lock::shared_reads::keeps_after_write(&hold.lock)
         });
         if keeps {
-            return crate::shared_reads::release_keeping(self.lease).await;
+            return crate::lock::shared_reads::release_keeping(self.lease).await;
         }
         self.lease.release().await
     }

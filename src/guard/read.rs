@@ -3,9 +3,9 @@
 use std::fmt;
 
 use crate::Error;
-use crate::lease::Lease;
-use crate::shared_reads::Share;
-use crate::state::LockMode;
+use crate::guard::lease::Lease;
+use crate::lock::shared_reads::Share;
+use crate::protocol::state::LockMode;
 
 /// A read hold on an [`RwLock`](crate::RwLock), renewed in the background while it
 /// lives. Release it with [`release`](Self::release); dropping it releases in the
@@ -24,7 +24,7 @@ impl RwLockReadGuard {
         })
     }
 
-    /// A guard of a share of the process's read hold (`shared_reads/`).
+    /// A guard of a share of the process's read hold (`lock/shared_reads/`).
     pub(crate) fn shared(share: Share) -> Self {
         RwLockReadGuard { share }
     }

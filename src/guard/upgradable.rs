@@ -2,9 +2,9 @@
 
 use std::fmt;
 
-use crate::lease::Lease;
+use crate::guard::lease::Lease;
 use crate::metrics::Mode;
-use crate::state::LockMode;
+use crate::protocol::state::LockMode;
 use crate::{Error, RwLockReadGuard, RwLockWriteGuard};
 
 /// An upgradable read hold on an [`RwLock`](crate::RwLock), renewed in the background
