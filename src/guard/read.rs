@@ -29,18 +29,10 @@ impl RwLockReadGuard {
         RwLockReadGuard { share }
     }
 
-    /// The name of the lock this guard holds.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn run(client: redis_rwlock::LockClient) -> Result<(), redis_rwlock::Error> {
-    /// let reader = client.rwlock("inventory").read().await?;
-    /// assert_eq!(reader.name(), "inventory");
-    /// # Ok(()) }
-    /// ```
-    pub fn name(&self) -> &str {
-        self.share.name()
+    guard_core! {
+        hold: share,
+        acquire: "read",
+        binding: "reader",
     }
 
     /// The mode of this hold: [`LockMode::Read`](crate::LockMode::Read).
@@ -55,103 +47,6 @@ impl RwLockReadGuard {
     /// ```
     pub fn mode(&self) -> LockMode {
         LockMode::Read
-    }
-
-    /// The local deadline of the lease: [`is_held`](Self::is_held) turns false then
-    /// unless a renewal moves it. It is when the request that granted or last renewed
-    /// the hold was sent, plus the lease (cut to the original-design clients' timeout
-    /// when [`LockOptions::original_timeouts`](crate::LockOptions::original_timeouts)
-    /// is set), on this process's monotonic clock; Redis's deadline is never earlier.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
-    /// let reader = lock.read().await?;
-    /// let left = reader.deadline().saturating_duration_since(std::time::Instant::now());
-    /// println!("held for at least {left:?} more");
-    /// # Ok(()) }
-    /// ```
-    pub fn deadline(&self) -> std::time::Instant {
-        self.share.deadline()
-    }
-
-    /// Renews the lease now, for a full lease from this call (what the background
-    /// renewal does; with [`LockOptions::auto_renew`](crate::LockOptions::auto_renew)
-    /// off, this is how a long task keeps its hold).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::LeaseLost`] when the lease was already lost, the hold is gone, or the
-    /// local deadline passed before Redis answered (the guard then reports the lease
-    /// lost); [`Error::Redis`] when this attempt failed and the deadline has not passed
-    /// (the hold may still be renewed by a later call).
-    ///
-    /// # Cancel safety
-    ///
-    /// If dropped mid-flight the renewal may or may not have happened; the local
-    /// deadline moves only on a reply.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn run(client: redis_rwlock::LockClient) -> Result<(), redis_rwlock::Error> {
-    /// use redis_rwlock::LockOptions;
-    ///
-    /// let lock = client.rwlock_with("inventory", LockOptions::default().auto_renew(false));
-    /// let reader = lock.read().await?;
-    /// for batch in 0..10 {
-    ///     // ... one batch of work, well within the lease ...
-    ///     reader.extend().await?;
-    /// }
-    /// reader.release().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn extend(&self) -> Result<(), Error> {
-        self.share.extend().await
-    }
-
-    /// False once the lease is known lost: a renewal found it gone, or Redis could
-    /// not be reached before the lease's local deadline.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
-    /// let guard = lock.read().await?;
-    /// for item in 0..1000 {
-    ///     if !guard.is_held() {
-    ///         break; // the lease is gone: stop before doing harm
-    ///     }
-    ///     // ... work on item ...
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn is_held(&self) -> bool {
-        self.share.is_held()
-    }
-
-    /// Resolves when the lease is lost (never, while renewals succeed). Use it to
-    /// abandon work that must not outlive the hold.
-    ///
-    /// # Cancel safety
-    ///
-    /// Safe to drop and to call again.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
-    /// let guard = lock.read().await?;
-    /// tokio::select! {
-    ///     () = guard.lost() => eprintln!("lease lost, stopping"),
-    ///     () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
-    /// }
-    /// guard.release().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn lost(&self) {
-        self.share.lost().await
     }
 
     /// Ends the hold.
