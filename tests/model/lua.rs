@@ -150,7 +150,7 @@ pub enum Wake {
     Batch(Tok),
 }
 
-/// A script's reply, in the shapes of `src/scripts.rs`.
+/// A script's reply, in the shapes of `src/redis_backend/scripts/mod.rs`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Reply {
     /// `{1, fence}` (0 for readers).

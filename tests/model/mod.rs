@@ -2,8 +2,8 @@
 //!
 //! * [`lua`]: the lock hash and the hash-layout scripts of `lua/`, mirrored line for
 //!   line; `tests/protocol_conformance.rs` runs it side by side with the real scripts.
-//! * [`system`]: clients that run those scripts the way `src/waiting.rs` and
-//!   `src/lease.rs` do, and the environment's faults: the types and the
+//! * [`system`]: clients that run those scripts the way `src/lock/waiting.rs` and
+//!   `src/guard/lease.rs` do, and the environment's faults: the types and the
 //!   `stateright::Model` glue.
 //! * `steps`: how each action changes the state; `properties`: what the checker
 //!   holds it to; `symmetry`: states equal up to renaming clients are explored once;
