@@ -13,7 +13,7 @@
 -- token's own earlier hold (a resent command).
 --
 -- What they rely on, which every script keeps (the model checker asserts it in every
--- state it reaches, src/engine/hash.rs `fast_paths_may_skip`):
+-- state it reaches, src/protocol/engine/hash.rs `fast_paths_may_skip`):
 --   1. nothing of the line without `q:head`: no `wait:`/`wn:` field, `q:tail`,
 --      `queue_until` or `layout` (and no batch of readers) while it is absent, and
 --      `q:tail` with it while it is present;

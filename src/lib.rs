@@ -86,47 +86,27 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-mod builder;
 mod client;
-mod connection;
-#[doc(hidden)]
-pub mod engine;
 mod error;
-mod fenced;
 mod fleet;
-mod lease;
-mod library;
-mod live;
+mod guard;
 mod lock;
 mod metrics;
-mod options;
-mod read_guard;
-mod renewals;
-mod requests;
-mod scripts;
-mod server;
-mod shared_reads;
-mod slot;
-mod state;
-mod token;
-mod upgradable_guard;
-mod waiting;
-mod wakeups;
-mod write_guard;
+mod protocol;
+#[doc(hidden)]
+pub use protocol::engine;
+mod redis_backend;
 
 #[cfg(feature = "metrics")]
 pub use crate::metrics::describe_metrics;
-pub use builder::LockClientBuilder;
 pub use client::LockClient;
-pub use connection::cluster_client_builder;
+pub use client::builder::LockClientBuilder;
 pub use error::{Error, ErrorChain, Result};
-pub use fenced::FencedWrites;
 pub use fleet::{ListCursor, ListOptions, LockPage, LockSummary};
-pub use library::library_name;
+pub use guard::{FencedWrites, RwLockReadGuard, RwLockUpgradableReadGuard, RwLockWriteGuard};
 pub use lock::RwLock;
-pub use options::{Fairness, LockOptions};
-pub use read_guard::RwLockReadGuard;
+pub use lock::options::{Fairness, LockOptions};
+pub use protocol::{Holder, LockMode, LockState};
 pub use redis;
-pub use state::{Holder, LockMode, LockState};
-pub use upgradable_guard::RwLockUpgradableReadGuard;
-pub use write_guard::RwLockWriteGuard;
+pub use redis_backend::connection::cluster_client_builder;
+pub use redis_backend::library::library_name;

@@ -18,7 +18,7 @@
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::Error;
-use crate::scripts::Access;
+use crate::protocol::Access;
 
 /// The `mode` label: what an acquisition asks for, or what a hold is (a hold is
 /// never `Upgrade`: an upgrade's hold is a write hold).
@@ -327,7 +327,7 @@ pub(crate) fn script_sent(verb: &'static str, script: impl FnOnce() -> &'static 
     }
 }
 
-/// Hook for the waiting loop (`src/waiting.rs`): a waiter was granted the lock by
+/// Hook for the waiting loop (`src/lock/waiting.rs`): a waiter was granted the lock by
 /// another client's script, as a message told it (a writer's or an upgrade's
 /// hand-over, or the grant of the batch of readers it waits in), without another
 /// attempt of its own. Counts in `redis_rwlock_handovers_total`.
@@ -336,7 +336,7 @@ pub(crate) fn handed_over() {
     record::HANDOVERS.counter(&[], &LockLabel::default());
 }
 
-/// Hook for the waiting loop (`src/waiting.rs`): a waiter woke up, `by_message`
+/// Hook for the waiting loop (`src/lock/waiting.rs`): a waiter woke up, `by_message`
 /// (a wake-up message on the lock's channel) or else by its re-check timer. Counts
 /// in `redis_rwlock_wakeups_total`, label `by` = `message` | `timer`.
 pub(crate) fn woken(by_message: bool) {
@@ -357,7 +357,7 @@ impl Local {
     const LABELS: &'static [&'static str] = &["joined", "kept"];
 }
 
-/// Hook for shared reads (`src/shared_reads/`): a read was granted in the
+/// Hook for shared reads (`src/lock/shared_reads/`): a read was granted in the
 /// process, `how`, with no request (it counts in `redis_rwlock_acquisitions_total`
 /// too, as a granted read, and its guard as a hold). Counts in
 /// `redis_rwlock_shared_reads_total`; the server's grants are the granted reads
@@ -369,7 +369,7 @@ pub(crate) fn shared_read(lock: &LockLabel, how: Local) {
     let _ = (lock, how);
 }
 
-/// Hook for the waiting loop (`src/waiting.rs`): the server refused an acquire
+/// Hook for the waiting loop (`src/lock/waiting.rs`): the server refused an acquire
 /// attempt (someone else holds or is first in line), whether the caller then waits
 /// or gets `WouldBlock`. Counts in `redis_rwlock_refusals_total`.
 pub(crate) fn refused() {

@@ -36,7 +36,7 @@ use common::{
 const LEASE: Duration = Duration::from_secs(2);
 /// How long a place in line lives after its waiter's last attempt with a 2 s write
 /// lease: the write lease, kept between 1.5 s and 3.3 s (`intent_ttl` in
-/// src/waiting.rs).
+/// src/lock/waiting.rs).
 const PLACE: Duration = LEASE;
 /// The longest gap between a waiter's re-checks (1 s and up to 100 ms of jitter),
 /// and a little more.

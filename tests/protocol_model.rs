@@ -1,6 +1,6 @@
 //! Model-checks the lock protocol: every interleaving of a few readers, writers and
 //! upgraders (clients that take upgradable reads and upgrade them) running the real
-//! scripts' logic (the engine, `src/engine/`) under crashes, pauses, lost replies and
+//! scripts' logic (the engine, `src/protocol/engine/`) under crashes, pauses, lost replies and
 //! messages, late renewals and failover, up to a time horizon. See docs/PROTOCOL.md.
 //!
 //! Rerun with `cargo test --test protocol_model -- --nocapture` to see the counts.

@@ -25,7 +25,7 @@ use common::{Exec, cluster_client, unique_name, until_changed};
 
 /// How long a queued place lives after its waiter's last attempt with the default
 /// 10 s write lease: a place lives the write lease kept between 1.5 s and 3.3 s
-/// (`intent_ttl` in src/waiting.rs), so 3.3 s.
+/// (`intent_ttl` in src/lock/waiting.rs), so 3.3 s.
 const PLACE_LIFETIME: Duration = Duration::from_millis(3300);
 /// The longest gap between a waiter's re-checks (1 s and up to 100 ms of jitter),
 /// and a little more.

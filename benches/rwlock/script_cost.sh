@@ -27,7 +27,7 @@ cli() { "${REDIS_CLI:-redis-cli}" -p "$port" "$@"; }
 for _ in $(seq 50); do cli PING >/dev/null 2>&1 && break; sleep 0.1; done
 
 # The crate composes helpers, the hash layout's hooks and fast paths, queue and
-# holds, then the operation (src/scripts.rs).
+# holds, then the operation (src/redis_backend/scripts/mod.rs).
 shared=$(cat lua/helpers.lua lua/hash_layout.lua lua/fast_path.lua lua/queue.lua lua/holds.lua)
 compose() { printf '%s\n\n%s' "$shared" "$1"; }
 

@@ -1,10 +1,10 @@
 //! A model of the lock protocol, checked with stateright (see docs/PROTOCOL.md).
 //!
-//! * [`lua`]: the engine (`src/engine/`): the lock hash and the hash-layout scripts of
+//! * [`lua`]: the engine (`src/protocol/engine/`): the lock hash and the hash-layout scripts of
 //!   `lua/`, mirrored line for line; `tests/protocol_conformance.rs` runs it side by
 //!   side with the real scripts.
-//! * [`system`]: clients that run those scripts the way `src/waiting.rs` and
-//!   `src/lease.rs` do, and the environment's faults: the types and the
+//! * [`system`]: clients that run those scripts the way `src/lock/waiting.rs`
+//!   and `src/guard/lease.rs` do, and the environment's faults: the types and the
 //!   `stateright::Model` glue.
 //! * `steps`: how each action changes the state; `properties`: what the checker
 //!   holds it to; `symmetry`: states equal up to renaming clients are explored once;

@@ -66,7 +66,7 @@ impl Lock {
     }
 
     /// Another task may join the process's read hold: it is shared while a share
-    /// lives or it is kept, and no writer called it back (src/shared_reads/).
+    /// lives or it is kept, and no writer called it back (src/lock/shared_reads/).
     pub(super) fn may_join(&self, s: &State, i: usize) -> bool {
         let c = &s.clients[i];
         let Phase::Holding { since, .. } = c.phase else {
@@ -330,7 +330,7 @@ impl Lock {
         })
     }
 
-    /// A wake-up reaches every waiter it concerns (`wants` in src/wakeups.rs,
+    /// A wake-up reaches every waiter it concerns (`wants` in src/redis_backend/wakeups.rs,
     /// writer preference); a hand-over reaches the writer or upgrade it names. An
     /// upgrade waits for nothing else.
     fn deliver(&self, s: &mut State, wake: Wake) {

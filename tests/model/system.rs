@@ -1,5 +1,5 @@
 //! The lock as a whole: one Redis hash, the clients that run the scripts on it (as
-//! `src/waiting.rs` and `src/lease.rs` drive them) and the environment's faults.
+//! `src/lock/waiting.rs` and `src/guard/lease.rs` drive them) and the environment's faults.
 //!
 //! Time moves in ticks (`Tick`); every script runs atomically at the current tick,
 //! as on the server. A client's local deadline is `sent + lease` like the crate's
@@ -23,7 +23,7 @@ pub enum Mode {
     Write,
 }
 
-/// What an acquire asks for (`Access` in src/scripts.rs).
+/// What an acquire asks for (`Access` in src/protocol/mod.rs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Access {
     Read,
@@ -113,14 +113,14 @@ pub struct Config {
     /// The first reader reads recursively (`read_recursive`): it ignores the line
     /// (waits only for a writer that holds) and never waits in it.
     pub recursive_reader: bool,
-    /// `INTENT_TTL` of src/waiting.rs.
+    /// `INTENT_TTL` of src/lock/waiting.rs.
     pub intent_ttl: Time,
     /// `MIN_RECHECK`, `MAX_RECHECK`: the re-check timer is the retry hint clamped to these.
     pub recheck: (Time, Time),
     /// The application ends every hold within this many ticks of acquiring it (with
     /// shared reads, of the newest share's start).
     pub max_hold: Time,
-    /// Shared reads (src/shared_reads/): each reader is a process whose tasks may
+    /// Shared reads (src/lock/shared_reads/): each reader is a process whose tasks may
     /// join its plain read hold, this many times over the run; a join needs no
     /// script, and the hold lasts until the newest share ends. 0: no sharing.
     pub shares: u8,
@@ -173,7 +173,7 @@ impl Config {
 
     /// How long a hold handed over by another script (a write hold, or a batch's
     /// read grant) counts from the waiter's last refused attempt (`handed_lease` in
-    /// src/waiting.rs).
+    /// src/lock/waiting.rs).
     pub(super) fn handed_lease(&self, i: usize, mode: Mode) -> Time {
         self.held_for(i, mode).min(self.intent_ttl)
     }
@@ -259,7 +259,7 @@ pub struct Wait {
     /// Was paused while waiting (exempt from the wait bound: it may lose its place).
     pub paused: bool,
     /// When its last refused attempt was sent, and the fence that refusal saw
-    /// (`refused` in src/waiting.rs): a hand-over with a larger fence came after it.
+    /// (`refused` in src/lock/waiting.rs): a hand-over with a larger fence came after it.
     pub refused_sent: Time,
     pub refused_fence: i64,
     /// The batch a waiting plain reader waits in (its last refusal named it).
@@ -521,7 +521,7 @@ impl fmt::Display for Access {
 
 impl Lock {
     /// A read renewal of a client whose upgrade waits: the renewal task runs beside
-    /// the upgrade's attempts (src/lease.rs), so it takes no turn from them.
+    /// the upgrade's attempts (src/guard/lease.rs), so it takes no turn from them.
     pub(super) fn beside_the_upgrade(c: &Client, op: Op) -> bool {
         op == Op::Renew && matches!(c.phase, Phase::Holding { .. }) && c.wait().is_some()
     }

@@ -16,13 +16,13 @@ use tokio::sync::watch;
 use tokio::time::{Instant, timeout};
 use tracing::{Instrument, Span};
 
+use crate::client::live::{Kind, Registration};
 use crate::error::ErrorChain;
-use crate::live::{Kind, Registration};
+use crate::guard::renewals::Renewal;
+use crate::lock::waiting::upgrade;
 use crate::metrics::{self, Holding, LostCause, Mode};
-use crate::renewals::Renewal;
-use crate::scripts::{Access, LockMode};
-use crate::token::Token;
-use crate::waiting::upgrade;
+use crate::protocol::token::Token;
+use crate::protocol::{Access, LockMode};
 use crate::{Error, FencedWrites, RwLock};
 
 /// A hold on the lock: its token, renewed from the client's renewal queue.
@@ -277,7 +277,7 @@ impl Lease {
         }
     }
 
-    /// The hold, for the guards that share it (src/shared_reads/).
+    /// The hold, for the guards that share it (src/lock/shared_reads/).
     pub(crate) fn hold(&self) -> Option<&Arc<Hold>> {
         self.held.as_ref().map(|held| &held.hold)
     }
@@ -412,7 +412,7 @@ impl Lease {
     /// its answer is not taken for a lost lease ([`Upgrading`]).
     pub(crate) async fn upgrade(&mut self, wait: bool) -> Result<(Lease, u64), Error> {
         let hold = self.believed()?.clone();
-        crate::shared_reads::make_way(&hold.lock).await;
+        crate::lock::shared_reads::make_way(&hold.lock).await;
         let mut upgrading = hold.upgrading();
         let granted = match upgrade(&hold.lock, &hold.token, wait).await {
             Ok(granted) => granted,

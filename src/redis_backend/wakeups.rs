@@ -12,7 +12,7 @@
 //! Messages are hints: pub/sub is at-most-once, so waiters also keep a re-check timer.
 //!
 //! The same channel carries writers' call-backs (`w`) to the processes whose tasks
-//! share a read hold ([`crate::shared_reads`]); no waiter wants them.
+//! share a read hold ([`crate::lock::shared_reads`]); no waiter wants them.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,10 +22,10 @@ use std::time::Duration;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 
-use crate::connection::Connection;
 use crate::error::ErrorChain;
-use crate::scripts::Access;
-use crate::token::Token;
+use crate::protocol::Access;
+use crate::protocol::token::Token;
+use crate::redis_backend::connection::Connection;
 use crate::{Error, Fairness};
 
 /// Sent to a channel's listeners when its subscription was restored: messages may

@@ -7,7 +7,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::{Notify, watch};
 
-use crate::token::Token;
+use crate::protocol::token::Token;
 use crate::{LockClient, RwLock};
 
 /// The registry: one entry per live hold or pending acquire, and whether the client

@@ -1,4 +1,10 @@
 //! [`LockClient`]: the connections every lock of a process shares.
+//!
+//! Here too: how a client is built (`builder.rs`) and what it has in flight, for
+//! its shutdown (`live.rs`).
+
+pub(crate) mod builder;
+pub(crate) mod live;
 
 use std::fmt;
 use std::sync::Arc;
@@ -7,14 +13,14 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, timeout_at};
 
-use crate::builder::LockClientBuilder;
-use crate::connection::{Connection, Limits};
+use crate::client::builder::LockClientBuilder;
+use crate::client::live::Live;
 use crate::error::ErrorChain;
-use crate::live::Live;
-use crate::renewals::Renewals;
-use crate::scripts::ScriptConnection;
-use crate::shared_reads::SharedReads;
-use crate::wakeups::Wakeups;
+use crate::guard::renewals::Renewals;
+use crate::lock::shared_reads::SharedReads;
+use crate::redis_backend::connection::{Connection, Limits};
+use crate::redis_backend::scripts::ScriptConnection;
+use crate::redis_backend::wakeups::Wakeups;
 use crate::{Error, LockOptions, RwLock};
 
 /// A handle to a Redis Cluster or a single Redis server, from which locks are made.

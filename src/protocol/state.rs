@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::scripts::RawState;
+use super::RawState;
 
 /// Read or write.
 ///

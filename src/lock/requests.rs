@@ -1,17 +1,17 @@
 //! The requests a lock sends for its guards and waiters: one call per script, with
 //! the lock's options applied (leases, replicas, the writers' queue), and how long a
-//! hold counts and renews. The public API is in `lock.rs`; this is what
-//! `waiting.rs` and `lease.rs` build on.
+//! hold counts and renews. The public API is in `lock/mod.rs`; this is what
+//! `lock/waiting.rs` and `guard/lease.rs` build on.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::error::ErrorChain;
-use crate::scripts::{Access, Acquired, LockMode, Replicas};
-use crate::token::Token;
-use crate::waiting::intent_ttl;
-use crate::wakeups::{Interest, Listener};
+use crate::lock::waiting::intent_ttl;
+use crate::protocol::token::Token;
+use crate::protocol::{Access, Acquired, LockMode, Replicas};
+use crate::redis_backend::wakeups::{Interest, Listener};
 use crate::{Error, Fairness, FencedWrites, RwLock};
 
 /// The pause between attempts of a release that could not reach Redis.

@@ -31,7 +31,7 @@ use tokio::time::Instant;
 use super::call_backs::{Listening, Starting, writer_waits};
 use super::{Entry, Share, Shared, Slot, State, shareable};
 use crate::error::ErrorChain;
-use crate::lease::Lease;
+use crate::guard::lease::Lease;
 use crate::{Error, RwLock};
 
 /// How long a kept hold is idle before its `k:` field marks it so.
@@ -167,7 +167,7 @@ pub(crate) async fn release_keeping(lease: Lease) -> Result<(), Error> {
 /// lease if it has none (`NX`), so a mark that comes after the lock's hash went
 /// leaves no key behind for good; the scripts keep any live hash's TTL past its
 /// holds.
-async fn set_mark(hold: &crate::lease::Hold, on: bool) {
+async fn set_mark(hold: &crate::guard::lease::Hold, on: bool) {
     let lock = &hold.lock;
     let Ok(key) = lock.key() else {
         return;

@@ -5,7 +5,7 @@
 //! hang or retry for minutes, far longer than any lease); [`cluster_client_builder`]
 //! offers the same limits to connections of the application's own. The lock
 //! connection checks the server with one `INFO server` when it is made (see
-//! [`crate::server`]).
+//! [`crate::redis_backend::server`]).
 
 use std::time::Duration;
 
@@ -22,7 +22,7 @@ use redis::{
 pub(crate) type Pushes = tokio::sync::mpsc::UnboundedSender<PushInfo>;
 
 use crate::Error;
-use crate::server::ServerInfo;
+use crate::redis_backend::server::ServerInfo;
 
 /// The longest a single request may wait for its reply.
 pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);

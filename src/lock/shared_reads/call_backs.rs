@@ -25,7 +25,7 @@ use tokio::task::AbortHandle;
 
 use super::{Entry, SharedReads, Slot};
 use crate::error::ErrorChain;
-use crate::wakeups::CALL_BACK;
+use crate::redis_backend::wakeups::CALL_BACK;
 use crate::{Error, RwLock};
 
 /// Whether the client hears writers' call-backs for a lock.

@@ -10,8 +10,8 @@ use tokio::sync::mpsc;
 
 use crate::Error;
 use crate::client::LockClient;
-use crate::connection::{Connection, Limits, check_url, cluster_client_builder};
-use crate::wakeups::Wakeups;
+use crate::redis_backend::connection::{Connection, Limits, check_url, cluster_client_builder};
+use crate::redis_backend::wakeups::Wakeups;
 
 /// Configures and connects a [`LockClient`]: where the servers are (URLs, or a
 /// redis-rs client configured by the application with its TLS, credentials and
@@ -276,7 +276,7 @@ impl LockClientBuilder {
     pub async fn build(self) -> Result<LockClient, Error> {
         self.limits.check()?;
         #[cfg(feature = "tls-rustls")]
-        crate::connection::install_crypto_provider();
+        crate::redis_backend::connection::install_crypto_provider();
         let (push_tx, push_rx) = mpsc::unbounded_channel();
         let limits = self.limits;
         let connections = match self.target {

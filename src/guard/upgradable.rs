@@ -2,9 +2,9 @@
 
 use std::fmt;
 
-use crate::lease::Lease;
+use crate::guard::lease::Lease;
 use crate::metrics::Mode;
-use crate::state::LockMode;
+use crate::protocol::state::LockMode;
 use crate::{Error, RwLockReadGuard, RwLockWriteGuard};
 
 /// An upgradable read hold on an [`RwLock`](crate::RwLock), renewed in the background
@@ -43,18 +43,12 @@ impl RwLockUpgradableReadGuard {
         RwLockUpgradableReadGuard { lease }
     }
 
-    /// The name of the lock this guard holds.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn run(client: redis_rwlock::LockClient) -> Result<(), redis_rwlock::Error> {
-    /// let guard = client.rwlock("inventory").upgradable_read().await?;
-    /// assert_eq!(guard.name(), "inventory");
-    /// # Ok(()) }
-    /// ```
-    pub fn name(&self) -> &str {
-        self.lease.name()
+    guard_core! {
+        hold: lease,
+        acquire: "upgradable_read",
+        binding: "guard",
+        is_held_also: "Also false after a successful [`try_upgrade`](Self::try_upgrade), \
+                       which moves the hold to the write guard.",
     }
 
     /// The mode of this hold: [`LockMode::Read`](crate::LockMode::Read). It is a read
@@ -70,83 +64,6 @@ impl RwLockUpgradableReadGuard {
     /// ```
     pub fn mode(&self) -> LockMode {
         LockMode::Read
-    }
-
-    /// The local deadline of the lease, as for
-    /// [`RwLockReadGuard::deadline`](crate::RwLockReadGuard::deadline).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
-    /// let guard = lock.upgradable_read().await?;
-    /// let left = guard.deadline().saturating_duration_since(std::time::Instant::now());
-    /// println!("held for at least {left:?} more");
-    /// # Ok(()) }
-    /// ```
-    pub fn deadline(&self) -> std::time::Instant {
-        self.lease.deadline()
-    }
-
-    /// Renews the lease now, as for
-    /// [`RwLockReadGuard::extend`](crate::RwLockReadGuard::extend).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::LeaseLost`] when the lease was already lost or the hold is gone;
-    /// [`Error::Redis`] when this attempt failed and the deadline has not passed.
-    ///
-    /// # Cancel safety
-    ///
-    /// If dropped mid-flight the renewal may or may not have happened.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
-    /// let guard = lock.upgradable_read().await?;
-    /// guard.extend().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn extend(&self) -> Result<(), Error> {
-        self.lease.extend().await
-    }
-
-    /// False once the lease is known lost (a renewal found it gone, or Redis could
-    /// not be reached before the lease's local deadline), and after a successful
-    /// [`try_upgrade`](Self::try_upgrade), which moves the hold to the write guard.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
-    /// let guard = lock.upgradable_read().await?;
-    /// assert!(guard.is_held());
-    /// # Ok(()) }
-    /// ```
-    pub fn is_held(&self) -> bool {
-        self.lease.is_held()
-    }
-
-    /// Resolves when the lease is lost (never, while renewals succeed).
-    ///
-    /// # Cancel safety
-    ///
-    /// Safe to drop and to call again.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
-    /// let guard = lock.upgradable_read().await?;
-    /// tokio::select! {
-    ///     () = guard.lost() => eprintln!("lease lost"),
-    ///     () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn lost(&self) {
-        self.lease.lost().await
     }
 
     /// Turns this hold into the write hold, with a new fencing token and no other

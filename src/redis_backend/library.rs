@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis::Script;
 
-use crate::connection::Connection;
+use crate::redis_backend::connection::Connection;
 
 /// How many hex digits of the content hash name a library: enough that two
 /// versions of the crate never meet under one name.
@@ -127,7 +127,7 @@ impl Library {
 /// assert!(name.starts_with("rwlock_"));
 /// ```
 pub fn library_name() -> &'static str {
-    crate::scripts::LIBRARY.name()
+    super::scripts::LIBRARY.name()
 }
 
 /// `Function not found`: the server has no library of this name (never loaded there,

@@ -1,4 +1,15 @@
 //! [`RwLock`]: a named read-write lock; cheap handle, all state in Redis.
+//!
+//! Beneath the handle: its options (`options.rs`), the requests it sends for its
+//! guards and waiters (`requests.rs`: the one place that calls the backend's
+//! scripts with the lock's options applied), waiting for the lock
+//! (`waiting.rs`) and the reads the tasks of one process share
+//! (`shared_reads/`).
+
+pub(crate) mod options;
+pub(crate) mod requests;
+pub(crate) mod shared_reads;
+pub(crate) mod waiting;
 
 use std::fmt;
 use std::future::Future;
@@ -7,14 +18,14 @@ use std::sync::Arc;
 use sync_wrapper::SyncFuture;
 
 use crate::client::LockClient;
-use crate::lease::Lease;
+use crate::guard::lease::Lease;
+use crate::lock::options::check_name;
+use crate::lock::waiting::acquire;
 use crate::metrics::{Acquiring, LockLabel, Mode};
-use crate::options::check_name;
-use crate::scripts::{Access, ScriptConnection, Target};
-use crate::shared_reads;
-use crate::slot::key_slot;
-use crate::state::LockState;
-use crate::waiting::acquire;
+use crate::protocol::Access;
+use crate::protocol::state::LockState;
+use crate::redis_backend::scripts::{ScriptConnection, Target};
+use crate::redis_backend::slot::key_slot;
 use crate::{Error, LockOptions, RwLockReadGuard, RwLockUpgradableReadGuard, RwLockWriteGuard};
 
 /// A read-write lock shared by every process that names it.
@@ -594,7 +605,7 @@ impl RwLock {
         result
     }
 
-    // The accessors below serve the requests (src/requests.rs), waiting and leases.
+    // The accessors below serve the requests (src/lock/requests.rs), waiting and leases.
 
     /// Fails with [`Error::InvalidOptions`] for a bad name or option.
     pub(crate) fn check(&self) -> Result<(), Error> {

@@ -2,8 +2,8 @@
 
 use std::fmt;
 
-use crate::lease::Lease;
-use crate::state::LockMode;
+use crate::guard::lease::Lease;
+use crate::protocol::state::LockMode;
 use crate::{Error, FencedWrites, RwLockReadGuard};
 
 /// The write hold on an [`RwLock`](crate::RwLock), renewed in the background while it
@@ -21,18 +21,10 @@ impl RwLockWriteGuard {
         RwLockWriteGuard { lease, fence }
     }
 
-    /// The name of the lock this guard holds.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn run(client: redis_rwlock::LockClient) -> Result<(), redis_rwlock::Error> {
-    /// let writer = client.rwlock("inventory").write().await?;
-    /// assert_eq!(writer.name(), "inventory");
-    /// # Ok(()) }
-    /// ```
-    pub fn name(&self) -> &str {
-        self.lease.name()
+    guard_core! {
+        hold: lease,
+        acquire: "write",
+        binding: "writer",
     }
 
     /// The mode of this hold: [`LockMode::Write`](crate::LockMode::Write).
@@ -47,60 +39,6 @@ impl RwLockWriteGuard {
     /// ```
     pub fn mode(&self) -> LockMode {
         LockMode::Write
-    }
-
-    /// The local deadline of the lease: [`is_held`](Self::is_held) turns false then
-    /// unless a renewal moves it. It is when the request that granted or last renewed
-    /// the hold was sent, plus the lease (cut to the original-design clients' timeout
-    /// when [`LockOptions::original_timeouts`](crate::LockOptions::original_timeouts)
-    /// is set), on this process's monotonic clock; Redis's deadline is never earlier.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
-    /// let writer = lock.write().await?;
-    /// let left = writer.deadline().saturating_duration_since(std::time::Instant::now());
-    /// println!("held for at least {left:?} more");
-    /// # Ok(()) }
-    /// ```
-    pub fn deadline(&self) -> std::time::Instant {
-        self.lease.deadline()
-    }
-
-    /// Renews the lease now, for a full lease from this call (what the background
-    /// renewal does; with [`LockOptions::auto_renew`](crate::LockOptions::auto_renew)
-    /// off, this is how a long task keeps its hold).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::LeaseLost`] when the lease was already lost, the hold is gone, or the
-    /// local deadline passed before Redis answered (the guard then reports the lease
-    /// lost); [`Error::Redis`] when this attempt failed and the deadline has not passed
-    /// (the hold may still be renewed by a later call).
-    ///
-    /// # Cancel safety
-    ///
-    /// If dropped mid-flight the renewal may or may not have happened; the local
-    /// deadline moves only on a reply.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn run(client: redis_rwlock::LockClient) -> Result<(), redis_rwlock::Error> {
-    /// use redis_rwlock::LockOptions;
-    ///
-    /// let lock = client.rwlock_with("inventory", LockOptions::default().auto_renew(false));
-    /// let writer = lock.write().await?;
-    /// for batch in 0..10 {
-    ///     // ... one batch of work, well within the lease ...
-    ///     writer.extend().await?;
-    /// }
-    /// writer.release().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn extend(&self) -> Result<(), Error> {
-        self.lease.extend().await
     }
 
     /// This hold's fencing token: larger than every token issued before it for this
@@ -121,47 +59,6 @@ impl RwLockWriteGuard {
     /// ```
     pub fn fencing_token(&self) -> u64 {
         self.fence
-    }
-
-    /// False once the lease is known lost: a renewal found it gone, or Redis could
-    /// not be reached before the lease's local deadline.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
-    /// let guard = lock.write().await?;
-    /// for item in 0..1000 {
-    ///     if !guard.is_held() {
-    ///         break; // the lease is gone: stop before doing harm
-    ///     }
-    ///     // ... work on item ...
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn is_held(&self) -> bool {
-        self.lease.is_held()
-    }
-
-    /// Resolves when the lease is lost (never, while renewals succeed).
-    ///
-    /// # Cancel safety
-    ///
-    /// Safe to drop and to call again.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
-    /// let guard = lock.write().await?;
-    /// tokio::select! {
-    ///     () = guard.lost() => eprintln!("lease lost, abandoning the refresh"),
-    ///     () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn lost(&self) {
-        self.lease.lost().await
     }
 
     /// Writes `writes` (keys sharing the lock's hash tag) only if this guard still
@@ -258,10 +155,10 @@ impl RwLockWriteGuard {
     pub async fn release(self) -> Result<(), Error> {
         let keeps = self.lease.hold().is_some_and(|hold| {
             // Held: a lost hold is released (and reported) as it is.
-            hold.is_held() && crate::shared_reads::keeps_after_write(&hold.lock)
+            hold.is_held() && crate::lock::shared_reads::keeps_after_write(&hold.lock)
         });
         if keeps {
-            return crate::shared_reads::release_keeping(self.lease).await;
+            return crate::lock::shared_reads::release_keeping(self.lease).await;
         }
         self.lease.release().await
     }

@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use redis::{Cmd, FromRedisValue, Script};
 
+use super::connection::Connection;
+use super::library::{self, Function, Functions, Library};
+use super::slot::hash_tag;
 use crate::Error;
-use crate::connection::Connection;
 use crate::error::ErrorChain;
-use crate::library::{self, Function, Functions, Library};
-use crate::slot::hash_tag;
-pub(crate) use crate::state::LockMode;
-use crate::token::Token;
+use crate::protocol::token::Token;
+use crate::protocol::{Access, Acquired, LockMode, RawState, Replicas, Write, millis};
 
 /// The operations, one file each in `lua/` (after the [`prelude`]).
 #[derive(Clone, Copy)]
@@ -55,14 +55,14 @@ impl Operation {
 
     fn source(self) -> &'static str {
         match self {
-            Operation::AcquireRead => include_str!("../lua/acquire_read.lua"),
-            Operation::AcquireWrite => include_str!("../lua/acquire_write.lua"),
-            Operation::Release => include_str!("../lua/release.lua"),
-            Operation::Renew => include_str!("../lua/renew.lua"),
-            Operation::Downgrade => include_str!("../lua/downgrade.lua"),
-            Operation::FencedWrite => include_str!("../lua/fenced_write.lua"),
-            Operation::ForceRelease => include_str!("../lua/force_release.lua"),
-            Operation::State => include_str!("../lua/state.lua"),
+            Operation::AcquireRead => include_str!("../../../lua/acquire_read.lua"),
+            Operation::AcquireWrite => include_str!("../../../lua/acquire_write.lua"),
+            Operation::Release => include_str!("../../../lua/release.lua"),
+            Operation::Renew => include_str!("../../../lua/renew.lua"),
+            Operation::Downgrade => include_str!("../../../lua/downgrade.lua"),
+            Operation::FencedWrite => include_str!("../../../lua/fenced_write.lua"),
+            Operation::ForceRelease => include_str!("../../../lua/force_release.lua"),
+            Operation::State => include_str!("../../../lua/state.lua"),
         }
     }
 
@@ -164,7 +164,7 @@ impl Scripts {
 }
 
 /// The connection lock scripts go through, and whether its servers still take the
-/// function library (see [`crate::library`]).
+/// function library (see [`library`]).
 pub(crate) struct ScriptConnection {
     pub(crate) conn: Connection,
     functions: Functions,
@@ -187,17 +187,17 @@ impl ScriptConnection {
 /// The shared part of every script, in order: the helpers, then (where `{layout}`
 /// stands) one layout's hooks, then the writers' queue and the holds, which use them.
 const SHARED: [&str; 3] = [
-    include_str!("../lua/helpers.lua"),
-    include_str!("../lua/queue.lua"),
-    include_str!("../lua/holds.lua"),
+    include_str!("../../../lua/helpers.lua"),
+    include_str!("../../../lua/queue.lua"),
+    include_str!("../../../lua/holds.lua"),
 ];
 
 /// The hash layout's hooks, then its fast paths: the common operations decided from
 /// a few fields, before the full way (the queue, the holds and the operation).
 const HASH_LAYOUT: &str = concat!(
-    include_str!("../lua/hash_layout.lua"),
+    include_str!("../../../lua/hash_layout.lua"),
     "\n",
-    include_str!("../lua/fast_path.lua")
+    include_str!("../../../lua/fast_path.lua")
 );
 
 /// What comes before the operation in every script: the shared part with `layout`'s
@@ -239,50 +239,7 @@ static HASH: LazyLock<Scripts> = LazyLock::new(|| Scripts::build(HASH_LAYOUT, So
 /// The legacy two-key layout: our state in a companion hash, mirrored into the keys.
 /// No library: its hooks read `KEYS` at the top, before the operation binds them.
 static LEGACY: LazyLock<Scripts> =
-    LazyLock::new(|| Scripts::build(include_str!("../lua/legacy_layout.lua"), None));
-
-/// The answer of an acquire script.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Acquired {
-    /// The hold is ours; `fence` is the fencing token (0 for readers).
-    Granted { fence: u64 },
-    /// Someone else holds or is first in line; their holds end within `holds_for`
-    /// unless renewed. `fence` is the lock's last fencing token when refused (0 for
-    /// readers): a hand-over message with a larger one was sent after this refusal.
-    /// `batch`: the batch of readers a refused reader now waits in, in line; the
-    /// message that grants it is that name.
-    Refused {
-        holds_for: Duration,
-        fence: u64,
-        batch: Option<String>,
-    },
-    /// An upgrade found the upgradable hold it was for gone.
-    Lost,
-}
-
-/// What an acquisition asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Access {
-    Read,
-    /// A read hold that does not wait in line behind queued writers, only for a
-    /// writer that holds (`RwLock::read_recursive`).
-    RecursiveRead,
-    /// A read hold that excludes other upgradable ones and may become the write hold.
-    UpgradableRead,
-    Write,
-    /// The write hold, for the token's upgradable read hold.
-    Upgrade,
-}
-
-impl Access {
-    /// The mode of the hold it gets: its lease, its renewals.
-    pub(crate) fn mode(self) -> LockMode {
-        match self {
-            Access::Read | Access::RecursiveRead | Access::UpgradableRead => LockMode::Read,
-            Access::Write | Access::Upgrade => LockMode::Write,
-        }
-    }
-}
+    LazyLock::new(|| Scripts::build(include_str!("../../../lua/legacy_layout.lua"), None));
 
 /// One lock's keys, its scripts and the settings every script call carries.
 pub(crate) struct Target {
@@ -601,7 +558,7 @@ mod args {
     use redis::Cmd;
 
     use super::{Access, LockMode, Write, millis};
-    use crate::token::Token;
+    use crate::protocol::token::Token;
 
     pub(super) fn acquire_read(
         token: &Token,
@@ -721,45 +678,6 @@ mod reply {
     pub(super) type State = super::RawState;
 }
 
-/// The reply of `state.lua`: now, fence, writer token ('' for none), writer deadline,
-/// original writer's and original reader's deadlines (0: none), readers and queued
-/// writers as (token, deadline) pairs, the upgradable reader's token ('' for none)
-/// and 1 while it waits to upgrade, and the readers waiting in line as (token, their
-/// batch's place deadline) pairs, and the tokens of the `k:` fields (read holds a
-/// client keeps idle); all times in ms.
-pub(crate) type RawState = (
-    i64,
-    u64,
-    String,
-    i64,
-    i64,
-    i64,
-    Vec<(String, i64)>,
-    Vec<(String, i64)>,
-    String,
-    i64,
-    Vec<(String, i64)>,
-    Vec<String>,
-);
-
-/// `WAIT` for this many replicas, at most this long, after a script.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Replicas {
-    pub(crate) count: u32,
-    pub(crate) timeout: Duration,
-}
-
-/// One key write of a fenced batch, as the script takes it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Write {
-    pub(crate) key: String,
-    /// `set` or `del`.
-    pub(crate) op: &'static str,
-    pub(crate) value: Vec<u8>,
-    /// Expiry of a `set` (at least a millisecond: checked before sending).
-    pub(crate) expiry: Option<Duration>,
-}
-
 fn decode_acquired(reply::Acquire(reply, batch): reply::Acquire) -> Acquired {
     let number = |i: usize| reply.get(i).map_or(0, |&n| u64::try_from(n).unwrap_or(0));
     if reply.first() == Some(&1) {
@@ -773,11 +691,6 @@ fn decode_acquired(reply::Acquire(reply, batch): reply::Acquire) -> Acquired {
             batch: (!batch.is_empty()).then_some(batch),
         }
     }
-}
-
-/// Whole milliseconds, as the scripts count.
-pub(crate) fn millis(span: Duration) -> u64 {
-    u64::try_from(span.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The scripts' contracts with these wrappers, checked without a server.

@@ -3,7 +3,7 @@
 //! Between the lock handle and the waiting loop: a plain [`read`](crate::RwLock::read)
 //! or [`try_read`](crate::RwLock::try_read) of a lock this client already holds for
 //! reading joins that hold here, with no round trip and no script; only what cannot
-//! be decided locally goes on to the server (`waiting.rs`). Each task gets its own
+//! be decided locally goes on to the server (`lock/waiting.rs`). Each task gets its own
 //! guard, a [`Share`]; the hold is renewed while any share lives, released when the
 //! last one leaves (or kept, `kept.rs`), and a lost hold is lost to every share.
 //! One task at a time asks the server for a lock's read hold; the tasks that come
@@ -29,9 +29,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::lease::{Hold, Lease};
+use crate::guard::lease::{Hold, Lease};
 use crate::metrics::{Acquiring, Holding, Local, Mode};
-use crate::scripts::Access;
+use crate::protocol::Access;
 use crate::{Error, Fairness, RwLock};
 
 pub(crate) use call_backs::make_way;
@@ -430,7 +430,7 @@ impl Share {
         self.shared.hold.lock.name()
     }
 
-    pub(crate) fn token(&self) -> &crate::token::Token {
+    pub(crate) fn token(&self) -> &crate::protocol::token::Token {
         &self.shared.hold.token
     }
 

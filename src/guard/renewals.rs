@@ -33,7 +33,7 @@ use tracing::Instrument;
 
 use crate::Error;
 use crate::error::ErrorChain;
-use crate::lease::Hold;
+use crate::guard::lease::Hold;
 use crate::metrics::LostCause;
 
 /// How long a failed renewal waits before trying again (while the lease lasts).

@@ -1,0 +1,104 @@
+//! The protocol: what a lock asks of the server and what the server answers, as
+//! the scripts in `lua/` decide it, whichever backend runs them; the owner tokens
+//! (`token.rs`), the lock's state for people and tools (`state.rs`), and the engine
+//! (`engine/`): the scripts' decisions, line for line in Rust.
+//!
+//! These are the words the lock and the guards speak; how a request reaches Redis
+//! (script calls, argument order, reply shapes) is the Redis backend's
+//! (`redis_backend/`).
+
+#[doc(hidden)]
+pub mod engine;
+pub(crate) mod state;
+pub(crate) mod token;
+
+use std::time::Duration;
+
+pub use state::{Holder, LockMode, LockState};
+
+/// The answer of an acquire script.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Acquired {
+    /// The hold is ours; `fence` is the fencing token (0 for readers).
+    Granted { fence: u64 },
+    /// Someone else holds or is first in line; their holds end within `holds_for`
+    /// unless renewed. `fence` is the lock's last fencing token when refused (0 for
+    /// readers): a hand-over message with a larger one was sent after this refusal.
+    /// `batch`: the batch of readers a refused reader now waits in, in line; the
+    /// message that grants it is that name.
+    Refused {
+        holds_for: Duration,
+        fence: u64,
+        batch: Option<String>,
+    },
+    /// An upgrade found the upgradable hold it was for gone.
+    Lost,
+}
+
+/// What an acquisition asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    Read,
+    /// A read hold that does not wait in line behind queued writers, only for a
+    /// writer that holds (`RwLock::read_recursive`).
+    RecursiveRead,
+    /// A read hold that excludes other upgradable ones and may become the write hold.
+    UpgradableRead,
+    Write,
+    /// The write hold, for the token's upgradable read hold.
+    Upgrade,
+}
+
+impl Access {
+    /// The mode of the hold it gets: its lease, its renewals.
+    pub(crate) fn mode(self) -> LockMode {
+        match self {
+            Access::Read | Access::RecursiveRead | Access::UpgradableRead => LockMode::Read,
+            Access::Write | Access::Upgrade => LockMode::Write,
+        }
+    }
+}
+
+/// The reply of `state.lua`: now, fence, writer token ('' for none), writer deadline,
+/// original writer's and original reader's deadlines (0: none), readers and queued
+/// writers as (token, deadline) pairs, the upgradable reader's token ('' for none)
+/// and 1 while it waits to upgrade, and the readers waiting in line as (token, their
+/// batch's place deadline) pairs, and the tokens of the `k:` fields (read holds a
+/// client keeps idle); all times in ms.
+pub(crate) type RawState = (
+    i64,
+    u64,
+    String,
+    i64,
+    i64,
+    i64,
+    Vec<(String, i64)>,
+    Vec<(String, i64)>,
+    String,
+    i64,
+    Vec<(String, i64)>,
+    Vec<String>,
+);
+
+/// `WAIT` for this many replicas, at most this long, after a script.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Replicas {
+    pub(crate) count: u32,
+    pub(crate) timeout: Duration,
+}
+
+/// One key write of a fenced batch, as the script takes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Write {
+    pub(crate) key: String,
+    /// `set` or `del`.
+    pub(crate) op: &'static str,
+    pub(crate) value: Vec<u8>,
+    /// Expiry of a `set` (at least a millisecond: checked before sending).
+    pub(crate) expiry: Option<Duration>,
+}
+
+/// Whole milliseconds, as the scripts count.
+pub(crate) fn millis(span: Duration) -> u64 {
+    u64::try_from(span.as_millis()).unwrap_or(u64::MAX)
+}
