@@ -3,7 +3,6 @@
 
 mod contention;
 mod reader_behind_writers;
-mod scale;
 mod shared_reads;
 mod upgradable;
 
@@ -614,7 +613,6 @@ pub fn markdown(b: &Bench, machine: &Machine) -> String {
     reader_behind_writers::table(&mut o, b);
     waiting_table(&mut o, b);
     contention::tables(&mut o, b);
-    scale::table(&mut o, b);
     upgradable::tables(&mut o, b);
     shared_reads::tables(&mut o, b);
     targets_table(&mut o, b);
@@ -1194,7 +1192,6 @@ pub fn json(b: &Bench, machine: &Machine) -> Value {
         "samples_in_order": samples,
         "redis_benchmark": b.redis_benchmarks.iter().map(|rb| json!({"command": rb.command_line, "requests_per_sec": rb.requests_per_sec, "p50_ms": rb.p50_ms})).collect::<Vec<_>>(),
         "targets": targets,
-        "at_scale": scale::json(b),
         "notes": b.notes,
     })
 }

@@ -309,8 +309,6 @@ pub struct Bench {
     pub redis_benchmarks: Vec<RedisBenchmark>,
     /// The crate's read-acquire call as sent (captured with MONITOR).
     pub read_script: Option<Vec<String>>,
-    /// The `at_scale` scenario's comparisons, one per run.
-    pub at_scale: Vec<crate::scale::Comparison>,
     /// The cluster's seed nodes, for clients connected later.
     pub nodes: Vec<String>,
     /// More clients (instances of a service) beside `clients`, connected when a
