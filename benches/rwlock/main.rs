@@ -246,7 +246,7 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
         }
         if on("redis_benchmark") {
             eprintln!("  redis-benchmark");
-            b.redis_benchmark(run).await;
+            b.redis_benchmark().await;
         }
         if on("handoff") {
             eprintln!("  writer handoff");

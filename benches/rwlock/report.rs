@@ -16,14 +16,12 @@ use serde_json::{Value, json};
 
 use crate::contention::{CONTENTION_HOLD, CONTENTION_WRITE_PERCENT, Family};
 use crate::locks::{Impl, Original};
-use crate::read_heavy::metric as mix;
 use crate::scenarios::{
     Bench, HANDOFF_HOLD, INSTANCES, STREAM_READ_HOLD, STREAM_READERS, STREAM_WRITER_EVERY,
-    SWEEP_TASKS, ServerCostNames, TASKS, UncontendedNames, WAITERS, WRITE_PERCENT, WRITERS,
-    names::*,
+    SWEEP_TASKS, TASKS, WAITERS, WRITE_PERCENT, WRITERS, names::*,
 };
 use crate::stats::{Metric, Results, percentile};
-use crate::upgradable::{BEHIND, PairNames, metric as upgrade, names::*};
+use crate::upgradable::{BEHIND, names::*};
 
 pub use contention::plot_contention;
 
@@ -175,35 +173,27 @@ fn value_target(name: String, m: Option<&Metric>, unit: &str, ok: impl Fn(f64) -
 pub fn targets(b: &Bench) -> Vec<Target> {
     let r = &b.results;
     let mut out = Vec::new();
-    for (mode, n) in [
-        ("try_read", UncontendedNames::READ),
-        ("try_write", UncontendedNames::WRITE),
-    ] {
-        for (place, acquire, evalsha) in [
-            ("in a spawned task", n.a50, n.evalsha50),
-            (
-                "on the thread blocking on the runtime",
-                n.a50_main,
-                n.evalsha50_main,
-            ),
+    let ours = |scenario, name: &str| r.get(scenario, Impl::Ours, name);
+    let against = |scenario, imp, name: &str| (ours(scenario, name), r.get(scenario, imp, name));
+    for mode in ["read", "write"] {
+        for (place, suffix) in [
+            ("in a spawned task", ""),
+            ("on the thread blocking on the runtime", "_main_thread"),
         ] {
             out.push(ratio_target(
                 format!(
-                    "uncontended {mode} p50 <= 1.3x trivial EVALSHA p50 (interleaved, {place})"
+                    "uncontended try_{mode} p50 <= 1.3x trivial EVALSHA p50 (interleaved, {place})"
                 ),
-                r.get(UNCONTENDED, Impl::Ours, acquire),
-                r.get(UNCONTENDED, Impl::Ours, evalsha),
+                ours(UNCONTENDED, &format!("{mode}_acquire_p50{suffix}")),
+                ours(UNCONTENDED, &format!("{mode}_evalsha_p50{suffix}")),
                 "us",
                 |x| x <= 1.3,
             ));
         }
     }
-    for (mode, n) in [
-        ("read", UncontendedNames::READ),
-        ("write", UncontendedNames::WRITE),
-    ] {
-        let med = |name| r.median(UNCONTENDED, Impl::Ours, name);
-        let client = med(n.a50) - med(n.evalsha50) - med(n.server);
+    for mode in ["read", "write"] {
+        let med = |name: &str| r.median(UNCONTENDED, Impl::Ours, &format!("{mode}_{name}"));
+        let client = med("acquire_p50") - med("evalsha_p50") - med("server_us_per_script");
         out.push(Target {
             name: format!(
                 "client-side cost per uncontended {mode} acquire (acquire p50 - trivial EVALSHA p50 - the script's server time), reported"
@@ -212,36 +202,35 @@ pub fn targets(b: &Bench) -> Vec<Target> {
             met: None,
         });
     }
-    for (mode, names) in [
-        ("read", ServerCostNames::READ),
-        ("write", ServerCostNames::WRITE),
-    ] {
-        let metric = names.script_us;
+    for mode in ["read", "write"] {
+        let (a, b) = against(
+            SERVER_COST,
+            Impl::Original,
+            &format!("{mode}_script_us_per_acq"),
+        );
         out.push(ratio_target(
             format!("server script time per uncontended {mode} acquisition (acquire + release) <= the original design's"),
-            r.get(SERVER_COST, Impl::Ours, metric),
-            r.get(SERVER_COST, Impl::Original, metric),
+            a,
+            b,
             "us",
             |x| x <= 1.0,
         ));
     }
-    for (mode, names) in [
-        ("read", ServerCostNames::READ),
-        ("write", ServerCostNames::WRITE),
-    ] {
-        for (what, metric, limit) in [
-            ("server script time", names.script_us, 2.0),
-            ("main-thread CPU", names.cpu_us, 1.25),
+    for mode in ["read", "write"] {
+        for (what, metric, whose, limit) in [
+            ("server script time", "script_us_per_acq", "", 2.0),
+            (
+                "main-thread CPU",
+                "cpu_us_per_acq",
+                ", the lock's master",
+                1.25,
+            ),
         ] {
-            let whose = if metric == names.cpu_us {
-                ", the lock's master"
-            } else {
-                ""
-            };
+            let (a, b) = against(SERVER_COST, Impl::Original, &format!("{mode}_{metric}"));
             out.push(ratio_target(
                 format!("{what} per uncontended {mode} acquisition (acquire + release{whose}) <= {limit:?}x the original design's"),
-                r.get(SERVER_COST, Impl::Ours, metric),
-                r.get(SERVER_COST, Impl::Original, metric),
+                a,
+                b,
                 "us",
                 move |x| x <= limit,
             ));
@@ -326,7 +315,7 @@ pub fn targets(b: &Bench) -> Vec<Target> {
         (
             "upgrade with no other reader: scripts per upgrade (the most) <= 1",
             UPGRADE_ALONE,
-            upgrade::SCRIPTS_PER_UPGRADE_MAX,
+            "scripts_per_upgrade_max",
             "",
             1.0,
         ),
@@ -339,14 +328,14 @@ pub fn targets(b: &Bench) -> Vec<Target> {
         single.push((
             format!("upgrade behind {readers}: scripts the upgrader sends while waiting, mean (channel subscribed: the refused attempt only) <= 1.01"),
             behind.scenario,
-            upgrade::WAITING_SCRIPTS,
+            "scripts_while_waiting",
             "",
             1.01,
         ));
         single.push((
             format!("upgrade behind {readers}: hand-overs left to the 0.5-1 s re-check timer (slower than 250 ms) = 0"),
             behind.scenario,
-            upgrade::TIMER_WAKEUPS,
+            "timer_wakeups",
             "",
             0.0,
         ));
@@ -369,12 +358,12 @@ pub fn targets(b: &Bench) -> Vec<Target> {
     for (what, metric, limit) in [
         (
             "scripts per acquisition (MONITOR) <= 2.02",
-            mix::SCRIPTS,
+            "scripts_per_acquisition",
             2.02,
         ),
         (
             "read attempts beyond the first per read (MONITOR) <= 0.01",
-            mix::EXTRA_READ_ATTEMPTS,
+            "extra_read_attempts_per_read",
             0.01,
         ),
     ] {
@@ -403,12 +392,12 @@ pub fn targets(b: &Bench) -> Vec<Target> {
                 r.get(
                     family.scenario(i),
                     Impl::Ours,
-                    crate::contention::metric::CPU,
+                    "cpu_us_per_acq",
                 ),
                 r.get(
                     family.scenario(i),
                     Impl::Original,
-                    crate::contention::metric::CPU,
+                    "cpu_us_per_acq",
                 ),
                 "us",
                 move |x| x <= limit,
@@ -421,16 +410,8 @@ pub fn targets(b: &Bench) -> Vec<Target> {
                 sizes[2],
                 sizes[0]
             ),
-            r.get(
-                family.scenario(2),
-                Impl::Ours,
-                crate::contention::metric::CPU,
-            ),
-            r.get(
-                family.scenario(0),
-                Impl::Ours,
-                crate::contention::metric::CPU,
-            ),
+            r.get(family.scenario(2), Impl::Ours, "cpu_us_per_acq"),
+            r.get(family.scenario(0), Impl::Ours, "cpu_us_per_acq"),
             "us",
             |x| x <= 1.25,
         ));
@@ -440,34 +421,34 @@ pub fn targets(b: &Bench) -> Vec<Target> {
 
 /// Shared reads: a join's latency, and a writer's wait behind a busy shared hold.
 fn shared_read_targets(r: &Results, out: &mut Vec<Target>) {
-    use crate::shared_reads::{metric::*, names::*};
+    use crate::shared_reads::names::*;
     out.push(value_target(
         "a read that joins the client's read hold: p50 <= 10 us".into(),
-        r.get(SHARED_JOIN, Impl::Ours, JOIN_P50),
+        r.get(SHARED_JOIN, Impl::Ours, "join_us_p50"),
         "us",
         |x| x <= 10.0,
     ));
     out.push(value_target(
         "a writer on another client behind 16 busy local readers sharing one hold: p99 wait < 20 ms".into(),
-        r.get(WRITER_BEHIND_SHARED, Impl::Ours, WAIT_P99),
+        r.get(WRITER_BEHIND_SHARED, Impl::Ours, "writer_wait_ms_p99"),
         "ms",
         |x| x < 20.0,
     ));
     out.push(value_target(
         "... and no wait over 100 ms".into(),
-        r.get(WRITER_BEHIND_SHARED, Impl::Ours, WAIT_MAX),
+        r.get(WRITER_BEHIND_SHARED, Impl::Ours, "writer_wait_ms_max"),
         "ms",
         |x| x <= 100.0,
     ));
     out.push(value_target(
         "a writer on another client behind an idle kept read hold: p50 <= 1 ms".into(),
-        r.get(WRITER_BEHIND_KEPT, Impl::Ours, WAIT_P50),
+        r.get(WRITER_BEHIND_KEPT, Impl::Ours, "writer_wait_ms_p50"),
         "ms",
         |x| x <= 1.0,
     ));
     out.push(value_target(
         "... p99 <= 5 ms".into(),
-        r.get(WRITER_BEHIND_KEPT, Impl::Ours, WAIT_P99),
+        r.get(WRITER_BEHIND_KEPT, Impl::Ours, "writer_wait_ms_p99"),
         "ms",
         |x| x <= 5.0,
     ));
@@ -496,24 +477,23 @@ fn shared_read_targets(r: &Results, out: &mut Vec<Target>) {
     // One lock, 64 tasks of one client, 98% reads (contention_readers' middle size).
     let scenario = Family::Readers.scenario(1);
     let metric = |imp: Impl, name: &str| r.get(scenario, imp, name);
-    use crate::contention::metric as c;
     out.push(value_target(
         "one lock, 64 tasks of one client, 98% reads: scripts per acquisition <= 0.3".into(),
-        metric(Impl::Ours, c::SCRIPTS),
+        metric(Impl::Ours, "scripts_per_acq"),
         "",
         |x| x <= 0.3,
     ));
     out.push(ratio_target(
         "... server CPU per acquisition <= 0.5x the original design's".into(),
-        metric(Impl::Ours, c::CPU),
-        metric(Impl::Original, c::CPU),
+        metric(Impl::Ours, "cpu_us_per_acq"),
+        metric(Impl::Original, "cpu_us_per_acq"),
         "us",
         |x| x <= 0.5,
     ));
     out.push(ratio_target(
         "... throughput >= 3x the original design's".into(),
-        metric(Impl::Ours, c::ACQ_PER_S),
-        metric(Impl::Original, c::ACQ_PER_S),
+        metric(Impl::Ours, "acquisitions_per_s"),
+        metric(Impl::Original, "acquisitions_per_s"),
         "/s",
         |x| x >= 3.0,
     ));
@@ -523,7 +503,7 @@ fn shared_read_targets(r: &Results, out: &mut Vec<Target>) {
         r.get(
             READ_HEAVY_SCRIPTS_CLIENTS,
             Impl::Ours,
-            crate::read_heavy::metric::SCRIPTS,
+            "scripts_per_acquisition",
         ),
         "",
         |x| x <= 0.6,
@@ -532,32 +512,25 @@ fn shared_read_targets(r: &Results, out: &mut Vec<Target>) {
 
 /// The upgradable reads' ratio targets, each against its interleaved baseline.
 fn upgradable_targets(r: &Results, out: &mut Vec<Target>) {
-    let (read, up) = (PairNames::READ, PairNames::UPGRADABLE);
-    for (what, a, b, unit) in [
+    for (what, metric) in [
         (
-            "uncontended try_upgradable_read + release p50 <= 1.1x try_read + release p50 (interleaved)",
-            up.pair_p50,
-            read.pair_p50,
-            "us",
+            "uncontended try_upgradable_read + release p50 <= 1.1x try_read + release p50",
+            "pair_p50",
         ),
         (
-            "server script time per uncontended upgradable acquisition <= 1.1x a read's (interleaved)",
-            up.script_us,
-            read.script_us,
-            "us",
+            "server script time per uncontended upgradable acquisition <= 1.1x a read's",
+            "script_us_per_acq",
         ),
         (
-            "main-thread CPU per uncontended upgradable acquisition on the lock's master <= 1.1x a read's (interleaved)",
-            up.cpu_us,
-            read.cpu_us,
-            "us",
+            "main-thread CPU per uncontended upgradable acquisition on the lock's master <= 1.1x a read's",
+            "cpu_us_per_acq",
         ),
     ] {
         out.push(ratio_target(
-            what.into(),
-            r.get(UPGRADABLE_COST, Impl::Ours, a),
-            r.get(UPGRADABLE_COST, Impl::Ours, b),
-            unit,
+            format!("{what} (interleaved)"),
+            r.get(UPGRADABLE_COST, Impl::Ours, &format!("upgradable_{metric}")),
+            r.get(UPGRADABLE_COST, Impl::Ours, &format!("read_{metric}")),
+            "us",
             |x| x <= 1.1,
         ));
     }
@@ -567,8 +540,8 @@ fn upgradable_targets(r: &Results, out: &mut Vec<Target>) {
     out.push(ratio_target(
         "upgrade with no other reader: p50 <= 1.25x try_write p50, one round trip (interleaved)"
             .into(),
-        r.get(UPGRADE_ALONE, Impl::Ours, upgrade::UPGRADE_P50),
-        r.get(UPGRADE_ALONE, Impl::Ours, upgrade::TRY_WRITE_P50),
+        r.get(UPGRADE_ALONE, Impl::Ours, "upgrade_p50"),
+        r.get(UPGRADE_ALONE, Impl::Ours, "try_write_p50"),
         "us",
         |x| x <= 1.25,
     ));
@@ -578,8 +551,8 @@ fn upgradable_targets(r: &Results, out: &mut Vec<Target>) {
                 "upgrade behind {}: from the last release sent to the upgrade's return, p50 <= 1.25x a queued writer's hand-over (interleaved)",
                 behind.label()
             ),
-            r.get(behind.scenario, Impl::Ours, upgrade::GAP_SENT_P50),
-            r.get(behind.scenario, Impl::Ours, upgrade::WRITER_GAP_SENT_P50),
+            r.get(behind.scenario, Impl::Ours, "gap_from_release_sent_p50"),
+            r.get(behind.scenario, Impl::Ours, "writer_gap_from_release_sent_p50"),
             "ms",
             |x| x <= 1.25,
         ));
@@ -596,7 +569,7 @@ fn header(out: &mut String, cells: &[&str]) {
 }
 
 /// The cell of one metric: "median (min-max)" over the runs.
-fn at(r: &Results, scenario: &str, imp: Impl, metric: &str) -> String {
+fn at(r: &Results, scenario: &'static str, imp: Impl, metric: &str) -> String {
     cell(r.get(scenario, imp, metric))
 }
 
@@ -743,10 +716,10 @@ fn uncontended_table(o: &mut String, r: &Results) {
 /// The server's cost per uncontended acquisition (acquire + release), measured on
 /// the lock's master.
 fn server_cost_table(o: &mut String, r: &Results) {
-    if !Impl::ALL.iter().any(|&imp| {
-        r.get(SERVER_COST, imp, ServerCostNames::WRITE.cpu_us)
-            .is_some()
-    }) {
+    if !Impl::ALL
+        .iter()
+        .any(|&imp| r.get(SERVER_COST, imp, "write_cpu_us_per_acq").is_some())
+    {
         return;
     }
     let _ = writeln!(
@@ -764,23 +737,17 @@ fn server_cost_table(o: &mut String, r: &Results) {
         ],
     );
     for imp in Impl::ALL {
-        for (mode, m) in [
-            ("read", ServerCostNames::READ),
-            ("write", ServerCostNames::WRITE),
-        ] {
-            if r.get(SERVER_COST, imp, m.cpu_us).is_none() {
+        for mode in ["read", "write"] {
+            let m = |name: &str| format!("{mode}_{name}");
+            if r.get(SERVER_COST, imp, &m("cpu_us_per_acq")).is_none() {
                 continue;
             }
-            row(
-                o,
-                &[
-                    imp.label().into(),
-                    mode.into(),
-                    at(r, SERVER_COST, imp, m.script_us),
-                    at(r, SERVER_COST, imp, m.scripts),
-                    at(r, SERVER_COST, imp, m.cpu_us),
-                ],
+            let mut cells = vec![imp.label().to_owned(), mode.to_owned()];
+            cells.extend(
+                ["script_us_per_acq", "scripts_per_acq", "cpu_us_per_acq"]
+                    .map(|name| at(r, SERVER_COST, imp, &m(name))),
             );
+            row(o, &cells);
         }
     }
 }
@@ -849,7 +816,10 @@ fn read_heavy_tables(o: &mut String, b: &Bench) {
     many_clients_table(o, r);
     if [READ_HEAVY_SCRIPTS, READ_HEAVY_SCRIPTS_CLIENTS]
         .iter()
-        .any(|&scenario| r.get(scenario, Impl::Ours, mix::SCRIPTS).is_some())
+        .any(|&scenario| {
+            r.get(scenario, Impl::Ours, "scripts_per_acquisition")
+                .is_some()
+        })
     {
         let _ = writeln!(
             o,
@@ -874,20 +844,22 @@ fn read_heavy_tables(o: &mut String, b: &Bench) {
             (1, READ_HEAVY_SCRIPTS),
             (INSTANCES, READ_HEAVY_SCRIPTS_CLIENTS),
         ] {
-            if r.get(scenario, Impl::Ours, mix::SCRIPTS).is_none() {
+            if r.get(scenario, Impl::Ours, "scripts_per_acquisition")
+                .is_none()
+            {
                 continue;
             }
             let mut cells = vec![clients.to_string()];
             cells.extend(
                 [
-                    mix::SCRIPTS,
-                    mix::READ_ATTEMPTS,
-                    mix::EXTRA_READ_ATTEMPTS,
-                    mix::WRITE_ATTEMPTS,
-                    mix::REFUSED_READS,
-                    mix::EXTRA_WRITES,
-                    mix::RELEASES,
-                    mix::OTHER,
+                    "scripts_per_acquisition",
+                    "read_attempts_per_read",
+                    "extra_read_attempts_per_read",
+                    "write_attempts_per_write",
+                    "refused_reads_per_acquisition",
+                    "extra_write_attempts_per_acquisition",
+                    "releases_per_acquisition",
+                    "other_scripts_per_acquisition",
                 ]
                 .map(|metric| at(r, scenario, Impl::Ours, metric)),
             );
@@ -1104,13 +1076,7 @@ fn runs_cell(runs: Vec<f64>) -> String {
     if runs.is_empty() {
         return "-".into();
     }
-    cell(Some(&Metric {
-        scenario: "",
-        imp: Impl::Ours,
-        name: "",
-        unit: "",
-        runs,
-    }))
+    cell(Some(&Metric::of(runs)))
 }
 
 /// The machine-readable result file.
@@ -1118,12 +1084,12 @@ pub fn json(b: &Bench, machine: &Machine) -> Value {
     let metrics: Vec<Value> = b
         .results
         .metrics
-        .values()
-        .map(|m| {
+        .iter()
+        .map(|((scenario, imp, name), m)| {
             json!({
-                "scenario": m.scenario,
-                "implementation": m.imp.id(),
-                "metric": m.name,
+                "scenario": scenario,
+                "implementation": imp.id(),
+                "metric": name,
                 "unit": m.unit,
                 "median": m.median(),
                 "min": m.min(),
