@@ -626,30 +626,34 @@ fn heading(o: &mut String, b: &Bench, machine: &Machine) {
 
 /// PING and a trivial EVALSHA to the lock's master.
 fn limits_table(o: &mut String, r: &Results) {
+    if !ran(r, LIMITS) {
+        return;
+    }
     let _ = writeln!(o, "### Round-trip limits (one task, the lock's master)\n");
     header(o, &["", "p50 (us)", "p99 (us)", "server us/call"]);
-    row(
-        o,
-        &[
-            "PING".into(),
-            at(r, LIMITS, Impl::Ours, "ping_p50"),
-            at(r, LIMITS, Impl::Ours, "ping_p99"),
-            "-".into(),
-        ],
-    );
-    row(
-        o,
-        &[
-            "EVALSHA `return 1`".into(),
-            at(r, LIMITS, Impl::Ours, "evalsha_p50"),
-            at(r, LIMITS, Impl::Ours, "evalsha_p99"),
-            at(r, LIMITS, Impl::Ours, "evalsha_server_us"),
-        ],
-    );
+    for (label, call, server) in [
+        ("PING", "ping", None),
+        ("EVALSHA `return 1`", "evalsha", Some("evalsha_server_us")),
+    ] {
+        let at = |metric: &str| at(r, LIMITS, Impl::Ours, metric);
+        let server = server.map_or("-".to_owned(), at);
+        row(
+            o,
+            &[
+                label.into(),
+                at(&format!("{call}_p50")),
+                at(&format!("{call}_p99")),
+                server,
+            ],
+        );
+    }
 }
 
 /// One task's acquire and acquire+release, per implementation and mode.
 fn uncontended_table(o: &mut String, r: &Results) {
+    if !ran(r, UNCONTENDED) {
+        return;
+    }
     let _ = writeln!(
         o,
         "\n### Uncontended acquire and acquire+release (one task)\n"
@@ -669,46 +673,18 @@ fn uncontended_table(o: &mut String, r: &Results) {
         ],
     );
     for imp in Impl::ALL {
-        for (mode, ev, a50, a99, p50, p99, server) in [
-            (
-                "read",
-                "read_evalsha_p50",
-                "read_acquire_p50",
-                "read_acquire_p99",
-                "read_pair_p50",
-                "read_pair_p99",
-                "read_server_us_per_script",
-            ),
-            (
-                "write",
-                "write_evalsha_p50",
-                "write_acquire_p50",
-                "write_acquire_p99",
-                "write_pair_p50",
-                "write_pair_p99",
-                "write_server_us_per_script",
-            ),
-        ] {
-            if r.get(UNCONTENDED, imp, a50).is_none() {
+        for mode in ["read", "write"] {
+            let get = |name: &str| r.get(UNCONTENDED, imp, &format!("{mode}_{name}"));
+            if get("acquire_p50").is_none() {
                 continue;
             }
-            row(
-                o,
-                &[
-                    imp.label().into(),
-                    mode.into(),
-                    at(r, UNCONTENDED, imp, a50),
-                    at(r, UNCONTENDED, imp, a99),
-                    at(r, UNCONTENDED, imp, ev),
-                    ratio_cell(ratios(
-                        r.get(UNCONTENDED, imp, a50),
-                        r.get(UNCONTENDED, imp, ev),
-                    )),
-                    at(r, UNCONTENDED, imp, p50),
-                    at(r, UNCONTENDED, imp, p99),
-                    at(r, UNCONTENDED, imp, server),
-                ],
+            let mut cells = vec![imp.label().to_owned(), mode.to_owned()];
+            cells.extend(["acquire_p50", "acquire_p99", "evalsha_p50"].map(|name| cell(get(name))));
+            cells.push(ratio_cell(ratios(get("acquire_p50"), get("evalsha_p50"))));
+            cells.extend(
+                ["pair_p50", "pair_p99", "server_us_per_script"].map(|name| cell(get(name))),
             );
+            row(o, &cells);
         }
     }
 }
@@ -716,10 +692,7 @@ fn uncontended_table(o: &mut String, r: &Results) {
 /// The server's cost per uncontended acquisition (acquire + release), measured on
 /// the lock's master.
 fn server_cost_table(o: &mut String, r: &Results) {
-    if !Impl::ALL
-        .iter()
-        .any(|&imp| r.get(SERVER_COST, imp, "write_cpu_us_per_acq").is_some())
-    {
+    if !ran(r, SERVER_COST) {
         return;
     }
     let _ = writeln!(
@@ -756,52 +729,54 @@ fn server_cost_table(o: &mut String, r: &Results) {
 /// the task-count sweep.
 fn read_heavy_tables(o: &mut String, b: &Bench) {
     let r = &b.results;
-    let _ = writeln!(
-        o,
-        "\n### Read-heavy throughput ({TASKS} tasks, {}% reads / {WRITE_PERCENT}% writes, hold = one `yield_now`)\n",
-        100 - WRITE_PERCENT
-    );
-    header(
-        o,
-        &[
-            "implementation",
-            "1 lock: acq/s",
-            "vs original",
-            "64 locks: acq/s",
-            "vs original",
-            "server us/script (1 lock)",
-            "server us/script (64 locks)",
-            "scripts/acq (1 lock)",
-            "(un)subscribes/acq (1 lock)",
-            "exclusion violations (1 / 64 locks)",
-        ],
-    );
-    for imp in Impl::RW {
-        row(
+    if ran(r, READ_HEAVY_1) {
+        let _ = writeln!(
+            o,
+            "\n### Read-heavy throughput ({TASKS} tasks, {}% reads / {WRITE_PERCENT}% writes, hold = one `yield_now`)\n",
+            100 - WRITE_PERCENT
+        );
+        header(
             o,
             &[
-                imp.label().into(),
-                at(r, READ_HEAVY_1, imp, "acquisitions_per_s"),
-                ratio_cell(ratios(
-                    r.get(READ_HEAVY_1, imp, "acquisitions_per_s"),
-                    r.get(READ_HEAVY_1, Impl::Original, "acquisitions_per_s"),
-                )),
-                at(r, READ_HEAVY_64, imp, "acquisitions_per_s"),
-                ratio_cell(ratios(
-                    r.get(READ_HEAVY_64, imp, "acquisitions_per_s"),
-                    r.get(READ_HEAVY_64, Impl::Original, "acquisitions_per_s"),
-                )),
-                at(r, READ_HEAVY_1, imp, "server_us_per_script"),
-                at(r, READ_HEAVY_64, imp, "server_us_per_script"),
-                at(r, READ_HEAVY_1, imp, "scripts_per_acquisition"),
-                at(r, READ_HEAVY_1, imp, "subscriptions_per_acquisition"),
-                format!(
-                    "{} / {}",
-                    at(r, READ_HEAVY_1, imp, "violations"),
-                    at(r, READ_HEAVY_64, imp, "violations")
-                ),
+                "implementation",
+                "1 lock: acq/s",
+                "vs original",
+                "64 locks: acq/s",
+                "vs original",
+                "server us/script (1 lock)",
+                "server us/script (64 locks)",
+                "scripts/acq (1 lock)",
+                "(un)subscribes/acq (1 lock)",
+                "exclusion violations (1 / 64 locks)",
             ],
         );
+        for imp in Impl::RW {
+            let (one, many) = (
+                |m| at(r, READ_HEAVY_1, imp, m),
+                |m| at(r, READ_HEAVY_64, imp, m),
+            );
+            let vs = |s| {
+                ratio_cell(ratios(
+                    r.get(s, imp, "acquisitions_per_s"),
+                    r.get(s, Impl::Original, "acquisitions_per_s"),
+                ))
+            };
+            row(
+                o,
+                &[
+                    imp.label().into(),
+                    one("acquisitions_per_s"),
+                    vs(READ_HEAVY_1),
+                    many("acquisitions_per_s"),
+                    vs(READ_HEAVY_64),
+                    one("server_us_per_script"),
+                    many("server_us_per_script"),
+                    one("scripts_per_acquisition"),
+                    one("subscriptions_per_acquisition"),
+                    format!("{} / {}", one("violations"), many("violations")),
+                ],
+            );
+        }
     }
     if !b.redis_benchmarks.is_empty() {
         let _ = writeln!(
@@ -814,175 +789,166 @@ fn read_heavy_tables(o: &mut String, b: &Bench) {
         let _ = writeln!(o, "```\n{}\n```", b.redis_benchmarks[0].command_line);
     }
     many_clients_table(o, r);
-    if [READ_HEAVY_SCRIPTS, READ_HEAVY_SCRIPTS_CLIENTS]
-        .iter()
-        .any(|&scenario| {
-            r.get(scenario, Impl::Ours, "scripts_per_acquisition")
-                .is_some()
-        })
-    {
+    let passes = [
+        (1, READ_HEAVY_SCRIPTS),
+        (INSTANCES, READ_HEAVY_SCRIPTS_CLIENTS),
+    ];
+    if passes.iter().any(|&(_, scenario)| ran(r, scenario)) {
         let _ = writeln!(
             o,
             "\n{}'s scripts per acquisition in the one-lock mix, by kind (a separate run watched with MONITOR on every master; counts only, MONITOR slows the server). A read that waited and was let in by a release's grant sent one attempt:\n",
             Impl::Ours.label()
         );
-        header(
-            o,
-            &[
-                "clients",
-                "scripts/acq",
-                "read attempts per read",
+        // (column, metric); "read attempts beyond one per read/acq" is the older
+        // "refused reads", per acquisition of either kind.
+        let cols = [
+            ("scripts/acq", "scripts_per_acquisition"),
+            ("read attempts per read", "read_attempts_per_read"),
+            (
                 "read attempts beyond the first per read",
-                "write attempts per write",
+                "extra_read_attempts_per_read",
+            ),
+            ("write attempts per write", "write_attempts_per_write"),
+            (
                 "read attempts beyond one per read/acq",
+                "refused_reads_per_acquisition",
+            ),
+            (
                 "write attempts beyond one per write/acq",
-                "releases/acq",
-                "other scripts/acq",
-            ],
-        );
-        for (clients, scenario) in [
-            (1, READ_HEAVY_SCRIPTS),
-            (INSTANCES, READ_HEAVY_SCRIPTS_CLIENTS),
-        ] {
-            if r.get(scenario, Impl::Ours, "scripts_per_acquisition")
-                .is_none()
-            {
-                continue;
-            }
+                "extra_write_attempts_per_acquisition",
+            ),
+            ("releases/acq", "releases_per_acquisition"),
+            ("other scripts/acq", "other_scripts_per_acquisition"),
+        ];
+        let mut titles = vec!["clients"];
+        titles.extend(cols.map(|(title, _)| title));
+        header(o, &titles);
+        for (clients, scenario) in passes.into_iter().filter(|&(_, s)| ran(r, s)) {
             let mut cells = vec![clients.to_string()];
-            cells.extend(
-                [
-                    "scripts_per_acquisition",
-                    "read_attempts_per_read",
-                    "extra_read_attempts_per_read",
-                    "write_attempts_per_write",
-                    "refused_reads_per_acquisition",
-                    "extra_write_attempts_per_acquisition",
-                    "releases_per_acquisition",
-                    "other_scripts_per_acquisition",
-                ]
-                .map(|metric| at(r, scenario, Impl::Ours, metric)),
-            );
+            cells.extend(cols.map(|(_, metric)| at(r, scenario, Impl::Ours, metric)));
             row(o, &cells);
         }
     }
-    let _ = writeln!(
-        o,
-        "\nThroughput against task count (one lock, same mix; acquisitions/s):\n"
-    );
-    let mut cols = vec!["implementation".to_owned()];
-    cols.extend(SWEEP_TASKS.iter().map(|t| format!("{t} tasks")));
-    header(o, &cols.iter().map(String::as_str).collect::<Vec<_>>());
-    for imp in Impl::RW {
-        let mut cells = vec![imp.label().to_owned()];
-        for t in SWEEP_TASKS {
-            cells.push(sweep_cell(r, imp, t));
+    if !r.sweep.is_empty() {
+        let _ = writeln!(
+            o,
+            "\nThroughput against task count (one lock, same mix; acquisitions/s):\n"
+        );
+        let mut titles = vec!["implementation".to_owned()];
+        titles.extend(SWEEP_TASKS.iter().map(|t| format!("{t} tasks")));
+        header(o, &titles.iter().map(String::as_str).collect::<Vec<_>>());
+        for imp in Impl::RW {
+            let mut cells = vec![imp.label().to_owned()];
+            cells.extend(SWEEP_TASKS.map(|t| {
+                r.sweep
+                    .get(&(imp, t))
+                    .map_or("-".to_owned(), |runs| runs_cell(runs.clone()))
+            }));
+            row(o, &cells);
         }
+    }
+}
+
+/// One cell of a row of [`impl_table`].
+#[derive(Clone, Copy)]
+enum Col {
+    /// A metric's median (min-max).
+    At(&'static str),
+    /// A metric over the original design's, run by run.
+    VsOriginal(&'static str),
+    /// One metric over another, run by run.
+    Ratio(&'static str, &'static str),
+    /// Two metrics, "a / b".
+    Both(&'static str, &'static str),
+}
+
+/// Whether any implementation recorded anything in `scenario`.
+fn ran(r: &Results, scenario: &str) -> bool {
+    r.metrics.keys().any(|(s, _, _)| *s == scenario)
+}
+
+/// The table of `scenario`: a header of column titles, then a row per
+/// implementation of `impls`, its label and a cell per column.
+fn impl_table(
+    o: &mut String,
+    r: &Results,
+    scenario: &'static str,
+    impls: &[Impl],
+    cols: &[(&str, Col)],
+) {
+    let mut titles = vec!["implementation"];
+    titles.extend(cols.iter().map(|(title, _)| *title));
+    header(o, &titles);
+    for &imp in impls {
+        let get = |metric| r.get(scenario, imp, metric);
+        let mut cells = vec![imp.label().to_owned()];
+        cells.extend(cols.iter().map(|&(_, col)| match col {
+            Col::At(m) => cell(get(m)),
+            Col::VsOriginal(m) => ratio_cell(ratios(get(m), r.get(scenario, Impl::Original, m))),
+            Col::Ratio(a, b) => ratio_cell(ratios(get(a), get(b))),
+            Col::Both(a, b) => format!("{} / {}", cell(get(a)), cell(get(b))),
+        }));
         row(o, &cells);
     }
 }
 
 /// The one-lock mix from several clients (instances), when it ran.
 fn many_clients_table(o: &mut String, r: &Results) {
-    if !Impl::RW.iter().any(|&imp| {
-        r.get(READ_HEAVY_1_CLIENTS, imp, "acquisitions_per_s")
-            .is_some()
-    }) {
+    if !ran(r, READ_HEAVY_1_CLIENTS) {
         return;
     }
     let _ = writeln!(
         o,
         "\nThe same mix on one lock from {INSTANCES} clients ({INSTANCES} instances of a service, the {TASKS} tasks dealt out round robin):\n"
     );
-    header(
-        o,
-        &[
-            "implementation",
-            "acq/s",
-            "vs original",
-            "server us/script",
-            "scripts/acq",
-            "(un)subscribes/acq",
-            "exclusion violations",
-        ],
-    );
-    let s = READ_HEAVY_1_CLIENTS;
-    for imp in Impl::RW {
-        row(
-            o,
-            &[
-                imp.label().into(),
-                at(r, s, imp, "acquisitions_per_s"),
-                ratio_cell(ratios(
-                    r.get(s, imp, "acquisitions_per_s"),
-                    r.get(s, Impl::Original, "acquisitions_per_s"),
-                )),
-                at(r, s, imp, "server_us_per_script"),
-                at(r, s, imp, "scripts_per_acquisition"),
-                at(r, s, imp, "subscriptions_per_acquisition"),
-                at(r, s, imp, "violations"),
-            ],
-        );
-    }
+    use Col::*;
+    let cols = [
+        ("acq/s", At("acquisitions_per_s")),
+        ("vs original", VsOriginal("acquisitions_per_s")),
+        ("server us/script", At("server_us_per_script")),
+        ("scripts/acq", At("scripts_per_acquisition")),
+        ("(un)subscribes/acq", At("subscriptions_per_acquisition")),
+        ("exclusion violations", At("violations")),
+    ];
+    impl_table(o, r, READ_HEAVY_1_CLIENTS, &Impl::RW, &cols);
 }
 
 /// Writers handing the lock to each other.
 fn handoff_table(o: &mut String, r: &Results) {
+    if !ran(r, HANDOFF) {
+        return;
+    }
     let _ = writeln!(
         o,
         "\n### Writer handoff ({WRITERS} writers, each holding {} ms)\n",
         HANDOFF_HOLD.as_millis()
     );
-    header(
-        o,
-        &[
-            "implementation",
-            "acq/s",
-            "idle gap p50 (ms)",
-            "idle gap p99 (ms)",
-            "hold p50 (ms)",
-            "wait p50 (ms)",
-            "wait p99 (ms)",
-            "fair bound (ms)",
-            "p99 wait / bound",
+    use Col::*;
+    let cols = [
+        ("acq/s", At("acquisitions_per_s")),
+        ("idle gap p50 (ms)", At("gap_p50")),
+        ("idle gap p99 (ms)", At("gap_p99")),
+        ("hold p50 (ms)", At("hold_p50")),
+        ("wait p50 (ms)", At("wait_p50")),
+        ("wait p99 (ms)", At("wait_p99")),
+        ("fair bound (ms)", At("fair_bound")),
+        ("p99 wait / bound", Ratio("wait_p99", "fair_bound")),
+        (
             "min / max acq per writer",
-            "scripts/acq",
-            "(un)subscribes/acq",
-            "violations",
-        ],
-    );
-    for imp in Impl::ALL {
-        row(
-            o,
-            &[
-                imp.label().into(),
-                at(r, HANDOFF, imp, "acquisitions_per_s"),
-                at(r, HANDOFF, imp, "gap_p50"),
-                at(r, HANDOFF, imp, "gap_p99"),
-                at(r, HANDOFF, imp, "hold_p50"),
-                at(r, HANDOFF, imp, "wait_p50"),
-                at(r, HANDOFF, imp, "wait_p99"),
-                at(r, HANDOFF, imp, "fair_bound"),
-                ratio_cell(ratios(
-                    r.get(HANDOFF, imp, "wait_p99"),
-                    r.get(HANDOFF, imp, "fair_bound"),
-                )),
-                format!(
-                    "{} / {}",
-                    at(r, HANDOFF, imp, "min_per_writer"),
-                    at(r, HANDOFF, imp, "max_per_writer")
-                ),
-                at(r, HANDOFF, imp, "scripts_per_acquisition"),
-                at(r, HANDOFF, imp, "subscriptions_per_acquisition"),
-                at(r, HANDOFF, imp, "violations"),
-            ],
-        );
-    }
+            Both("min_per_writer", "max_per_writer"),
+        ),
+        ("scripts/acq", At("scripts_per_acquisition")),
+        ("(un)subscribes/acq", At("subscriptions_per_acquisition")),
+        ("violations", At("violations")),
+    ];
+    impl_table(o, r, HANDOFF, &Impl::ALL, &cols);
 }
 
 /// A writer behind a continuous stream of readers.
 fn stream_table(o: &mut String, b: &Bench) {
-    let r = &b.results;
+    if !ran(&b.results, STREAM) {
+        return;
+    }
     let _ = writeln!(
         o,
         "\n### Writer behind a continuous stream of readers ({STREAM_READERS} readers holding {} ms back to back; a writer asks every {} ms, gives up after {} s)\n",
@@ -990,64 +956,39 @@ fn stream_table(o: &mut String, b: &Bench) {
         STREAM_WRITER_EVERY.as_millis(),
         b.cfg.stream_cap_secs
     );
-    header(
-        o,
-        &[
-            "implementation",
-            "writer wait p50 (ms)",
-            "p99 (ms)",
-            "max (ms)",
-            "writer attempts",
-            "starved (gave up)",
-            "reads/s",
-            "exclusion violations",
-        ],
-    );
-    for imp in Impl::RW {
-        row(
-            o,
-            &[
-                imp.label().into(),
-                at(r, STREAM, imp, "writer_wait_p50"),
-                at(r, STREAM, imp, "writer_wait_p99"),
-                at(r, STREAM, imp, "writer_wait_max"),
-                at(r, STREAM, imp, "writer_attempts"),
-                at(r, STREAM, imp, "writer_starved"),
-                at(r, STREAM, imp, "reads_per_s"),
-                at(r, STREAM, imp, "violations"),
-            ],
-        );
-    }
+    use Col::*;
+    let cols = [
+        ("writer wait p50 (ms)", At("writer_wait_p50")),
+        ("p99 (ms)", At("writer_wait_p99")),
+        ("max (ms)", At("writer_wait_max")),
+        ("writer attempts", At("writer_attempts")),
+        ("starved (gave up)", At("writer_starved")),
+        ("reads/s", At("reads_per_s")),
+        ("exclusion violations", At("violations")),
+    ];
+    impl_table(o, &b.results, STREAM, &Impl::RW, &cols);
 }
 
 /// What waiters send while they wait.
 fn waiting_table(o: &mut String, b: &Bench) {
-    let r = &b.results;
+    if !ran(&b.results, WAITING) {
+        return;
+    }
     let _ = writeln!(
         o,
         "\n### Cost of waiting ({WAITERS} waiters behind one writer, counted with MONITOR on every master over {} s)\n",
         b.cfg.waiting_secs
     );
-    header(
-        o,
-        &[
-            "implementation",
-            "lock scripts sent / waiter / s",
-            "commands sent / waiter / s",
+    use Col::*;
+    let cols = [
+        ("lock scripts sent / waiter / s", At("scripts_per_waiter_s")),
+        ("commands sent / waiter / s", At("commands_per_waiter_s")),
+        (
             "commands run inside scripts / waiter / s",
-        ],
-    );
-    for imp in Impl::ALL {
-        row(
-            o,
-            &[
-                imp.label().into(),
-                at(r, WAITING, imp, "scripts_per_waiter_s"),
-                at(r, WAITING, imp, "commands_per_waiter_s"),
-                at(r, WAITING, imp, "in_script_commands_per_waiter_s"),
-            ],
-        );
-    }
+            At("in_script_commands_per_waiter_s"),
+        ),
+    ];
+    impl_table(o, &b.results, WAITING, &Impl::ALL, &cols);
 }
 
 /// The targets, each met or not.
@@ -1061,13 +1002,6 @@ fn targets_table(o: &mut String, b: &Bench) {
             None => "n/a",
         };
         row(o, &[t.name, t.measured, met.into()]);
-    }
-}
-
-fn sweep_cell(r: &Results, imp: Impl, tasks: usize) -> String {
-    match r.sweep.get(&(imp, tasks)) {
-        None => "-".into(),
-        Some(runs) => runs_cell(runs.clone()),
     }
 }
 
