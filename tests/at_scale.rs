@@ -2,8 +2,8 @@
 //! served one by one in the order they queued, while each script's server time per
 //! call stays near what it is with 2 readers and 2 writers.
 //!
-//! The steps and the measurement are `tests/common/scale.rs` (the benchmark's
-//! `at_scale` scenario runs the same code and reports it).
+//! The steps and the measurement are `tests/common/scale.rs`; the table this test
+//! prints is the one BENCHMARKS.md shows.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;

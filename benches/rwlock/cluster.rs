@@ -1,6 +1,6 @@
 //! The cluster under test: start it through `cluster-compose/local-cluster.sh` (or
 //! take `REDIS_CLUSTER_NODES`), learn which master owns which slots, read the
-//! masters' `INFO commandstats`, and run `redis-benchmark` against one master.
+//! masters' counters, watch them with MONITOR, and run `redis-benchmark` against one master.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader};
@@ -204,13 +204,10 @@ impl Topology {
     }
 }
 
-/// Plain connections to every master, for `INFO commandstats`.
+/// Plain connections to every master, for their counters.
 pub struct Masters {
     conns: Vec<redis::aio::MultiplexedConnection>,
 }
-
-/// Calls and microseconds per command name, summed over the masters.
-pub type CommandStats = BTreeMap<String, (u64, u64)>;
 
 impl Masters {
     pub async fn connect(topology: &Topology) -> Result<Masters, String> {
@@ -227,53 +224,111 @@ impl Masters {
         Ok(Masters { conns })
     }
 
-    /// `INFO commandstats` of every master, summed.
-    pub async fn commandstats(&mut self) -> Result<CommandStats, String> {
-        let mut total = CommandStats::new();
-        for conn in &mut self.conns {
-            let info: String = redis::cmd("INFO")
-                .arg("commandstats")
-                .query_async(conn)
-                .await
-                .map_err(|e| e.to_string())?;
-            for (name, calls, usec) in commandstats(&info) {
-                let entry = total.entry(name.to_owned()).or_default();
-                entry.0 += calls;
-                entry.1 += usec;
+    /// The counters of master `index` (`INFO cpu commandstats`). Script time sums
+    /// only the script rows: the commands a script runs are counted again under
+    /// their own names (and in `commands`).
+    pub async fn counters(&mut self, index: usize) -> Result<Counters, String> {
+        let info: String = self
+            .query(index, redis::cmd("INFO").arg("cpu").arg("commandstats"))
+            .await?;
+        let mut c = Counters::default();
+        for line in info.lines() {
+            if let Some((name, value)) = line.trim().split_once(':')
+                && (name == "used_cpu_user_main_thread" || name == "used_cpu_sys_main_thread")
+            {
+                c.cpu_us += value.parse::<f64>().map_err(|e| format!("{line}: {e}"))? * 1e6;
             }
         }
-        Ok(total)
+        for (name, calls, usec) in commandstats(&info) {
+            if is_script(name) {
+                c.scripts += calls;
+                c.script_usec += usec;
+            }
+            if matches!(
+                name,
+                "ssubscribe" | "sunsubscribe" | "subscribe" | "unsubscribe"
+            ) {
+                c.subscriptions += calls;
+            }
+            if name != "info" {
+                c.commands += calls;
+            }
+        }
+        Ok(c)
+    }
+
+    /// [`Masters::counters`] of every master, in topology order.
+    pub async fn all(&mut self) -> Result<Vec<Counters>, String> {
+        let mut all = Vec::with_capacity(self.conns.len());
+        for index in 0..self.conns.len() {
+            all.push(self.counters(index).await?);
+        }
+        Ok(all)
+    }
+
+    /// [`Masters::counters`] summed over every master.
+    pub async fn total(&mut self) -> Result<Counters, String> {
+        Ok(Counters::sum(&self.all().await?))
+    }
+
+    /// Runs one command on master `index` (plain connection, no redirection).
+    pub async fn query<T: redis::FromRedisValue>(
+        &mut self,
+        index: usize,
+        cmd: &redis::Cmd,
+    ) -> Result<T, String> {
+        let conn = self.conns.get_mut(index).ok_or("no such master")?;
+        cmd.query_async(conn).await.map_err(|e| e.to_string())
     }
 }
 
-/// What the masters did between two `commandstats` snapshots.
-pub struct StatsDelta {
-    /// Lock scripts: FCALL, EVALSHA and EVAL calls (and their `_RO` forms).
+/// Counters of one server (or their sum over several), or what they counted
+/// between two readings ([`Counters::since`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Counters {
+    /// EVAL/EVALSHA/FCALL calls (and their `_RO` forms).
     pub scripts: u64,
-    /// Server time spent in those scripts, microseconds.
+    /// Microseconds spent in them.
     pub script_usec: u64,
+    /// Every command but `INFO` (the measurement's own): the script calls and,
+    /// counted again under their own names, the commands scripts ran.
+    pub commands: u64,
     /// (S)SUBSCRIBE and (S)UNSUBSCRIBE calls.
     pub subscriptions: u64,
+    /// `used_cpu_user_main_thread + used_cpu_sys_main_thread`, microseconds.
+    pub cpu_us: f64,
 }
 
-pub fn delta(before: &CommandStats, after: &CommandStats) -> StatsDelta {
-    let diff = |name: &str| -> (u64, u64) {
-        let a = after.get(name).copied().unwrap_or_default();
-        let b = before.get(name).copied().unwrap_or_default();
-        (a.0.saturating_sub(b.0), a.1.saturating_sub(b.1))
-    };
-    let (scripts, script_usec) = after
-        .keys()
-        .filter(|name| is_script(name))
-        .map(|name| diff(name))
-        .fold((0, 0), |(calls, usec), (c, u)| (calls + c, usec + u));
-    StatsDelta {
-        scripts,
-        script_usec,
-        subscriptions: ["ssubscribe", "sunsubscribe", "subscribe", "unsubscribe"]
-            .iter()
-            .map(|name| diff(name).0)
-            .sum(),
+impl Counters {
+    /// What happened from `before` to `self`.
+    pub fn since(&self, before: &Counters) -> Counters {
+        Counters {
+            scripts: self.scripts.saturating_sub(before.scripts),
+            script_usec: self.script_usec.saturating_sub(before.script_usec),
+            commands: self.commands.saturating_sub(before.commands),
+            subscriptions: self.subscriptions.saturating_sub(before.subscriptions),
+            cpu_us: (self.cpu_us - before.cpu_us).max(0.0),
+        }
+    }
+
+    /// The sum of several servers' counters.
+    pub fn sum<'a>(all: impl IntoIterator<Item = &'a Counters>) -> Counters {
+        all.into_iter().fold(Counters::default(), |a, b| Counters {
+            scripts: a.scripts + b.scripts,
+            script_usec: a.script_usec + b.script_usec,
+            commands: a.commands + b.commands,
+            subscriptions: a.subscriptions + b.subscriptions,
+            cpu_us: a.cpu_us + b.cpu_us,
+        })
+    }
+
+    /// Script time per script call, microseconds (NaN when none ran).
+    pub fn us_per_script(&self) -> f64 {
+        if self.scripts == 0 {
+            f64::NAN
+        } else {
+            self.script_usec as f64 / self.scripts as f64
+        }
     }
 }
 
@@ -361,97 +416,28 @@ pub fn redis_benchmark(
     })
 }
 
-/// Counters of one server (or their sum over several), for the server-cost and
-/// contention scenarios.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ServerCounters {
-    /// EVAL/EVALSHA (and `_RO`, FCALL) calls so far.
-    pub scripts: u64,
-    /// Microseconds spent in them.
-    pub script_usec: u64,
-    /// Every command so far but `INFO` (the measurement's own): the script calls
-    /// and, counted again under their own names, the commands scripts ran.
-    pub commands: u64,
-    /// `used_cpu_user_main_thread + used_cpu_sys_main_thread`, microseconds.
-    pub cpu_us: f64,
-}
-
-impl ServerCounters {
-    /// What happened from `before` to `self`.
-    pub fn since(&self, before: &ServerCounters) -> ServerCounters {
-        ServerCounters {
-            scripts: self.scripts.saturating_sub(before.scripts),
-            script_usec: self.script_usec.saturating_sub(before.script_usec),
-            commands: self.commands.saturating_sub(before.commands),
-            cpu_us: (self.cpu_us - before.cpu_us).max(0.0),
-        }
-    }
-
-    /// The sum of several servers' counters.
-    pub fn sum<'a>(all: impl IntoIterator<Item = &'a ServerCounters>) -> ServerCounters {
-        all.into_iter()
-            .fold(ServerCounters::default(), |a, b| ServerCounters {
-                scripts: a.scripts + b.scripts,
-                script_usec: a.script_usec + b.script_usec,
-                commands: a.commands + b.commands,
-                cpu_us: a.cpu_us + b.cpu_us,
-            })
-    }
-}
-
-impl Masters {
-    /// [`Masters::server_cost`] of every master, in topology order.
-    pub async fn server_costs(&mut self) -> Result<Vec<ServerCounters>, String> {
-        let mut all = Vec::with_capacity(self.conns.len());
-        for index in 0..self.conns.len() {
-            all.push(self.server_cost(index).await?);
-        }
-        Ok(all)
-    }
-
-    /// Script counters, command count and main-thread CPU of master `index`.
-    /// Script time sums only the script rows of `INFO commandstats`: the commands
-    /// a script runs are counted again under their own names (and in `commands`).
-    pub async fn server_cost(&mut self, index: usize) -> Result<ServerCounters, String> {
-        let cpu: String = self.query(index, redis::cmd("INFO").arg("cpu")).await?;
-        let stats: String = self
-            .query(index, redis::cmd("INFO").arg("commandstats"))
-            .await?;
-        let mut c = ServerCounters::default();
-        for line in cpu.lines() {
-            if let Some((name, value)) = line.trim().split_once(':')
-                && (name == "used_cpu_user_main_thread" || name == "used_cpu_sys_main_thread")
-            {
-                c.cpu_us += value.parse::<f64>().map_err(|e| format!("{line}: {e}"))? * 1e6;
-            }
-        }
-        for (name, calls, usec) in commandstats(&stats) {
-            if is_script(name) {
-                c.scripts += calls;
-                c.script_usec += usec;
-            }
-            if name != "info" {
-                c.commands += calls;
-            }
-        }
-        Ok(c)
-    }
-
-    /// Runs one command on master `index` (plain connection, no redirection).
-    pub async fn query<T: redis::FromRedisValue>(
-        &mut self,
-        index: usize,
-        cmd: &redis::Cmd,
-    ) -> Result<T, String> {
-        let conn = self.conns.get_mut(index).ok_or("no such master")?;
-        cmd.query_async(conn).await.map_err(|e| e.to_string())
-    }
-}
-
 /// A `commandstats` row (lower case) of a command that runs a script: EVAL,
 /// EVALSHA, FCALL and their `_RO` forms.
 fn is_script(name: &str) -> bool {
     name.starts_with("eval") || name.starts_with("fcall")
+}
+
+/// A connection to `url` in MONITOR mode whose reads time out after `timeout`.
+fn monitor(url: String, timeout: Duration) -> Result<redis::Connection, String> {
+    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    let mut conn = client.get_connection().map_err(|e| e.to_string())?;
+    conn.set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    redis::cmd("MONITOR")
+        .exec(&mut conn)
+        .map_err(|e| e.to_string())?;
+    Ok(conn)
+}
+
+/// The next line a MONITOR connection shows.
+fn next_line(conn: &mut redis::Connection) -> Result<String, String> {
+    let value = conn.recv_response().map_err(|e| e.to_string())?;
+    redis::from_redis_value(value).map_err(|e| e.to_string())
 }
 
 /// Watches `master` with MONITOR until the first `FCALL` or `EVALSHA` on `key`
@@ -470,20 +456,12 @@ where
     let key = key.to_owned();
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     let watcher = tokio::task::spawn_blocking(move || -> Result<Vec<String>, String> {
-        let client = redis::Client::open(url).map_err(|e| e.to_string())?;
-        let mut conn = client.get_connection().map_err(|e| e.to_string())?;
-        conn.set_read_timeout(Some(Duration::from_secs(5)))
-            .map_err(|e| e.to_string())?;
-        redis::cmd("MONITOR")
-            .exec(&mut conn)
-            .map_err(|e| e.to_string())?;
+        let mut conn = monitor(url, Duration::from_secs(5))?;
         let _ = ready_tx.send(());
         let needle = format!("\"{key}\"");
         loop {
-            let line: String = match conn.recv_response() {
-                Ok(value) => redis::from_redis_value(value).map_err(|e| e.to_string())?,
-                Err(err) => return Err(format!("MONITOR saw no script call on {key}: {err}")),
-            };
+            let line = next_line(&mut conn)
+                .map_err(|err| format!("MONITOR saw no script call on {key}: {err}"))?;
             let Some((_, command)) = line.split_once("] ") else {
                 continue;
             };
@@ -570,18 +548,11 @@ pub async fn monitor_during<F: Future>(
         ready.push(ready_rx);
         watchers.push(tokio::task::spawn_blocking(
             move || -> Result<Sent, String> {
-                let client = redis::Client::open(url).map_err(|e| e.to_string())?;
-                let mut conn = client.get_connection().map_err(|e| e.to_string())?;
-                conn.set_read_timeout(Some(Duration::from_secs(30)))
-                    .map_err(|e| e.to_string())?;
-                redis::cmd("MONITOR")
-                    .exec(&mut conn)
-                    .map_err(|e| e.to_string())?;
+                let mut conn = monitor(url, Duration::from_secs(30))?;
                 let _ = ready_tx.send(());
                 let mut sent = Sent::default();
                 loop {
-                    let value = conn.recv_response().map_err(|e| format!("MONITOR: {e}"))?;
-                    let line: String = redis::from_redis_value(value).map_err(|e| e.to_string())?;
+                    let line = next_line(&mut conn).map_err(|e| format!("MONITOR: {e}"))?;
                     let Some((source, command)) = line.split_once("] ") else {
                         continue;
                     };

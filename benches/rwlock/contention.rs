@@ -13,40 +13,18 @@
 //! granted inside the window are counted. Then the tasks stop: a waiting acquire
 //! is dropped (this crate withdraws it; the original design just stops polling).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use rand::rngs::SmallRng;
-use rand::{RngExt, SeedableRng};
-use tokio::sync::watch;
-use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep};
 
-use crate::cluster::ServerCounters;
-use crate::locks::{Impl, Mode, Wait};
-use crate::scenarios::{Bench, Exclusion, LONG_WAIT, secs};
+use crate::cluster::Counters;
+use crate::locks::Impl;
+use crate::scenarios::{Bench, LONG_WAIT, Loopers, secs};
 
 /// How long each hold lasts.
 pub const CONTENTION_HOLD: Duration = Duration::from_millis(1);
 /// Writes among the read-heavy family's acquisitions, percent.
 pub const CONTENTION_WRITE_PERCENT: u64 = 2;
-
-/// Metric names of the contention scenarios, per size.
-pub mod metric {
-    pub const ACQ_PER_S: &str = "acquisitions_per_s";
-    /// Main-thread CPU per acquisition on the lock's master.
-    pub const CPU: &str = "cpu_us_per_acq";
-    /// The same summed over every master.
-    pub const CPU_ALL: &str = "cpu_us_per_acq_all_masters";
-    /// Every `INFO commandstats` row (scripts and the commands they ran), lock's master.
-    pub const COMMANDS: &str = "commands_per_acq";
-    pub const COMMANDS_ALL: &str = "commands_per_acq_all_masters";
-    /// EVAL*/FCALL* rows only, lock's master.
-    pub const SCRIPTS: &str = "scripts_per_acq";
-    pub const SCRIPT_US: &str = "script_us_per_acq";
-    pub const VIOLATIONS: &str = "violations";
-}
 
 /// One family of contention scenarios.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,114 +91,47 @@ impl Family {
     }
 }
 
-/// What every task of one measurement shares.
-struct Shared {
-    exclusion: Exclusion,
-    /// True while the window is open: grants are counted.
-    counting: AtomicBool,
-    acquired: AtomicU64,
-    failures: AtomicU64,
-}
-
 impl Bench {
     /// One size of one family, one implementation: tasks on one lock of master 0.
+    /// Per acquisition granted in the window, on the lock's master: main-thread CPU
+    /// (`cpu_us_per_acq`), commands (every `INFO commandstats` row: scripts and the
+    /// commands they ran), scripts and script time; CPU and commands also summed
+    /// over every master (`..._all_masters`).
     pub async fn contention(&mut self, run: usize, imp: Impl, family: Family, index: usize) {
         let tasks = family.sizes()[index];
         let scenario = family.scenario(index);
         let name = self.name_on(0, &format!("{}-{run}", scenario.replace('_', "-")));
         let lock = self.clients.lock(imp, &name, LONG_WAIT);
         let master = self.topology.master_of(lock.key());
-        let shared = Arc::new(Shared {
-            exclusion: Exclusion::default(),
-            counting: AtomicBool::new(false),
-            acquired: AtomicU64::new(0),
-            failures: AtomicU64::new(0),
-        });
-        let (stop, stopped) = watch::channel(false);
-        let mut set = JoinSet::new();
-        for task in 0..tasks {
-            let (clients, lock, shared, mut stopped) = (
-                self.clients.clone(),
-                lock.clone(),
-                shared.clone(),
-                stopped.clone(),
-            );
-            set.spawn(async move {
-                let mut rng = SmallRng::seed_from_u64((run * 1000 + task) as u64);
-                loop {
-                    let mode = if rng.random_range(0..100) < family.write_percent() {
-                        Mode::Write
-                    } else {
-                        Mode::Read
-                    };
-                    let acquired = tokio::select! {
-                        biased;
-                        _ = stopped.wait_for(|stop| *stop) => break,
-                        acquired = clients.acquire(&lock, mode, Wait::Upto(LONG_WAIT)) => acquired,
-                    };
-                    match acquired {
-                        Ok(held) => {
-                            if shared.counting.load(Ordering::SeqCst) {
-                                shared.acquired.fetch_add(1, Ordering::SeqCst);
-                            }
-                            shared.exclusion.enter(mode);
-                            sleep(CONTENTION_HOLD).await;
-                            shared.exclusion.leave(mode);
-                            if clients.release(held).await.is_err() {
-                                shared.failures.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                        Err(_) => {
-                            shared.failures.fetch_add(1, Ordering::Relaxed);
-                            sleep(Duration::from_millis(10)).await;
-                        }
-                    }
-                }
-            });
-        }
+        let hold = CONTENTION_HOLD;
+        let loopers = Loopers::start(
+            &self.clients,
+            &lock,
+            tasks,
+            family.write_percent(),
+            hold,
+            run,
+        );
         sleep(secs(self.cfg.contention_settle_secs)).await;
-        let before = self.masters.server_costs().await;
-        shared.counting.store(true, Ordering::SeqCst);
+        let before = self.masters.all().await;
+        loopers.count(true);
         let opened = Instant::now();
         sleep(secs(self.cfg.contention_secs)).await;
-        shared.counting.store(false, Ordering::SeqCst);
+        loopers.count(false);
         let seconds = opened.elapsed().as_secs_f64();
-        let after = self.masters.server_costs().await;
-        stop.send_replace(true);
-        let stopped = tokio::time::timeout(LONG_WAIT, async {
-            while set.join_next().await.is_some() {}
-        })
-        .await;
-        if stopped.is_err() {
-            set.abort_all();
-            self.note(format!(
-                "{}: {scenario}: tasks did not stop within {LONG_WAIT:?}",
-                imp.label()
-            ));
-        }
-        let failures = shared.failures.load(Ordering::Relaxed);
-        if failures > 0 {
-            self.note(format!(
+        let after = self.masters.all().await;
+        let (acquired, violations) = (loopers.granted(), loopers.violations());
+        match loopers.stop().await {
+            Ok(0) => {}
+            Ok(failures) => self.note(format!(
                 "{}: {failures} failed/timed-out acquires or releases in {scenario}",
                 imp.label()
-            ));
+            )),
+            Err(err) => self.note(format!("{}: {scenario}: {err}", imp.label())),
         }
-        let acquired = shared.acquired.load(Ordering::SeqCst);
-        let r = &mut self.results;
-        r.record(
-            scenario,
-            imp,
-            metric::ACQ_PER_S,
-            "1/s",
-            acquired as f64 / seconds,
-        );
-        r.record(
-            scenario,
-            imp,
-            metric::VIOLATIONS,
-            "count",
-            shared.exclusion.violations() as f64,
-        );
+        let mut r = self.results.of(scenario, imp);
+        r.put("acquisitions_per_s", "1/s", acquired as f64 / seconds);
+        r.put("violations", "count", violations as f64);
         let (Ok(before), Ok(after)) = (before, after) else {
             self.note(format!("{scenario}: INFO on a master failed"));
             return;
@@ -233,17 +144,17 @@ impl Bench {
             return;
         }
         let on_master = after[master].since(&before[master]);
-        let all = ServerCounters::sum(&after).since(&ServerCounters::sum(&before));
+        let all = Counters::sum(&after).since(&Counters::sum(&before));
         let per = |v: f64| v / acquired as f64;
         for (name, unit, value) in [
-            (metric::CPU, "us", on_master.cpu_us),
-            (metric::CPU_ALL, "us", all.cpu_us),
-            (metric::COMMANDS, "count", on_master.commands as f64),
-            (metric::COMMANDS_ALL, "count", all.commands as f64),
-            (metric::SCRIPTS, "count", on_master.scripts as f64),
-            (metric::SCRIPT_US, "us", on_master.script_usec as f64),
+            ("cpu_us_per_acq", "us", on_master.cpu_us),
+            ("cpu_us_per_acq_all_masters", "us", all.cpu_us),
+            ("commands_per_acq", "count", on_master.commands as f64),
+            ("commands_per_acq_all_masters", "count", all.commands as f64),
+            ("scripts_per_acq", "count", on_master.scripts as f64),
+            ("script_us_per_acq", "us", on_master.script_usec as f64),
         ] {
-            r.record(scenario, imp, name, unit, per(value));
+            r.put(name, unit, per(value));
         }
     }
 }

@@ -124,29 +124,26 @@ impl Clients {
     /// The lock `name` (a hash tag: every implementation's key for it lands in the
     /// same slot). `wait_limit` bounds waiting acquires of this crate's lock.
     pub fn lock(&self, imp: Impl, name: &str, wait_limit: Duration) -> Lock {
+        self.lock_with(imp, name, wait_limit, None)
+    }
+
+    /// [`Clients::lock`], this crate's keeping its idle read holds up to `keep`.
+    pub fn lock_with(
+        &self,
+        imp: Impl,
+        name: &str,
+        wait_limit: Duration,
+        keep: Option<Duration>,
+    ) -> Lock {
+        let mut options = LockOptions::default().wait_timeout(wait_limit);
+        if let Some(keep) = keep {
+            options = options.keep_reads(keep);
+        }
         match imp {
-            Impl::Ours => Lock::Ours(
-                self.ours
-                    .rwlock_with(name, LockOptions::default().wait_timeout(wait_limit)),
-            ),
+            Impl::Ours => Lock::Ours(self.ours.rwlock_with(name, options)),
             Impl::Original => Lock::Original(format!("orig:{{{name}}}").into()),
             Impl::Rslock => Lock::Rslock(format!("rslock:{{{name}}}").into()),
             Impl::RdsLock => Lock::Rds(format!("rds:{{{name}}}").into()),
-        }
-    }
-
-    /// `imp`'s lock, this crate's with its idle read holds kept up to `keep`.
-    pub fn kept_lock(&self, imp: Impl, name: &str, wait_limit: Duration, keep: Duration) -> Lock {
-        match imp {
-            Impl::Ours => Lock::Ours(
-                self.ours.rwlock_with(
-                    name,
-                    LockOptions::default()
-                        .wait_timeout(wait_limit)
-                        .keep_reads(keep),
-                ),
-            ),
-            _ => self.lock(imp, name, wait_limit),
         }
     }
 

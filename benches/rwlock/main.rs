@@ -11,7 +11,7 @@
 //! read_heavy_kept, read_heavy_3_clients, read_heavy_scripts_3_clients,
 //! redis_benchmark, handoff,
 //! stream, reader_behind_writers, waiting, contention_writers, contention_readers,
-//! at_scale, upgradable, shared_reads, sweep);
+//! upgradable, shared_reads, sweep);
 //! `BENCH_IMPLS=redis_rwlock,original` likewise limits the implementations
 //! (redis_rwlock, original, rslock, rds_lock); `BENCH_OUT=dir` writes the report
 //! there instead of `bench-results/`.
@@ -26,16 +26,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod at_scale;
 mod cluster;
 mod contention;
 mod locks;
 mod read_heavy;
 mod reader_behind_writers;
 mod report;
-/// The at-scale run, shared with `tests/at_scale.rs`.
-#[path = "../../tests/common/scale.rs"]
-mod scale;
 mod scenarios;
 mod shared_reads;
 mod stats;
@@ -45,7 +41,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use at_scale::{SCALE_READERS, SCALE_WRITERS};
 use cluster::{Cluster, Masters, Topology};
 use contention::Family;
 use locks::{Clients, Impl, cluster_connection};
@@ -140,7 +135,6 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
         notes: Vec::new(),
         redis_benchmarks: Vec::new(),
         read_script: None,
-        at_scale: Vec::new(),
         nodes: nodes.to_vec(),
         more_clients: Vec::new(),
     };
@@ -252,7 +246,7 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
         }
         if on("redis_benchmark") {
             eprintln!("  redis-benchmark");
-            b.redis_benchmark(run).await;
+            b.redis_benchmark().await;
         }
         if on("handoff") {
             eprintln!("  writer handoff");
@@ -299,10 +293,6 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
                     }
                 }
             }
-        }
-        if on("at_scale") && use_impl(Impl::Ours) {
-            eprintln!("  at scale: {SCALE_READERS} read holds, {SCALE_WRITERS} queued writers");
-            b.at_scale(run).await;
         }
         if on("upgradable") && use_impl(Impl::Ours) {
             eprintln!("  upgradable reads");

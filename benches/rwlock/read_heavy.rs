@@ -15,30 +15,9 @@ use rand::{RngExt, SeedableRng};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep};
 
-use crate::cluster::{ServerCounters, delta, monitor_during};
+use crate::cluster::monitor_during;
 use crate::locks::{Clients, Impl, Lock, Mode, Wait};
 use crate::scenarios::{Bench, Exclusion, LONG_WAIT, TASKS, WRITE_PERCENT};
-
-/// Metric names of the MONITOR pass (per acquisition unless said otherwise).
-pub mod metric {
-    /// Every script call.
-    pub const SCRIPTS: &str = "scripts_per_acquisition";
-    /// Read acquire calls per read acquisition (1: never refused).
-    pub const READ_ATTEMPTS: &str = "read_attempts_per_read";
-    /// Write acquire calls per write acquisition (a hand-over needs none after the
-    /// refused one that queued it).
-    pub const WRITE_ATTEMPTS: &str = "write_attempts_per_write";
-    /// Refused read attempts, per acquisition of either kind.
-    pub const REFUSED_READS: &str = "refused_reads_per_acquisition";
-    /// Read acquire calls beyond the first, per read acquisition (0: a read that
-    /// waited was granted by a release, without asking again).
-    pub const EXTRA_READ_ATTEMPTS: &str = "extra_read_attempts_per_read";
-    /// Write attempts beyond one per write, per acquisition of either kind.
-    pub const EXTRA_WRITES: &str = "extra_write_attempts_per_acquisition";
-    pub const RELEASES: &str = "releases_per_acquisition";
-    /// Any other script (renewals...).
-    pub const OTHER: &str = "other_scripts_per_acquisition";
-}
 
 /// What one run of the mix did.
 struct Mix {
@@ -143,10 +122,7 @@ impl Bench {
         instances: &[Arc<Clients>],
         keep: Option<Duration>,
     ) -> Arc<MixLocks> {
-        let lock = |clients: &Clients, name: &str| match keep {
-            Some(keep) => clients.kept_lock(imp, name, LONG_WAIT, keep),
-            None => clients.lock(imp, name, LONG_WAIT),
-        };
+        let lock = |clients: &Clients, name: &str| clients.lock_with(imp, name, LONG_WAIT, keep);
         Arc::new(MixLocks {
             by_client: instances
                 .iter()
@@ -181,62 +157,43 @@ impl Bench {
         let names = self.read_heavy_names(run, locks, &tag);
         let instances = self.instances(clients).await;
         let locks = Self::read_heavy_locks(imp, &names, &instances, keep);
-        let before = self.masters.commandstats().await.ok();
-        let cpu_before = self.masters.server_costs().await.ok();
+        let before = self.masters.total().await;
         let mix = run_mix(&instances, run, tasks, locks, seconds).await;
-        let cpu_after = self.masters.server_costs().await.ok();
-        let after = self.masters.commandstats().await.ok();
-        let (acquired, failures, violations) = (mix.in_window, mix.failures, mix.violations);
-        let rate = acquired as f64 / seconds;
-        if failures > 0 {
+        let after = self.masters.total().await;
+        let rate = mix.in_window as f64 / seconds;
+        if mix.failures > 0 {
             self.note(format!(
-                "{}: {failures} failed/timed-out acquires or releases in read-heavy ({} locks, {tasks} tasks, {} clients)",
+                "{}: {} failed/timed-out acquires or releases in read-heavy ({} locks, {tasks} tasks, {} clients)",
                 imp.label(),
+                mix.failures,
                 names.len(),
                 instances.len()
             ));
         }
-        if let Some(scenario) = scenario {
-            let r = &mut self.results;
-            r.record(scenario, imp, "acquisitions_per_s", "1/s", rate);
-            r.record(scenario, imp, "violations", "count", violations as f64);
-            if let (Some(before), Some(after)) = (cpu_before, cpu_after) {
-                // Main-thread CPU of every master: the mix spreads its locks over them.
-                let used = ServerCounters::sum(&after).since(&ServerCounters::sum(&before));
-                r.record(
-                    scenario,
-                    imp,
-                    "cpu_us_per_acquisition",
-                    "us",
-                    used.cpu_us / acquired.max(1) as f64,
-                );
-            }
-            if let (Some(before), Some(after)) = (before, after) {
-                let d = delta(&before, &after);
-                if d.scripts > 0 {
-                    r.record(
-                        scenario,
-                        imp,
-                        "server_us_per_script",
-                        "us",
-                        d.script_usec as f64 / d.scripts as f64,
-                    );
-                    r.record(
-                        scenario,
-                        imp,
-                        "scripts_per_acquisition",
-                        "count",
-                        d.scripts as f64 / (acquired.max(1)) as f64,
-                    );
-                }
-                r.record(
-                    scenario,
-                    imp,
-                    "subscriptions_per_acquisition",
+        let Some(scenario) = scenario else {
+            return rate;
+        };
+        let mut r = self.results.of(scenario, imp);
+        r.put("acquisitions_per_s", "1/s", rate);
+        r.put("violations", "count", mix.violations as f64);
+        if let (Ok(before), Ok(after)) = (before, after) {
+            // Every master's: the mix spreads its locks over them.
+            let d = after.since(&before);
+            let acquired = mix.in_window.max(1) as f64;
+            r.put("cpu_us_per_acquisition", "us", d.cpu_us / acquired);
+            if d.scripts > 0 {
+                r.put("server_us_per_script", "us", d.us_per_script());
+                r.put(
+                    "scripts_per_acquisition",
                     "count",
-                    d.subscriptions as f64 / (acquired.max(1)) as f64,
+                    d.scripts as f64 / acquired,
                 );
             }
+            r.put(
+                "subscriptions_per_acquisition",
+                "count",
+                d.subscriptions as f64 / acquired,
+            );
         }
         rate
     }
@@ -279,32 +236,29 @@ impl Bench {
         let (read_calls, write_calls) = (sent.calls("acquire_read"), sent.calls("acquire_write"));
         let releases = sent.calls("release");
         let other = sent.scripts - read_calls - write_calls - releases;
-        let r = &mut self.results;
-        let mut record = |metric: &'static str, value: f64| {
-            r.record(scenario, imp, metric, "count", value);
-        };
-        record(metric::SCRIPTS, sent.scripts as f64 / acquisitions);
-        record(
-            metric::READ_ATTEMPTS,
-            read_calls as f64 / mix.reads.max(1) as f64,
-        );
-        record(
-            metric::EXTRA_READ_ATTEMPTS,
-            read_calls.saturating_sub(mix.reads) as f64 / mix.reads.max(1) as f64,
-        );
-        record(
-            metric::WRITE_ATTEMPTS,
-            write_calls as f64 / mix.writes.max(1) as f64,
-        );
-        record(
-            metric::REFUSED_READS,
-            read_calls.saturating_sub(mix.reads) as f64 / acquisitions,
-        );
-        record(
-            metric::EXTRA_WRITES,
-            write_calls.saturating_sub(mix.writes) as f64 / acquisitions,
-        );
-        record(metric::RELEASES, releases as f64 / acquisitions);
-        record(metric::OTHER, other as f64 / acquisitions);
+        // Per acquisition unless said otherwise. "Refused reads" are the read
+        // attempts beyond one per read, per acquisition of either kind.
+        let (reads, writes) = (mix.reads.max(1) as f64, mix.writes.max(1) as f64);
+        let extra_reads = read_calls.saturating_sub(mix.reads) as f64;
+        let extra_writes = write_calls.saturating_sub(mix.writes) as f64;
+        let mut r = self.results.of(scenario, imp);
+        for (metric, value) in [
+            (
+                "scripts_per_acquisition",
+                sent.scripts as f64 / acquisitions,
+            ),
+            ("read_attempts_per_read", read_calls as f64 / reads),
+            ("extra_read_attempts_per_read", extra_reads / reads),
+            ("write_attempts_per_write", write_calls as f64 / writes),
+            ("refused_reads_per_acquisition", extra_reads / acquisitions),
+            (
+                "extra_write_attempts_per_acquisition",
+                extra_writes / acquisitions,
+            ),
+            ("releases_per_acquisition", releases as f64 / acquisitions),
+            ("other_scripts_per_acquisition", other as f64 / acquisitions),
+        ] {
+            r.put(metric, "count", value);
+        }
     }
 }

@@ -18,17 +18,12 @@
 //!
 //! Implementations with a read mode only: rslock is a mutex.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::sync::watch;
-use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep};
 
 use crate::locks::{Impl, Mode, Refused, Wait};
-use crate::scenarios::{Bench, Exclusion, KEEP_READS, LONG_WAIT};
-use crate::stats::percentile;
+use crate::scenarios::{Bench, KEEP_READS, LONG_WAIT, Loopers};
 
 /// Writers looping on the lock.
 pub const WRITERS: usize = 4;
@@ -44,24 +39,6 @@ pub const READ_WAIT: Duration = Duration::from_secs(3);
 pub const ASK_FOR: Duration = Duration::from_secs(10);
 /// How long the writers run before the reader starts (queue and subscriptions settle).
 const SETTLE: Duration = Duration::from_millis(300);
-
-/// Metric names (per run).
-pub mod metric {
-    pub const ASKED: &str = "reads_asked";
-    pub const GRANTED: &str = "reads_granted";
-    pub const TIMED_OUT: &str = "reads_timed_out";
-    /// Reads that ended in an error other than a timeout.
-    pub const FAILED: &str = "reads_failed";
-    pub const WAIT_P50: &str = "read_wait_p50";
-    pub const WAIT_P99: &str = "read_wait_p99";
-    pub const WAIT_MAX: &str = "read_wait_max";
-    /// The run's first read (this crate: its client subscribes to the lock's
-    /// channel on the way).
-    pub const FIRST_WAIT: &str = "first_read_wait";
-    /// Write holds granted while the reader asked, per second.
-    pub const WRITES_PER_S: &str = "writes_per_s";
-    pub const VIOLATIONS: &str = "violations";
-}
 
 /// Where the writers run, relative to the reader.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,97 +75,41 @@ impl Variant {
             Variant::OtherKeeping => "writers on another client, reads kept",
         }
     }
-
-    fn tag(self) -> &'static str {
-        match self {
-            Variant::OtherClient => "other",
-            Variant::SameClient => "same",
-            Variant::OtherKeeping => "kept",
-        }
-    }
-}
-
-/// What the writers share.
-#[derive(Default)]
-struct Writers {
-    exclusion: Exclusion,
-    /// True while the reader asks: grants are counted.
-    counting: AtomicBool,
-    writes: AtomicU64,
-    failures: AtomicU64,
 }
 
 impl Bench {
     /// One run of one implementation in one variant (see the module's comment).
+    /// Per run: reads asked, granted, timed out and failed; the reader's wait p50,
+    /// p99, max and the first read's (this crate's client subscribes to the lock's
+    /// channel on the way); write holds granted per second while the reader asked.
     pub async fn reader_behind_writers(&mut self, run: usize, imp: Impl, variant: Variant) {
         let scenario = variant.scenario();
-        let name = self.name_on(run + 1, &format!("rbw-{}-{run}", variant.tag()));
+        let name = self.name_on(run + 1, &format!("rbw-{variant:?}-{run}"));
         let instances = self.instances(2).await;
-        let reader_clients = instances[0].clone();
-        let writer_clients = match variant {
-            Variant::OtherClient | Variant::OtherKeeping => match instances.get(1) {
-                Some(other) => other.clone(),
-                None => {
-                    self.note(format!("{scenario}: no second client, skipped"));
-                    return;
-                }
-            },
-            Variant::SameClient => instances[0].clone(),
+        let reader = instances[0].clone();
+        let writers = match (variant, instances.get(1)) {
+            (Variant::SameClient, _) => reader.clone(),
+            (_, Some(other)) => other.clone(),
+            (_, None) => {
+                self.note(format!("{scenario}: no second client, skipped"));
+                return;
+            }
         };
-        let reader_lock = match variant {
-            Variant::OtherKeeping => reader_clients.kept_lock(imp, &name, READ_WAIT, KEEP_READS),
-            _ => reader_clients.lock(imp, &name, READ_WAIT),
-        };
-        let writer_lock = writer_clients.lock(imp, &name, LONG_WAIT);
-        let shared = Arc::new(Writers::default());
-        let (stop, stopped) = watch::channel(false);
-        let mut set = JoinSet::new();
-        for _ in 0..WRITERS {
-            let (clients, lock, shared, mut stopped) = (
-                writer_clients.clone(),
-                writer_lock.clone(),
-                shared.clone(),
-                stopped.clone(),
-            );
-            set.spawn(async move {
-                loop {
-                    let acquired = tokio::select! {
-                        biased;
-                        _ = stopped.wait_for(|stop| *stop) => break,
-                        acquired = clients.acquire(&lock, Mode::Write, Wait::Upto(LONG_WAIT)) => acquired,
-                    };
-                    match acquired {
-                        Ok(held) => {
-                            if shared.counting.load(Ordering::SeqCst) {
-                                shared.writes.fetch_add(1, Ordering::SeqCst);
-                            }
-                            shared.exclusion.enter(Mode::Write);
-                            sleep(WRITE_HOLD).await;
-                            shared.exclusion.leave(Mode::Write);
-                            if clients.release(held).await.is_err() {
-                                shared.failures.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                        Err(_) => {
-                            shared.failures.fetch_add(1, Ordering::Relaxed);
-                            sleep(Duration::from_millis(10)).await;
-                        }
-                    }
-                }
-            });
-        }
+        let keep = (variant == Variant::OtherKeeping).then_some(KEEP_READS);
+        let reader_lock = reader.lock_with(imp, &name, READ_WAIT, keep);
+        let writer_lock = writers.lock(imp, &name, LONG_WAIT);
+        let loopers = Loopers::start(&writers, &writer_lock, WRITERS, 100, WRITE_HOLD, run);
         sleep(SETTLE).await;
 
-        // The reader.
         let reads = self.cfg.reader_behind_writers_reads;
         let mut waits = Vec::with_capacity(reads);
         let (mut granted, mut timed_out, mut failed) = (0u64, 0u64, 0u64);
         let mut errors = Vec::new();
-        shared.counting.store(true, Ordering::SeqCst);
+        loopers.count(true);
         let opened = Instant::now();
         while waits.len() < reads && opened.elapsed() < ASK_FOR {
             let asked = Instant::now();
-            let outcome = reader_clients
+            let outcome = reader
                 .acquire(&reader_lock, Mode::Read, Wait::Upto(READ_WAIT))
                 .await;
             let waited = asked.elapsed().as_secs_f64() * 1e3;
@@ -196,10 +117,10 @@ impl Bench {
                 Ok(held) => {
                     waits.push(waited);
                     granted += 1;
-                    shared.exclusion.enter(Mode::Read);
+                    loopers.exclusion().enter(Mode::Read);
                     sleep(READ_HOLD).await;
-                    shared.exclusion.leave(Mode::Read);
-                    if let Err(err) = reader_clients.release(held).await {
+                    loopers.exclusion().leave(Mode::Read);
+                    if let Err(err) = reader.release(held).await {
                         errors.push(format!("release: {err}"));
                     }
                 }
@@ -214,26 +135,16 @@ impl Bench {
             }
             sleep(READ_EVERY).await;
         }
-        shared.counting.store(false, Ordering::SeqCst);
+        loopers.count(false);
         let seconds = opened.elapsed().as_secs_f64();
-        stop.send_replace(true);
-        let ended = tokio::time::timeout(LONG_WAIT, async {
-            while set.join_next().await.is_some() {}
-        })
-        .await;
-        if ended.is_err() {
-            set.abort_all();
-            self.note(format!(
-                "{}: {scenario}: writers did not stop within {LONG_WAIT:?}",
+        let (writes, violations) = (loopers.granted(), loopers.violations());
+        match loopers.stop().await {
+            Ok(0) => {}
+            Ok(failures) => self.note(format!(
+                "{}: {scenario}: {failures} failed/timed-out write acquires or releases",
                 imp.label()
-            ));
-        }
-        let writer_failures = shared.failures.load(Ordering::Relaxed);
-        if writer_failures > 0 {
-            self.note(format!(
-                "{}: {scenario}: {writer_failures} failed/timed-out write acquires or releases",
-                imp.label()
-            ));
+            )),
+            Err(err) => self.note(format!("{}: {scenario}: writers: {err}", imp.label())),
         }
         if let Some(err) = errors.first() {
             self.note(format!(
@@ -242,53 +153,22 @@ impl Bench {
                 errors.len()
             ));
         }
-        let asked = granted + timed_out + failed;
-        let r = &mut self.results;
-        r.samples
-            .entry((scenario, imp))
-            .or_default()
-            .push(waits.clone());
+        let samples = self.results.samples.entry((scenario, imp)).or_default();
+        samples.push(waits.clone());
+        let mut r = self.results.of(scenario, imp);
         if let Some(&first) = waits.first() {
-            r.record(scenario, imp, metric::FIRST_WAIT, "ms", first);
+            r.put("first_read_wait", "ms", first);
         }
-        r.record(scenario, imp, metric::ASKED, "count", asked as f64);
-        r.record(scenario, imp, metric::GRANTED, "count", granted as f64);
-        r.record(scenario, imp, metric::TIMED_OUT, "count", timed_out as f64);
-        r.record(scenario, imp, metric::FAILED, "count", failed as f64);
-        r.record(
-            scenario,
-            imp,
-            metric::WAIT_P50,
-            "ms",
-            percentile(&mut waits, 50.0),
-        );
-        r.record(
-            scenario,
-            imp,
-            metric::WAIT_P99,
-            "ms",
-            percentile(&mut waits, 99.0),
-        );
-        r.record(
-            scenario,
-            imp,
-            metric::WAIT_MAX,
-            "ms",
-            percentile(&mut waits, 100.0),
-        );
-        r.record(
-            scenario,
-            imp,
-            metric::WRITES_PER_S,
-            "1/s",
-            shared.writes.load(Ordering::SeqCst) as f64 / seconds,
-        );
-        r.record(
-            scenario,
-            imp,
-            metric::VIOLATIONS,
+        r.put(
+            "reads_asked",
             "count",
-            shared.exclusion.violations() as f64,
+            (granted + timed_out + failed) as f64,
         );
+        r.put("reads_granted", "count", granted as f64);
+        r.put("reads_timed_out", "count", timed_out as f64);
+        r.put("reads_failed", "count", failed as f64);
+        r.percentiles("read_wait", "ms", &mut waits, &[50, 99, 100]);
+        r.put("writes_per_s", "1/s", writes as f64 / seconds);
+        r.put("violations", "count", violations as f64);
     }
 }

@@ -3,7 +3,6 @@
 
 mod contention;
 mod reader_behind_writers;
-mod scale;
 mod shared_reads;
 mod upgradable;
 
@@ -17,14 +16,12 @@ use serde_json::{Value, json};
 
 use crate::contention::{CONTENTION_HOLD, CONTENTION_WRITE_PERCENT, Family};
 use crate::locks::{Impl, Original};
-use crate::read_heavy::metric as mix;
 use crate::scenarios::{
     Bench, HANDOFF_HOLD, INSTANCES, STREAM_READ_HOLD, STREAM_READERS, STREAM_WRITER_EVERY,
-    SWEEP_TASKS, ServerCostNames, TASKS, UncontendedNames, WAITERS, WRITE_PERCENT, WRITERS,
-    names::*,
+    SWEEP_TASKS, TASKS, WAITERS, WRITE_PERCENT, WRITERS, names::*,
 };
 use crate::stats::{Metric, Results, percentile};
-use crate::upgradable::{BEHIND, PairNames, metric as upgrade, names::*};
+use crate::upgradable::{BEHIND, names::*};
 
 pub use contention::plot_contention;
 
@@ -176,35 +173,27 @@ fn value_target(name: String, m: Option<&Metric>, unit: &str, ok: impl Fn(f64) -
 pub fn targets(b: &Bench) -> Vec<Target> {
     let r = &b.results;
     let mut out = Vec::new();
-    for (mode, n) in [
-        ("try_read", UncontendedNames::READ),
-        ("try_write", UncontendedNames::WRITE),
-    ] {
-        for (place, acquire, evalsha) in [
-            ("in a spawned task", n.a50, n.evalsha50),
-            (
-                "on the thread blocking on the runtime",
-                n.a50_main,
-                n.evalsha50_main,
-            ),
+    let ours = |scenario, name: &str| r.get(scenario, Impl::Ours, name);
+    let against = |scenario, imp, name: &str| (ours(scenario, name), r.get(scenario, imp, name));
+    for mode in ["read", "write"] {
+        for (place, suffix) in [
+            ("in a spawned task", ""),
+            ("on the thread blocking on the runtime", "_main_thread"),
         ] {
             out.push(ratio_target(
                 format!(
-                    "uncontended {mode} p50 <= 1.3x trivial EVALSHA p50 (interleaved, {place})"
+                    "uncontended try_{mode} p50 <= 1.3x trivial EVALSHA p50 (interleaved, {place})"
                 ),
-                r.get(UNCONTENDED, Impl::Ours, acquire),
-                r.get(UNCONTENDED, Impl::Ours, evalsha),
+                ours(UNCONTENDED, &format!("{mode}_acquire_p50{suffix}")),
+                ours(UNCONTENDED, &format!("{mode}_evalsha_p50{suffix}")),
                 "us",
                 |x| x <= 1.3,
             ));
         }
     }
-    for (mode, n) in [
-        ("read", UncontendedNames::READ),
-        ("write", UncontendedNames::WRITE),
-    ] {
-        let med = |name| r.median(UNCONTENDED, Impl::Ours, name);
-        let client = med(n.a50) - med(n.evalsha50) - med(n.server);
+    for mode in ["read", "write"] {
+        let med = |name: &str| r.median(UNCONTENDED, Impl::Ours, &format!("{mode}_{name}"));
+        let client = med("acquire_p50") - med("evalsha_p50") - med("server_us_per_script");
         out.push(Target {
             name: format!(
                 "client-side cost per uncontended {mode} acquire (acquire p50 - trivial EVALSHA p50 - the script's server time), reported"
@@ -213,36 +202,35 @@ pub fn targets(b: &Bench) -> Vec<Target> {
             met: None,
         });
     }
-    for (mode, names) in [
-        ("read", ServerCostNames::READ),
-        ("write", ServerCostNames::WRITE),
-    ] {
-        let metric = names.script_us;
+    for mode in ["read", "write"] {
+        let (a, b) = against(
+            SERVER_COST,
+            Impl::Original,
+            &format!("{mode}_script_us_per_acq"),
+        );
         out.push(ratio_target(
             format!("server script time per uncontended {mode} acquisition (acquire + release) <= the original design's"),
-            r.get(SERVER_COST, Impl::Ours, metric),
-            r.get(SERVER_COST, Impl::Original, metric),
+            a,
+            b,
             "us",
             |x| x <= 1.0,
         ));
     }
-    for (mode, names) in [
-        ("read", ServerCostNames::READ),
-        ("write", ServerCostNames::WRITE),
-    ] {
-        for (what, metric, limit) in [
-            ("server script time", names.script_us, 2.0),
-            ("main-thread CPU", names.cpu_us, 1.25),
+    for mode in ["read", "write"] {
+        for (what, metric, whose, limit) in [
+            ("server script time", "script_us_per_acq", "", 2.0),
+            (
+                "main-thread CPU",
+                "cpu_us_per_acq",
+                ", the lock's master",
+                1.25,
+            ),
         ] {
-            let whose = if metric == names.cpu_us {
-                ", the lock's master"
-            } else {
-                ""
-            };
+            let (a, b) = against(SERVER_COST, Impl::Original, &format!("{mode}_{metric}"));
             out.push(ratio_target(
                 format!("{what} per uncontended {mode} acquisition (acquire + release{whose}) <= {limit:?}x the original design's"),
-                r.get(SERVER_COST, Impl::Ours, metric),
-                r.get(SERVER_COST, Impl::Original, metric),
+                a,
+                b,
                 "us",
                 move |x| x <= limit,
             ));
@@ -327,7 +315,7 @@ pub fn targets(b: &Bench) -> Vec<Target> {
         (
             "upgrade with no other reader: scripts per upgrade (the most) <= 1",
             UPGRADE_ALONE,
-            upgrade::SCRIPTS_PER_UPGRADE_MAX,
+            "scripts_per_upgrade_max",
             "",
             1.0,
         ),
@@ -340,14 +328,14 @@ pub fn targets(b: &Bench) -> Vec<Target> {
         single.push((
             format!("upgrade behind {readers}: scripts the upgrader sends while waiting, mean (channel subscribed: the refused attempt only) <= 1.01"),
             behind.scenario,
-            upgrade::WAITING_SCRIPTS,
+            "scripts_while_waiting",
             "",
             1.01,
         ));
         single.push((
             format!("upgrade behind {readers}: hand-overs left to the 0.5-1 s re-check timer (slower than 250 ms) = 0"),
             behind.scenario,
-            upgrade::TIMER_WAKEUPS,
+            "timer_wakeups",
             "",
             0.0,
         ));
@@ -370,12 +358,12 @@ pub fn targets(b: &Bench) -> Vec<Target> {
     for (what, metric, limit) in [
         (
             "scripts per acquisition (MONITOR) <= 2.02",
-            mix::SCRIPTS,
+            "scripts_per_acquisition",
             2.02,
         ),
         (
             "read attempts beyond the first per read (MONITOR) <= 0.01",
-            mix::EXTRA_READ_ATTEMPTS,
+            "extra_read_attempts_per_read",
             0.01,
         ),
     ] {
@@ -404,12 +392,12 @@ pub fn targets(b: &Bench) -> Vec<Target> {
                 r.get(
                     family.scenario(i),
                     Impl::Ours,
-                    crate::contention::metric::CPU,
+                    "cpu_us_per_acq",
                 ),
                 r.get(
                     family.scenario(i),
                     Impl::Original,
-                    crate::contention::metric::CPU,
+                    "cpu_us_per_acq",
                 ),
                 "us",
                 move |x| x <= limit,
@@ -422,16 +410,8 @@ pub fn targets(b: &Bench) -> Vec<Target> {
                 sizes[2],
                 sizes[0]
             ),
-            r.get(
-                family.scenario(2),
-                Impl::Ours,
-                crate::contention::metric::CPU,
-            ),
-            r.get(
-                family.scenario(0),
-                Impl::Ours,
-                crate::contention::metric::CPU,
-            ),
+            r.get(family.scenario(2), Impl::Ours, "cpu_us_per_acq"),
+            r.get(family.scenario(0), Impl::Ours, "cpu_us_per_acq"),
             "us",
             |x| x <= 1.25,
         ));
@@ -441,34 +421,34 @@ pub fn targets(b: &Bench) -> Vec<Target> {
 
 /// Shared reads: a join's latency, and a writer's wait behind a busy shared hold.
 fn shared_read_targets(r: &Results, out: &mut Vec<Target>) {
-    use crate::shared_reads::{metric::*, names::*};
+    use crate::shared_reads::names::*;
     out.push(value_target(
         "a read that joins the client's read hold: p50 <= 10 us".into(),
-        r.get(SHARED_JOIN, Impl::Ours, JOIN_P50),
+        r.get(SHARED_JOIN, Impl::Ours, "join_us_p50"),
         "us",
         |x| x <= 10.0,
     ));
     out.push(value_target(
         "a writer on another client behind 16 busy local readers sharing one hold: p99 wait < 20 ms".into(),
-        r.get(WRITER_BEHIND_SHARED, Impl::Ours, WAIT_P99),
+        r.get(WRITER_BEHIND_SHARED, Impl::Ours, "writer_wait_ms_p99"),
         "ms",
         |x| x < 20.0,
     ));
     out.push(value_target(
         "... and no wait over 100 ms".into(),
-        r.get(WRITER_BEHIND_SHARED, Impl::Ours, WAIT_MAX),
+        r.get(WRITER_BEHIND_SHARED, Impl::Ours, "writer_wait_ms_max"),
         "ms",
         |x| x <= 100.0,
     ));
     out.push(value_target(
         "a writer on another client behind an idle kept read hold: p50 <= 1 ms".into(),
-        r.get(WRITER_BEHIND_KEPT, Impl::Ours, WAIT_P50),
+        r.get(WRITER_BEHIND_KEPT, Impl::Ours, "writer_wait_ms_p50"),
         "ms",
         |x| x <= 1.0,
     ));
     out.push(value_target(
         "... p99 <= 5 ms".into(),
-        r.get(WRITER_BEHIND_KEPT, Impl::Ours, WAIT_P99),
+        r.get(WRITER_BEHIND_KEPT, Impl::Ours, "writer_wait_ms_p99"),
         "ms",
         |x| x <= 5.0,
     ));
@@ -497,24 +477,23 @@ fn shared_read_targets(r: &Results, out: &mut Vec<Target>) {
     // One lock, 64 tasks of one client, 98% reads (contention_readers' middle size).
     let scenario = Family::Readers.scenario(1);
     let metric = |imp: Impl, name: &str| r.get(scenario, imp, name);
-    use crate::contention::metric as c;
     out.push(value_target(
         "one lock, 64 tasks of one client, 98% reads: scripts per acquisition <= 0.3".into(),
-        metric(Impl::Ours, c::SCRIPTS),
+        metric(Impl::Ours, "scripts_per_acq"),
         "",
         |x| x <= 0.3,
     ));
     out.push(ratio_target(
         "... server CPU per acquisition <= 0.5x the original design's".into(),
-        metric(Impl::Ours, c::CPU),
-        metric(Impl::Original, c::CPU),
+        metric(Impl::Ours, "cpu_us_per_acq"),
+        metric(Impl::Original, "cpu_us_per_acq"),
         "us",
         |x| x <= 0.5,
     ));
     out.push(ratio_target(
         "... throughput >= 3x the original design's".into(),
-        metric(Impl::Ours, c::ACQ_PER_S),
-        metric(Impl::Original, c::ACQ_PER_S),
+        metric(Impl::Ours, "acquisitions_per_s"),
+        metric(Impl::Original, "acquisitions_per_s"),
         "/s",
         |x| x >= 3.0,
     ));
@@ -524,7 +503,7 @@ fn shared_read_targets(r: &Results, out: &mut Vec<Target>) {
         r.get(
             READ_HEAVY_SCRIPTS_CLIENTS,
             Impl::Ours,
-            crate::read_heavy::metric::SCRIPTS,
+            "scripts_per_acquisition",
         ),
         "",
         |x| x <= 0.6,
@@ -533,32 +512,25 @@ fn shared_read_targets(r: &Results, out: &mut Vec<Target>) {
 
 /// The upgradable reads' ratio targets, each against its interleaved baseline.
 fn upgradable_targets(r: &Results, out: &mut Vec<Target>) {
-    let (read, up) = (PairNames::READ, PairNames::UPGRADABLE);
-    for (what, a, b, unit) in [
+    for (what, metric) in [
         (
-            "uncontended try_upgradable_read + release p50 <= 1.1x try_read + release p50 (interleaved)",
-            up.pair_p50,
-            read.pair_p50,
-            "us",
+            "uncontended try_upgradable_read + release p50 <= 1.1x try_read + release p50",
+            "pair_p50",
         ),
         (
-            "server script time per uncontended upgradable acquisition <= 1.1x a read's (interleaved)",
-            up.script_us,
-            read.script_us,
-            "us",
+            "server script time per uncontended upgradable acquisition <= 1.1x a read's",
+            "script_us_per_acq",
         ),
         (
-            "main-thread CPU per uncontended upgradable acquisition on the lock's master <= 1.1x a read's (interleaved)",
-            up.cpu_us,
-            read.cpu_us,
-            "us",
+            "main-thread CPU per uncontended upgradable acquisition on the lock's master <= 1.1x a read's",
+            "cpu_us_per_acq",
         ),
     ] {
         out.push(ratio_target(
-            what.into(),
-            r.get(UPGRADABLE_COST, Impl::Ours, a),
-            r.get(UPGRADABLE_COST, Impl::Ours, b),
-            unit,
+            format!("{what} (interleaved)"),
+            r.get(UPGRADABLE_COST, Impl::Ours, &format!("upgradable_{metric}")),
+            r.get(UPGRADABLE_COST, Impl::Ours, &format!("read_{metric}")),
+            "us",
             |x| x <= 1.1,
         ));
     }
@@ -568,8 +540,8 @@ fn upgradable_targets(r: &Results, out: &mut Vec<Target>) {
     out.push(ratio_target(
         "upgrade with no other reader: p50 <= 1.25x try_write p50, one round trip (interleaved)"
             .into(),
-        r.get(UPGRADE_ALONE, Impl::Ours, upgrade::UPGRADE_P50),
-        r.get(UPGRADE_ALONE, Impl::Ours, upgrade::TRY_WRITE_P50),
+        r.get(UPGRADE_ALONE, Impl::Ours, "upgrade_p50"),
+        r.get(UPGRADE_ALONE, Impl::Ours, "try_write_p50"),
         "us",
         |x| x <= 1.25,
     ));
@@ -579,8 +551,8 @@ fn upgradable_targets(r: &Results, out: &mut Vec<Target>) {
                 "upgrade behind {}: from the last release sent to the upgrade's return, p50 <= 1.25x a queued writer's hand-over (interleaved)",
                 behind.label()
             ),
-            r.get(behind.scenario, Impl::Ours, upgrade::GAP_SENT_P50),
-            r.get(behind.scenario, Impl::Ours, upgrade::WRITER_GAP_SENT_P50),
+            r.get(behind.scenario, Impl::Ours, "gap_from_release_sent_p50"),
+            r.get(behind.scenario, Impl::Ours, "writer_gap_from_release_sent_p50"),
             "ms",
             |x| x <= 1.25,
         ));
@@ -597,7 +569,7 @@ fn header(out: &mut String, cells: &[&str]) {
 }
 
 /// The cell of one metric: "median (min-max)" over the runs.
-fn at(r: &Results, scenario: &str, imp: Impl, metric: &str) -> String {
+fn at(r: &Results, scenario: &'static str, imp: Impl, metric: &str) -> String {
     cell(r.get(scenario, imp, metric))
 }
 
@@ -614,7 +586,6 @@ pub fn markdown(b: &Bench, machine: &Machine) -> String {
     reader_behind_writers::table(&mut o, b);
     waiting_table(&mut o, b);
     contention::tables(&mut o, b);
-    scale::table(&mut o, b);
     upgradable::tables(&mut o, b);
     shared_reads::tables(&mut o, b);
     targets_table(&mut o, b);
@@ -655,30 +626,34 @@ fn heading(o: &mut String, b: &Bench, machine: &Machine) {
 
 /// PING and a trivial EVALSHA to the lock's master.
 fn limits_table(o: &mut String, r: &Results) {
+    if !ran(r, LIMITS) {
+        return;
+    }
     let _ = writeln!(o, "### Round-trip limits (one task, the lock's master)\n");
     header(o, &["", "p50 (us)", "p99 (us)", "server us/call"]);
-    row(
-        o,
-        &[
-            "PING".into(),
-            at(r, LIMITS, Impl::Ours, "ping_p50"),
-            at(r, LIMITS, Impl::Ours, "ping_p99"),
-            "-".into(),
-        ],
-    );
-    row(
-        o,
-        &[
-            "EVALSHA `return 1`".into(),
-            at(r, LIMITS, Impl::Ours, "evalsha_p50"),
-            at(r, LIMITS, Impl::Ours, "evalsha_p99"),
-            at(r, LIMITS, Impl::Ours, "evalsha_server_us"),
-        ],
-    );
+    for (label, call, server) in [
+        ("PING", "ping", None),
+        ("EVALSHA `return 1`", "evalsha", Some("evalsha_server_us")),
+    ] {
+        let at = |metric: &str| at(r, LIMITS, Impl::Ours, metric);
+        let server = server.map_or("-".to_owned(), at);
+        row(
+            o,
+            &[
+                label.into(),
+                at(&format!("{call}_p50")),
+                at(&format!("{call}_p99")),
+                server,
+            ],
+        );
+    }
 }
 
 /// One task's acquire and acquire+release, per implementation and mode.
 fn uncontended_table(o: &mut String, r: &Results) {
+    if !ran(r, UNCONTENDED) {
+        return;
+    }
     let _ = writeln!(
         o,
         "\n### Uncontended acquire and acquire+release (one task)\n"
@@ -698,46 +673,18 @@ fn uncontended_table(o: &mut String, r: &Results) {
         ],
     );
     for imp in Impl::ALL {
-        for (mode, ev, a50, a99, p50, p99, server) in [
-            (
-                "read",
-                "read_evalsha_p50",
-                "read_acquire_p50",
-                "read_acquire_p99",
-                "read_pair_p50",
-                "read_pair_p99",
-                "read_server_us_per_script",
-            ),
-            (
-                "write",
-                "write_evalsha_p50",
-                "write_acquire_p50",
-                "write_acquire_p99",
-                "write_pair_p50",
-                "write_pair_p99",
-                "write_server_us_per_script",
-            ),
-        ] {
-            if r.get(UNCONTENDED, imp, a50).is_none() {
+        for mode in ["read", "write"] {
+            let get = |name: &str| r.get(UNCONTENDED, imp, &format!("{mode}_{name}"));
+            if get("acquire_p50").is_none() {
                 continue;
             }
-            row(
-                o,
-                &[
-                    imp.label().into(),
-                    mode.into(),
-                    at(r, UNCONTENDED, imp, a50),
-                    at(r, UNCONTENDED, imp, a99),
-                    at(r, UNCONTENDED, imp, ev),
-                    ratio_cell(ratios(
-                        r.get(UNCONTENDED, imp, a50),
-                        r.get(UNCONTENDED, imp, ev),
-                    )),
-                    at(r, UNCONTENDED, imp, p50),
-                    at(r, UNCONTENDED, imp, p99),
-                    at(r, UNCONTENDED, imp, server),
-                ],
+            let mut cells = vec![imp.label().to_owned(), mode.to_owned()];
+            cells.extend(["acquire_p50", "acquire_p99", "evalsha_p50"].map(|name| cell(get(name))));
+            cells.push(ratio_cell(ratios(get("acquire_p50"), get("evalsha_p50"))));
+            cells.extend(
+                ["pair_p50", "pair_p99", "server_us_per_script"].map(|name| cell(get(name))),
             );
+            row(o, &cells);
         }
     }
 }
@@ -745,10 +692,7 @@ fn uncontended_table(o: &mut String, r: &Results) {
 /// The server's cost per uncontended acquisition (acquire + release), measured on
 /// the lock's master.
 fn server_cost_table(o: &mut String, r: &Results) {
-    if !Impl::ALL.iter().any(|&imp| {
-        r.get(SERVER_COST, imp, ServerCostNames::WRITE.cpu_us)
-            .is_some()
-    }) {
+    if !ran(r, SERVER_COST) {
         return;
     }
     let _ = writeln!(
@@ -766,23 +710,17 @@ fn server_cost_table(o: &mut String, r: &Results) {
         ],
     );
     for imp in Impl::ALL {
-        for (mode, m) in [
-            ("read", ServerCostNames::READ),
-            ("write", ServerCostNames::WRITE),
-        ] {
-            if r.get(SERVER_COST, imp, m.cpu_us).is_none() {
+        for mode in ["read", "write"] {
+            let m = |name: &str| format!("{mode}_{name}");
+            if r.get(SERVER_COST, imp, &m("cpu_us_per_acq")).is_none() {
                 continue;
             }
-            row(
-                o,
-                &[
-                    imp.label().into(),
-                    mode.into(),
-                    at(r, SERVER_COST, imp, m.script_us),
-                    at(r, SERVER_COST, imp, m.scripts),
-                    at(r, SERVER_COST, imp, m.cpu_us),
-                ],
+            let mut cells = vec![imp.label().to_owned(), mode.to_owned()];
+            cells.extend(
+                ["script_us_per_acq", "scripts_per_acq", "cpu_us_per_acq"]
+                    .map(|name| at(r, SERVER_COST, imp, &m(name))),
             );
+            row(o, &cells);
         }
     }
 }
@@ -791,52 +729,54 @@ fn server_cost_table(o: &mut String, r: &Results) {
 /// the task-count sweep.
 fn read_heavy_tables(o: &mut String, b: &Bench) {
     let r = &b.results;
-    let _ = writeln!(
-        o,
-        "\n### Read-heavy throughput ({TASKS} tasks, {}% reads / {WRITE_PERCENT}% writes, hold = one `yield_now`)\n",
-        100 - WRITE_PERCENT
-    );
-    header(
-        o,
-        &[
-            "implementation",
-            "1 lock: acq/s",
-            "vs original",
-            "64 locks: acq/s",
-            "vs original",
-            "server us/script (1 lock)",
-            "server us/script (64 locks)",
-            "scripts/acq (1 lock)",
-            "(un)subscribes/acq (1 lock)",
-            "exclusion violations (1 / 64 locks)",
-        ],
-    );
-    for imp in Impl::RW {
-        row(
+    if ran(r, READ_HEAVY_1) {
+        let _ = writeln!(
+            o,
+            "\n### Read-heavy throughput ({TASKS} tasks, {}% reads / {WRITE_PERCENT}% writes, hold = one `yield_now`)\n",
+            100 - WRITE_PERCENT
+        );
+        header(
             o,
             &[
-                imp.label().into(),
-                at(r, READ_HEAVY_1, imp, "acquisitions_per_s"),
-                ratio_cell(ratios(
-                    r.get(READ_HEAVY_1, imp, "acquisitions_per_s"),
-                    r.get(READ_HEAVY_1, Impl::Original, "acquisitions_per_s"),
-                )),
-                at(r, READ_HEAVY_64, imp, "acquisitions_per_s"),
-                ratio_cell(ratios(
-                    r.get(READ_HEAVY_64, imp, "acquisitions_per_s"),
-                    r.get(READ_HEAVY_64, Impl::Original, "acquisitions_per_s"),
-                )),
-                at(r, READ_HEAVY_1, imp, "server_us_per_script"),
-                at(r, READ_HEAVY_64, imp, "server_us_per_script"),
-                at(r, READ_HEAVY_1, imp, "scripts_per_acquisition"),
-                at(r, READ_HEAVY_1, imp, "subscriptions_per_acquisition"),
-                format!(
-                    "{} / {}",
-                    at(r, READ_HEAVY_1, imp, "violations"),
-                    at(r, READ_HEAVY_64, imp, "violations")
-                ),
+                "implementation",
+                "1 lock: acq/s",
+                "vs original",
+                "64 locks: acq/s",
+                "vs original",
+                "server us/script (1 lock)",
+                "server us/script (64 locks)",
+                "scripts/acq (1 lock)",
+                "(un)subscribes/acq (1 lock)",
+                "exclusion violations (1 / 64 locks)",
             ],
         );
+        for imp in Impl::RW {
+            let (one, many) = (
+                |m| at(r, READ_HEAVY_1, imp, m),
+                |m| at(r, READ_HEAVY_64, imp, m),
+            );
+            let vs = |s| {
+                ratio_cell(ratios(
+                    r.get(s, imp, "acquisitions_per_s"),
+                    r.get(s, Impl::Original, "acquisitions_per_s"),
+                ))
+            };
+            row(
+                o,
+                &[
+                    imp.label().into(),
+                    one("acquisitions_per_s"),
+                    vs(READ_HEAVY_1),
+                    many("acquisitions_per_s"),
+                    vs(READ_HEAVY_64),
+                    one("server_us_per_script"),
+                    many("server_us_per_script"),
+                    one("scripts_per_acquisition"),
+                    one("subscriptions_per_acquisition"),
+                    format!("{} / {}", one("violations"), many("violations")),
+                ],
+            );
+        }
     }
     if !b.redis_benchmarks.is_empty() {
         let _ = writeln!(
@@ -849,170 +789,166 @@ fn read_heavy_tables(o: &mut String, b: &Bench) {
         let _ = writeln!(o, "```\n{}\n```", b.redis_benchmarks[0].command_line);
     }
     many_clients_table(o, r);
-    if [READ_HEAVY_SCRIPTS, READ_HEAVY_SCRIPTS_CLIENTS]
-        .iter()
-        .any(|&scenario| r.get(scenario, Impl::Ours, mix::SCRIPTS).is_some())
-    {
+    let passes = [
+        (1, READ_HEAVY_SCRIPTS),
+        (INSTANCES, READ_HEAVY_SCRIPTS_CLIENTS),
+    ];
+    if passes.iter().any(|&(_, scenario)| ran(r, scenario)) {
         let _ = writeln!(
             o,
             "\n{}'s scripts per acquisition in the one-lock mix, by kind (a separate run watched with MONITOR on every master; counts only, MONITOR slows the server). A read that waited and was let in by a release's grant sent one attempt:\n",
             Impl::Ours.label()
         );
-        header(
-            o,
-            &[
-                "clients",
-                "scripts/acq",
-                "read attempts per read",
+        // (column, metric); "read attempts beyond one per read/acq" is the older
+        // "refused reads", per acquisition of either kind.
+        let cols = [
+            ("scripts/acq", "scripts_per_acquisition"),
+            ("read attempts per read", "read_attempts_per_read"),
+            (
                 "read attempts beyond the first per read",
-                "write attempts per write",
+                "extra_read_attempts_per_read",
+            ),
+            ("write attempts per write", "write_attempts_per_write"),
+            (
                 "read attempts beyond one per read/acq",
+                "refused_reads_per_acquisition",
+            ),
+            (
                 "write attempts beyond one per write/acq",
-                "releases/acq",
-                "other scripts/acq",
-            ],
-        );
-        for (clients, scenario) in [
-            (1, READ_HEAVY_SCRIPTS),
-            (INSTANCES, READ_HEAVY_SCRIPTS_CLIENTS),
-        ] {
-            if r.get(scenario, Impl::Ours, mix::SCRIPTS).is_none() {
-                continue;
-            }
+                "extra_write_attempts_per_acquisition",
+            ),
+            ("releases/acq", "releases_per_acquisition"),
+            ("other scripts/acq", "other_scripts_per_acquisition"),
+        ];
+        let mut titles = vec!["clients"];
+        titles.extend(cols.map(|(title, _)| title));
+        header(o, &titles);
+        for (clients, scenario) in passes.into_iter().filter(|&(_, s)| ran(r, s)) {
             let mut cells = vec![clients.to_string()];
-            cells.extend(
-                [
-                    mix::SCRIPTS,
-                    mix::READ_ATTEMPTS,
-                    mix::EXTRA_READ_ATTEMPTS,
-                    mix::WRITE_ATTEMPTS,
-                    mix::REFUSED_READS,
-                    mix::EXTRA_WRITES,
-                    mix::RELEASES,
-                    mix::OTHER,
-                ]
-                .map(|metric| at(r, scenario, Impl::Ours, metric)),
-            );
+            cells.extend(cols.map(|(_, metric)| at(r, scenario, Impl::Ours, metric)));
             row(o, &cells);
         }
     }
-    let _ = writeln!(
-        o,
-        "\nThroughput against task count (one lock, same mix; acquisitions/s):\n"
-    );
-    let mut cols = vec!["implementation".to_owned()];
-    cols.extend(SWEEP_TASKS.iter().map(|t| format!("{t} tasks")));
-    header(o, &cols.iter().map(String::as_str).collect::<Vec<_>>());
-    for imp in Impl::RW {
-        let mut cells = vec![imp.label().to_owned()];
-        for t in SWEEP_TASKS {
-            cells.push(sweep_cell(r, imp, t));
+    if !r.sweep.is_empty() {
+        let _ = writeln!(
+            o,
+            "\nThroughput against task count (one lock, same mix; acquisitions/s):\n"
+        );
+        let mut titles = vec!["implementation".to_owned()];
+        titles.extend(SWEEP_TASKS.iter().map(|t| format!("{t} tasks")));
+        header(o, &titles.iter().map(String::as_str).collect::<Vec<_>>());
+        for imp in Impl::RW {
+            let mut cells = vec![imp.label().to_owned()];
+            cells.extend(SWEEP_TASKS.map(|t| {
+                r.sweep
+                    .get(&(imp, t))
+                    .map_or("-".to_owned(), |runs| runs_cell(runs.clone()))
+            }));
+            row(o, &cells);
         }
+    }
+}
+
+/// One cell of a row of [`impl_table`].
+#[derive(Clone, Copy)]
+enum Col {
+    /// A metric's median (min-max).
+    At(&'static str),
+    /// A metric over the original design's, run by run.
+    VsOriginal(&'static str),
+    /// One metric over another, run by run.
+    Ratio(&'static str, &'static str),
+    /// Two metrics, "a / b".
+    Both(&'static str, &'static str),
+}
+
+/// Whether any implementation recorded anything in `scenario`.
+fn ran(r: &Results, scenario: &str) -> bool {
+    r.metrics.keys().any(|(s, _, _)| *s == scenario)
+}
+
+/// The table of `scenario`: a header of column titles, then a row per
+/// implementation of `impls`, its label and a cell per column.
+fn impl_table(
+    o: &mut String,
+    r: &Results,
+    scenario: &'static str,
+    impls: &[Impl],
+    cols: &[(&str, Col)],
+) {
+    let mut titles = vec!["implementation"];
+    titles.extend(cols.iter().map(|(title, _)| *title));
+    header(o, &titles);
+    for &imp in impls {
+        let get = |metric| r.get(scenario, imp, metric);
+        let mut cells = vec![imp.label().to_owned()];
+        cells.extend(cols.iter().map(|&(_, col)| match col {
+            Col::At(m) => cell(get(m)),
+            Col::VsOriginal(m) => ratio_cell(ratios(get(m), r.get(scenario, Impl::Original, m))),
+            Col::Ratio(a, b) => ratio_cell(ratios(get(a), get(b))),
+            Col::Both(a, b) => format!("{} / {}", cell(get(a)), cell(get(b))),
+        }));
         row(o, &cells);
     }
 }
 
 /// The one-lock mix from several clients (instances), when it ran.
 fn many_clients_table(o: &mut String, r: &Results) {
-    if !Impl::RW.iter().any(|&imp| {
-        r.get(READ_HEAVY_1_CLIENTS, imp, "acquisitions_per_s")
-            .is_some()
-    }) {
+    if !ran(r, READ_HEAVY_1_CLIENTS) {
         return;
     }
     let _ = writeln!(
         o,
         "\nThe same mix on one lock from {INSTANCES} clients ({INSTANCES} instances of a service, the {TASKS} tasks dealt out round robin):\n"
     );
-    header(
-        o,
-        &[
-            "implementation",
-            "acq/s",
-            "vs original",
-            "server us/script",
-            "scripts/acq",
-            "(un)subscribes/acq",
-            "exclusion violations",
-        ],
-    );
-    let s = READ_HEAVY_1_CLIENTS;
-    for imp in Impl::RW {
-        row(
-            o,
-            &[
-                imp.label().into(),
-                at(r, s, imp, "acquisitions_per_s"),
-                ratio_cell(ratios(
-                    r.get(s, imp, "acquisitions_per_s"),
-                    r.get(s, Impl::Original, "acquisitions_per_s"),
-                )),
-                at(r, s, imp, "server_us_per_script"),
-                at(r, s, imp, "scripts_per_acquisition"),
-                at(r, s, imp, "subscriptions_per_acquisition"),
-                at(r, s, imp, "violations"),
-            ],
-        );
-    }
+    use Col::*;
+    let cols = [
+        ("acq/s", At("acquisitions_per_s")),
+        ("vs original", VsOriginal("acquisitions_per_s")),
+        ("server us/script", At("server_us_per_script")),
+        ("scripts/acq", At("scripts_per_acquisition")),
+        ("(un)subscribes/acq", At("subscriptions_per_acquisition")),
+        ("exclusion violations", At("violations")),
+    ];
+    impl_table(o, r, READ_HEAVY_1_CLIENTS, &Impl::RW, &cols);
 }
 
 /// Writers handing the lock to each other.
 fn handoff_table(o: &mut String, r: &Results) {
+    if !ran(r, HANDOFF) {
+        return;
+    }
     let _ = writeln!(
         o,
         "\n### Writer handoff ({WRITERS} writers, each holding {} ms)\n",
         HANDOFF_HOLD.as_millis()
     );
-    header(
-        o,
-        &[
-            "implementation",
-            "acq/s",
-            "idle gap p50 (ms)",
-            "idle gap p99 (ms)",
-            "hold p50 (ms)",
-            "wait p50 (ms)",
-            "wait p99 (ms)",
-            "fair bound (ms)",
-            "p99 wait / bound",
+    use Col::*;
+    let cols = [
+        ("acq/s", At("acquisitions_per_s")),
+        ("idle gap p50 (ms)", At("gap_p50")),
+        ("idle gap p99 (ms)", At("gap_p99")),
+        ("hold p50 (ms)", At("hold_p50")),
+        ("wait p50 (ms)", At("wait_p50")),
+        ("wait p99 (ms)", At("wait_p99")),
+        ("fair bound (ms)", At("fair_bound")),
+        ("p99 wait / bound", Ratio("wait_p99", "fair_bound")),
+        (
             "min / max acq per writer",
-            "scripts/acq",
-            "(un)subscribes/acq",
-            "violations",
-        ],
-    );
-    for imp in Impl::ALL {
-        row(
-            o,
-            &[
-                imp.label().into(),
-                at(r, HANDOFF, imp, "acquisitions_per_s"),
-                at(r, HANDOFF, imp, "gap_p50"),
-                at(r, HANDOFF, imp, "gap_p99"),
-                at(r, HANDOFF, imp, "hold_p50"),
-                at(r, HANDOFF, imp, "wait_p50"),
-                at(r, HANDOFF, imp, "wait_p99"),
-                at(r, HANDOFF, imp, "fair_bound"),
-                ratio_cell(ratios(
-                    r.get(HANDOFF, imp, "wait_p99"),
-                    r.get(HANDOFF, imp, "fair_bound"),
-                )),
-                format!(
-                    "{} / {}",
-                    at(r, HANDOFF, imp, "min_per_writer"),
-                    at(r, HANDOFF, imp, "max_per_writer")
-                ),
-                at(r, HANDOFF, imp, "scripts_per_acquisition"),
-                at(r, HANDOFF, imp, "subscriptions_per_acquisition"),
-                at(r, HANDOFF, imp, "violations"),
-            ],
-        );
-    }
+            Both("min_per_writer", "max_per_writer"),
+        ),
+        ("scripts/acq", At("scripts_per_acquisition")),
+        ("(un)subscribes/acq", At("subscriptions_per_acquisition")),
+        ("violations", At("violations")),
+    ];
+    impl_table(o, r, HANDOFF, &Impl::ALL, &cols);
 }
 
 /// A writer behind a continuous stream of readers.
 fn stream_table(o: &mut String, b: &Bench) {
-    let r = &b.results;
+    if !ran(&b.results, STREAM) {
+        return;
+    }
     let _ = writeln!(
         o,
         "\n### Writer behind a continuous stream of readers ({STREAM_READERS} readers holding {} ms back to back; a writer asks every {} ms, gives up after {} s)\n",
@@ -1020,64 +956,39 @@ fn stream_table(o: &mut String, b: &Bench) {
         STREAM_WRITER_EVERY.as_millis(),
         b.cfg.stream_cap_secs
     );
-    header(
-        o,
-        &[
-            "implementation",
-            "writer wait p50 (ms)",
-            "p99 (ms)",
-            "max (ms)",
-            "writer attempts",
-            "starved (gave up)",
-            "reads/s",
-            "exclusion violations",
-        ],
-    );
-    for imp in Impl::RW {
-        row(
-            o,
-            &[
-                imp.label().into(),
-                at(r, STREAM, imp, "writer_wait_p50"),
-                at(r, STREAM, imp, "writer_wait_p99"),
-                at(r, STREAM, imp, "writer_wait_max"),
-                at(r, STREAM, imp, "writer_attempts"),
-                at(r, STREAM, imp, "writer_starved"),
-                at(r, STREAM, imp, "reads_per_s"),
-                at(r, STREAM, imp, "violations"),
-            ],
-        );
-    }
+    use Col::*;
+    let cols = [
+        ("writer wait p50 (ms)", At("writer_wait_p50")),
+        ("p99 (ms)", At("writer_wait_p99")),
+        ("max (ms)", At("writer_wait_max")),
+        ("writer attempts", At("writer_attempts")),
+        ("starved (gave up)", At("writer_starved")),
+        ("reads/s", At("reads_per_s")),
+        ("exclusion violations", At("violations")),
+    ];
+    impl_table(o, &b.results, STREAM, &Impl::RW, &cols);
 }
 
 /// What waiters send while they wait.
 fn waiting_table(o: &mut String, b: &Bench) {
-    let r = &b.results;
+    if !ran(&b.results, WAITING) {
+        return;
+    }
     let _ = writeln!(
         o,
         "\n### Cost of waiting ({WAITERS} waiters behind one writer, counted with MONITOR on every master over {} s)\n",
         b.cfg.waiting_secs
     );
-    header(
-        o,
-        &[
-            "implementation",
-            "lock scripts sent / waiter / s",
-            "commands sent / waiter / s",
+    use Col::*;
+    let cols = [
+        ("lock scripts sent / waiter / s", At("scripts_per_waiter_s")),
+        ("commands sent / waiter / s", At("commands_per_waiter_s")),
+        (
             "commands run inside scripts / waiter / s",
-        ],
-    );
-    for imp in Impl::ALL {
-        row(
-            o,
-            &[
-                imp.label().into(),
-                at(r, WAITING, imp, "scripts_per_waiter_s"),
-                at(r, WAITING, imp, "commands_per_waiter_s"),
-                at(r, WAITING, imp, "in_script_commands_per_waiter_s"),
-            ],
-        );
-    }
+            At("in_script_commands_per_waiter_s"),
+        ),
+    ];
+    impl_table(o, &b.results, WAITING, &Impl::ALL, &cols);
 }
 
 /// The targets, each met or not.
@@ -1094,25 +1005,12 @@ fn targets_table(o: &mut String, b: &Bench) {
     }
 }
 
-fn sweep_cell(r: &Results, imp: Impl, tasks: usize) -> String {
-    match r.sweep.get(&(imp, tasks)) {
-        None => "-".into(),
-        Some(runs) => runs_cell(runs.clone()),
-    }
-}
-
 /// "median (min-max)" of values kept outside [`Results`], one per run.
 fn runs_cell(runs: Vec<f64>) -> String {
     if runs.is_empty() {
         return "-".into();
     }
-    cell(Some(&Metric {
-        scenario: "",
-        imp: Impl::Ours,
-        name: "",
-        unit: "",
-        runs,
-    }))
+    cell(Some(&Metric::of(runs)))
 }
 
 /// The machine-readable result file.
@@ -1120,12 +1018,12 @@ pub fn json(b: &Bench, machine: &Machine) -> Value {
     let metrics: Vec<Value> = b
         .results
         .metrics
-        .values()
-        .map(|m| {
+        .iter()
+        .map(|((scenario, imp, name), m)| {
             json!({
-                "scenario": m.scenario,
-                "implementation": m.imp.id(),
-                "metric": m.name,
+                "scenario": scenario,
+                "implementation": imp.id(),
+                "metric": name,
                 "unit": m.unit,
                 "median": m.median(),
                 "min": m.min(),
@@ -1194,7 +1092,6 @@ pub fn json(b: &Bench, machine: &Machine) -> Value {
         "samples_in_order": samples,
         "redis_benchmark": b.redis_benchmarks.iter().map(|rb| json!({"command": rb.command_line, "requests_per_sec": rb.requests_per_sec, "p50_ms": rb.p50_ms})).collect::<Vec<_>>(),
         "targets": targets,
-        "at_scale": scale::json(b),
         "notes": b.notes,
     })
 }

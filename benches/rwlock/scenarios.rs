@@ -2,20 +2,23 @@
 //! implementation and records its numbers in [`Results`]; `main` repeats them and
 //! interleaves implementations.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
 use redis_rwlock::redis::{
     self,
     cluster_async::ClusterConnection,
     cluster_routing::{RoutingInfo, SingleNodeRoutingInfo},
 };
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep};
 
 use crate::cluster::{
-    Masters, RedisBenchmark, Topology, capture_script, delta, monitor_window, redis_benchmark,
+    Masters, RedisBenchmark, Topology, capture_script, monitor_window, redis_benchmark,
 };
 use crate::locks::{Clients, Impl, Lock, Mode, Refused, TRIVIAL, Wait};
 use crate::stats::{Results, percentile};
@@ -117,44 +120,8 @@ struct Timed {
     trivial_calls: u64,
 }
 
-/// Metric names of the uncontended scenario, per mode.
-pub struct UncontendedNames {
-    pub evalsha50: &'static str,
-    pub a50: &'static str,
-    /// The same, measured on a thread that blocks on the runtime (`#[tokio::main]`).
-    pub evalsha50_main: &'static str,
-    pub a50_main: &'static str,
-    pub a99: &'static str,
-    pub p50: &'static str,
-    pub p99: &'static str,
-    pub server: &'static str,
-}
-
-impl UncontendedNames {
-    pub const READ: UncontendedNames = UncontendedNames {
-        evalsha50: "read_evalsha_p50",
-        a50: "read_acquire_p50",
-        evalsha50_main: "read_evalsha_p50_main_thread",
-        a50_main: "read_acquire_p50_main_thread",
-        a99: "read_acquire_p99",
-        p50: "read_pair_p50",
-        p99: "read_pair_p99",
-        server: "read_server_us_per_script",
-    };
-    pub const WRITE: UncontendedNames = UncontendedNames {
-        evalsha50: "write_evalsha_p50",
-        a50: "write_acquire_p50",
-        evalsha50_main: "write_evalsha_p50_main_thread",
-        a50_main: "write_acquire_p50_main_thread",
-        a99: "write_acquire_p99",
-        p50: "write_pair_p50",
-        p99: "write_pair_p99",
-        server: "write_server_us_per_script",
-    };
-}
-
 /// How long this crate's locks keep an idle read hold where a scenario keeps them.
-pub const KEEP_READS: std::time::Duration = std::time::Duration::from_secs(1);
+pub const KEEP_READS: Duration = Duration::from_secs(1);
 
 /// Scenario names, as used in the result file.
 pub mod names {
@@ -174,27 +141,24 @@ pub mod names {
     pub const REDIS_BENCHMARK: &str = "redis_benchmark";
     pub const SERVER_COST: &str = "server_cost";
 }
-
-/// Metric names of the server-cost scenario, per mode.
-pub struct ServerCostNames {
-    pub script_us: &'static str,
-    pub scripts: &'static str,
-    pub cpu_us: &'static str,
-}
-
-impl ServerCostNames {
-    pub const READ: ServerCostNames = ServerCostNames {
-        script_us: "read_script_us_per_acq",
-        scripts: "read_scripts_per_acq",
-        cpu_us: "read_cpu_us_per_acq",
-    };
-    pub const WRITE: ServerCostNames = ServerCostNames {
-        script_us: "write_script_us_per_acq",
-        scripts: "write_scripts_per_acq",
-        cpu_us: "write_cpu_us_per_acq",
-    };
-}
 use names::*;
+
+/// A mode's name in metric names: `read_...`, `write_...`.
+pub fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Read => "read",
+        Mode::Write => "write",
+    }
+}
+
+/// The modes an implementation has: rslock is a mutex.
+fn modes(imp: Impl) -> &'static [Mode] {
+    if imp == Impl::Rslock {
+        &[Mode::Write]
+    } else {
+        &[Mode::Read, Mode::Write]
+    }
+}
 
 /// Task counts of the throughput sweep.
 pub const SWEEP_TASKS: [usize; 4] = [1, 4, 16, 64];
@@ -255,6 +219,112 @@ impl Exclusion {
     }
 }
 
+/// Tasks that loop on one lock until stopped: acquire (waiting), hold, release,
+/// writing `write_percent` percent of the time. Their grants are counted while
+/// [`Loopers::count`] is on.
+pub struct Loopers {
+    shared: Arc<Looping>,
+    stop: watch::Sender<bool>,
+    set: JoinSet<()>,
+}
+
+/// What the looping tasks share.
+#[derive(Default)]
+struct Looping {
+    exclusion: Exclusion,
+    counting: AtomicBool,
+    granted: AtomicU64,
+    failures: AtomicU64,
+}
+
+impl Loopers {
+    /// `tasks` tasks of `clients` on `lock`; `seed` makes their random modes
+    /// differ from run to run.
+    pub fn start(
+        clients: &Arc<Clients>,
+        lock: &Lock,
+        tasks: usize,
+        write_percent: u64,
+        hold: Duration,
+        seed: usize,
+    ) -> Loopers {
+        let shared = Arc::new(Looping::default());
+        let (stop, stopped) = watch::channel(false);
+        let mut set = JoinSet::new();
+        for task in 0..tasks {
+            let (clients, lock, shared) = (clients.clone(), lock.clone(), shared.clone());
+            let mut stopped = stopped.clone();
+            set.spawn(async move {
+                let mut rng = SmallRng::seed_from_u64((seed * 1000 + task) as u64);
+                loop {
+                    let mode = if rng.random_range(0..100) < write_percent {
+                        Mode::Write
+                    } else {
+                        Mode::Read
+                    };
+                    let acquired = tokio::select! {
+                        biased;
+                        _ = stopped.wait_for(|stop| *stop) => break,
+                        acquired = clients.acquire(&lock, mode, Wait::Upto(LONG_WAIT)) => acquired,
+                    };
+                    let Ok(held) = acquired else {
+                        shared.failures.fetch_add(1, Ordering::Relaxed);
+                        sleep(Duration::from_millis(10)).await;
+                        continue;
+                    };
+                    if shared.counting.load(Ordering::SeqCst) {
+                        shared.granted.fetch_add(1, Ordering::SeqCst);
+                    }
+                    shared.exclusion.enter(mode);
+                    sleep(hold).await;
+                    shared.exclusion.leave(mode);
+                    if clients.release(held).await.is_err() {
+                        shared.failures.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+        Loopers { shared, stop, set }
+    }
+
+    /// Counts the grants from now on (`true`) or no more (`false`).
+    pub fn count(&self, on: bool) {
+        self.shared.counting.store(on, Ordering::SeqCst);
+    }
+
+    /// Grants counted so far.
+    pub fn granted(&self) -> u64 {
+        self.shared.granted.load(Ordering::SeqCst)
+    }
+
+    /// Exclusion violations among the tasks' holds and the [`Exclusion`] calls of
+    /// whoever else holds the lock ([`Loopers::exclusion`]).
+    pub fn violations(&self) -> u64 {
+        self.shared.exclusion.violations()
+    }
+
+    /// The tasks' exclusion checker, for another holder of the same lock.
+    pub fn exclusion(&self) -> &Exclusion {
+        &self.shared.exclusion
+    }
+
+    /// Stops the tasks (a waiting acquire is dropped). Failed acquires and releases,
+    /// or an error when the tasks did not stop within [`LONG_WAIT`] (then aborted).
+    pub async fn stop(mut self) -> Result<u64, String> {
+        self.stop.send_replace(true);
+        let set = &mut self.set;
+        let stopped = tokio::time::timeout(LONG_WAIT, async {
+            while set.join_next().await.is_some() {}
+        })
+        .await;
+        if stopped.is_err() {
+            self.set.abort_all();
+            return Err(format!("tasks did not stop within {LONG_WAIT:?}"));
+        }
+        Ok(self.shared.failures.load(Ordering::Relaxed))
+    }
+}
+
 /// One hold in the handoff scenario: (granted, release sent, wait in ms, writer).
 type Handoff = (Instant, Instant, f64, usize);
 
@@ -309,8 +379,6 @@ pub struct Bench {
     pub redis_benchmarks: Vec<RedisBenchmark>,
     /// The crate's read-acquire call as sent (captured with MONITOR).
     pub read_script: Option<Vec<String>>,
-    /// The `at_scale` scenario's comparisons, one per run.
-    pub at_scale: Vec<crate::scale::Comparison>,
     /// The cluster's seed nodes, for clients connected later.
     pub nodes: Vec<String>,
     /// More clients (instances of a service) beside `clients`, connected when a
@@ -383,87 +451,52 @@ impl Bench {
         let mut failures = 0u64;
         for i in 0..self.cfg.round_trips + 100 {
             let t = Instant::now();
-            if self
+            let pinged = self
                 .raw
                 .route_command(redis::cmd("PING"), route.clone())
-                .await
-                .is_err()
-            {
-                failures += 1;
-            }
+                .await;
+            failures += u64::from(pinged.is_err());
             if i >= 100 {
                 ping.push(us(t.elapsed()));
             }
         }
-        let before = self.masters.commandstats().await.ok();
+        let before = self.masters.total().await;
         for i in 0..self.cfg.round_trips + 100 {
             let t = Instant::now();
             let r: Result<i64, _> = TRIVIAL.key(&key).invoke_async(&mut self.raw).await;
-            if r.is_err() {
-                failures += 1;
-            }
+            failures += u64::from(r.is_err());
             if i >= 100 {
                 evalsha.push(us(t.elapsed()));
             }
         }
-        let after = self.masters.commandstats().await.ok();
+        let after = self.masters.total().await;
         if failures > 0 {
             self.note(format!("limits: {failures} PING/EVALSHA requests failed"));
         }
-        let r = &mut self.results;
-        if let (Some(before), Some(after)) = (before, after) {
-            let d = delta(&before, &after);
-            if d.scripts > 0 {
-                let server = d.script_usec as f64 / d.scripts as f64;
-                r.record(LIMITS, Impl::Ours, "evalsha_server_us", "us", server);
-            }
+        let mut r = self.results.of(LIMITS, Impl::Ours);
+        if let (Ok(before), Ok(after)) = (before, after)
+            && after.since(&before).scripts > 0
+        {
+            r.put(
+                "evalsha_server_us",
+                "us",
+                after.since(&before).us_per_script(),
+            );
         }
-        r.record(
-            LIMITS,
-            Impl::Ours,
-            "ping_p50",
-            "us",
-            percentile(&mut ping, 50.0),
-        );
-        r.record(
-            LIMITS,
-            Impl::Ours,
-            "ping_p99",
-            "us",
-            percentile(&mut ping, 99.0),
-        );
-        r.record(
-            LIMITS,
-            Impl::Ours,
-            "evalsha_p50",
-            "us",
-            percentile(&mut evalsha, 50.0),
-        );
-        r.record(
-            LIMITS,
-            Impl::Ours,
-            "evalsha_p99",
-            "us",
-            percentile(&mut evalsha, 99.0),
-        );
+        r.percentiles("ping", "us", &mut ping, &[50, 99]);
+        r.percentiles("evalsha", "us", &mut evalsha, &[50, 99]);
     }
 
     /// What one uncontended acquisition (acquire + release, one task, nothing else
-    /// running) costs the lock's master: script time (`INFO commandstats`, FCALL* and EVAL*
-    /// rows) and main-thread CPU (`INFO cpu`, user + sys: parsing, scripts,
+    /// running) costs the lock's master: script time (`INFO commandstats`, FCALL* and
+    /// EVAL* rows) and main-thread CPU (`INFO cpu`, user + sys: parsing, scripts,
     /// replication feed), both per acquisition. The replica's work is not counted.
     pub async fn server_cost(&mut self, run: usize, imp: Impl) {
         let name = self.name_on(0, &format!("cost-{run}"));
         let lock = self.clients.lock(imp, &name, LONG_WAIT);
-        let modes: &[Mode] = if imp == Impl::Rslock {
-            &[Mode::Write]
-        } else {
-            &[Mode::Read, Mode::Write]
-        };
-        for &mode in modes {
-            let pair = |n: usize| {
-                let lock = &lock;
-                let clients = &self.clients;
+        for &mode in modes(imp) {
+            let pairs = |n: usize| {
+                let (lock, clients) = (&lock, &self.clients);
                 async move {
                     let mut done = 0u64;
                     for _ in 0..n {
@@ -476,11 +509,11 @@ impl Bench {
                     done
                 }
             };
-            pair(50).await; // scripts loaded, connections warm
+            pairs(50).await; // scripts loaded, connections warm
             let n = self.cfg.server_cost_iters;
-            let before = self.masters.server_cost(0).await;
-            let done = pair(n).await;
-            let after = self.masters.server_cost(0).await;
+            let before = self.masters.counters(0).await;
+            let done = pairs(n).await;
+            let after = self.masters.counters(0).await;
             if done < n as u64 {
                 self.note(format!(
                     "{}: {} of {n} uncontended {mode:?} acquisitions failed (server cost)",
@@ -492,28 +525,20 @@ impl Bench {
                 self.note("server cost: INFO on master 0 failed".to_owned());
                 continue;
             };
-            let m = match mode {
-                Mode::Read => ServerCostNames::READ,
-                Mode::Write => ServerCostNames::WRITE,
-            };
             let d = after.since(&before);
             let per = |v: f64| if done == 0 { f64::NAN } else { v / done as f64 };
-            let r = &mut self.results;
-            r.record(
-                SERVER_COST,
-                imp,
-                m.script_us,
+            let m = mode_name(mode);
+            let mut r = self.results.of(SERVER_COST, imp);
+            r.put(
+                format!("{m}_script_us_per_acq"),
                 "us",
                 per(d.script_usec as f64),
             );
-            r.record(SERVER_COST, imp, m.scripts, "", per(d.scripts as f64));
-            r.record(SERVER_COST, imp, m.cpu_us, "us", per(d.cpu_us));
+            r.put(format!("{m}_scripts_per_acq"), "", per(d.scripts as f64));
+            r.put(format!("{m}_cpu_us_per_acq"), "us", per(d.cpu_us));
         }
     }
 
-    /// `try_*` + release from one task, nothing else touching the lock. Each
-    /// iteration also times one trivial EVALSHA to the same master just before, so
-    /// the acquire/EVALSHA ratio compares round trips made under the same load.
     /// One mode's timed loop of the uncontended scenario: per iteration a trivial
     /// EVALSHA, then `try_*` + release (the first 20 iterations warm up).
     async fn timed_pairs(&mut self, lock: &Lock, mode: Mode, trivial_key: &str) -> Timed {
@@ -523,21 +548,14 @@ impl Bench {
             let r: Result<i64, _> = TRIVIAL.key(trivial_key).invoke_async(&mut self.raw).await;
             let trivial = start.elapsed();
             t.trivial_calls += 1;
-            if r.is_err() {
-                t.failures += 1;
-            }
+            t.failures += u64::from(r.is_err());
             let t0 = Instant::now();
-            let held = match self.clients.acquire(lock, mode, Wait::Try).await {
-                Ok(held) => held,
-                Err(_) => {
-                    t.failures += 1;
-                    continue;
-                }
+            let Ok(held) = self.clients.acquire(lock, mode, Wait::Try).await else {
+                t.failures += 1;
+                continue;
             };
             let t1 = Instant::now();
-            if self.clients.release(held).await.is_err() {
-                t.failures += 1;
-            }
+            t.failures += u64::from(self.clients.release(held).await.is_err());
             if i >= 20 {
                 t.evalsha.push(us(trivial));
                 t.acquire.push(us(t1 - t0));
@@ -547,108 +565,61 @@ impl Bench {
         t
     }
 
+    /// `try_*` + release from one task, nothing else touching the lock. Each
+    /// iteration also times one trivial EVALSHA to the same master just before, so
+    /// the acquire/EVALSHA ratio compares round trips made under the same load.
     pub async fn uncontended(&mut self, run: usize, imp: Impl) {
         let name = self.name_on(run, &format!("unc-{run}"));
         let lock = self.clients.lock(imp, &name, LONG_WAIT);
         let trivial_key = format!("bench:{{{name}}}");
-        let modes: &[Mode] = if imp == Impl::Rslock {
-            &[Mode::Write]
-        } else {
-            &[Mode::Read, Mode::Write]
-        };
-        for &mode in modes {
-            let before = self.masters.commandstats().await.ok();
-            let Timed {
-                mut acquire,
-                mut pair,
-                mut evalsha,
-                mut failures,
-                mut trivial_calls,
-            } = self.timed_pairs(&lock, mode, &trivial_key).await;
+        for &mode in modes(imp) {
+            let m = mode_name(mode);
+            let before = self.masters.total().await;
+            let mut t = self.timed_pairs(&lock, mode, &trivial_key).await;
             // The same loop on a thread that blocks on the runtime itself, as a
             // `#[tokio::main]` function's body runs (ours only: the peers' clients
             // do nothing per acquire that would differ).
             if imp == Impl::Ours {
                 let handle = tokio::runtime::Handle::current();
-                let main = tokio::task::block_in_place(|| {
+                let mut main = tokio::task::block_in_place(|| {
                     handle.block_on(self.timed_pairs(&lock, mode, &trivial_key))
                 });
-                let m = match mode {
-                    Mode::Read => UncontendedNames::READ,
-                    Mode::Write => UncontendedNames::WRITE,
-                };
-                let mut main_acquire = main.acquire.clone();
-                let mut main_evalsha = main.evalsha.clone();
-                self.results.record(
-                    UNCONTENDED,
-                    imp,
-                    m.a50_main,
-                    "us",
-                    percentile(&mut main_acquire, 50.0),
-                );
-                self.results.record(
-                    UNCONTENDED,
-                    imp,
-                    m.evalsha50_main,
-                    "us",
-                    percentile(&mut main_evalsha, 50.0),
-                );
-                failures += main.failures;
-                trivial_calls += main.trivial_calls;
+                let mut r = self.results.of(UNCONTENDED, imp);
+                let a50 = percentile(&mut main.acquire, 50.0);
+                r.put(format!("{m}_acquire_p50_main_thread"), "us", a50);
+                let e50 = percentile(&mut main.evalsha, 50.0);
+                r.put(format!("{m}_evalsha_p50_main_thread"), "us", e50);
+                t.failures += main.failures;
+                t.trivial_calls += main.trivial_calls;
             }
-            if failures > 0 {
+            if t.failures > 0 {
                 self.note(format!(
-                    "{}: {failures} uncontended {mode:?} acquires/releases failed",
-                    imp.label()
+                    "{}: {} uncontended {mode:?} acquires/releases failed",
+                    imp.label(),
+                    t.failures
                 ));
             }
-            let after = self.masters.commandstats().await.ok();
-            let m = match mode {
-                Mode::Read => UncontendedNames::READ,
-                Mode::Write => UncontendedNames::WRITE,
-            };
+            let after = self.masters.total().await;
             let trivial_us = self.results.median(LIMITS, Impl::Ours, "evalsha_server_us");
-            let r = &mut self.results;
-            if let (Some(before), Some(after)) = (before, after) {
+            let mut r = self.results.of(UNCONTENDED, imp);
+            if let (Ok(before), Ok(after)) = (before, after) {
                 // Lock scripts only: the trivial calls' share is taken out with the
                 // server time per trivial call measured in `limits`.
-                let d = delta(&before, &after);
+                let d = after.since(&before);
                 let trivial_us = if trivial_us.is_nan() { 0.0 } else { trivial_us };
-                let scripts = d.scripts.saturating_sub(trivial_calls);
+                let scripts = d.scripts.saturating_sub(t.trivial_calls);
                 if scripts > 0 {
-                    let usec = d.script_usec as f64 - trivial_calls as f64 * trivial_us;
-                    r.record(
-                        UNCONTENDED,
-                        imp,
-                        m.server,
+                    let usec = d.script_usec as f64 - t.trivial_calls as f64 * trivial_us;
+                    r.put(
+                        format!("{m}_server_us_per_script"),
                         "us",
                         usec.max(0.0) / scripts as f64,
                     );
                 }
             }
-            r.record(
-                UNCONTENDED,
-                imp,
-                m.evalsha50,
-                "us",
-                percentile(&mut evalsha, 50.0),
-            );
-            r.record(
-                UNCONTENDED,
-                imp,
-                m.a50,
-                "us",
-                percentile(&mut acquire, 50.0),
-            );
-            r.record(
-                UNCONTENDED,
-                imp,
-                m.a99,
-                "us",
-                percentile(&mut acquire, 99.0),
-            );
-            r.record(UNCONTENDED, imp, m.p50, "us", percentile(&mut pair, 50.0));
-            r.record(UNCONTENDED, imp, m.p99, "us", percentile(&mut pair, 99.0));
+            r.percentiles(&format!("{m}_evalsha"), "us", &mut t.evalsha, &[50]);
+            r.percentiles(&format!("{m}_acquire"), "us", &mut t.acquire, &[50, 99]);
+            r.percentiles(&format!("{m}_pair"), "us", &mut t.pair, &[50, 99]);
         }
     }
 
@@ -657,12 +628,11 @@ impl Bench {
         let name = self.name_on(run + 1, &format!("handoff-{run}"));
         let lock = self.clients.lock(imp, &name, LONG_WAIT);
         let exclusion = Arc::new(Exclusion::default());
-        let before = self.masters.commandstats().await.ok();
+        let before = self.masters.total().await;
         let log: Arc<Mutex<Vec<Handoff>>> = Arc::default();
         let failures = Arc::new(AtomicU64::new(0));
         let seconds = self.cfg.handoff_secs;
-        let start = Instant::now();
-        let end = start + secs(seconds);
+        let end = Instant::now() + secs(seconds);
         let mut set = JoinSet::new();
         for writer in 0..WRITERS {
             let (clients, lock, exclusion, log, failures) = (
@@ -675,35 +645,29 @@ impl Bench {
             set.spawn(async move {
                 while Instant::now() < end {
                     let asked = Instant::now();
-                    match clients
+                    let Ok(held) = clients
                         .acquire(&lock, Mode::Write, Wait::Upto(LONG_WAIT))
                         .await
-                    {
-                        Ok(held) => {
-                            let granted = Instant::now();
-                            exclusion.enter(Mode::Write);
-                            sleep(HANDOFF_HOLD).await;
-                            exclusion.leave(Mode::Write);
-                            let released = Instant::now();
-                            if clients.release(held).await.is_err() {
-                                failures.fetch_add(1, Ordering::Relaxed);
-                            }
-                            log.lock().unwrap_or_else(PoisonError::into_inner).push((
-                                granted,
-                                released,
-                                ms(granted - asked),
-                                writer,
-                            ));
-                        }
-                        Err(_) => {
-                            failures.fetch_add(1, Ordering::Relaxed);
-                        }
+                    else {
+                        failures.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    };
+                    let granted = Instant::now();
+                    exclusion.enter(Mode::Write);
+                    sleep(HANDOFF_HOLD).await;
+                    exclusion.leave(Mode::Write);
+                    let released = Instant::now();
+                    if clients.release(held).await.is_err() {
+                        failures.fetch_add(1, Ordering::Relaxed);
                     }
+                    let wait = ms(granted - asked);
+                    let mut log = log.lock().unwrap_or_else(PoisonError::into_inner);
+                    log.push((granted, released, wait, writer));
                 }
             });
         }
         while set.join_next().await.is_some() {}
-        let after = self.masters.commandstats().await.ok();
+        let after = self.masters.total().await;
         let mut log = std::mem::take(&mut *log.lock().unwrap_or_else(PoisonError::into_inner));
         let total = log.len();
         log.retain(|entry| entry.0 < end);
@@ -727,70 +691,36 @@ impl Bench {
         }
         let gap_p50 = percentile(&mut gaps, 50.0);
         let hold_p50 = percentile(&mut holds, 50.0);
-        let r = &mut self.results;
-        r.record(
-            HANDOFF,
-            imp,
-            "acquisitions_per_s",
-            "1/s",
-            log.len() as f64 / seconds,
-        );
-        r.record(HANDOFF, imp, "gap_p50", "ms", gap_p50);
-        r.record(HANDOFF, imp, "gap_p99", "ms", percentile(&mut gaps, 99.0));
-        r.record(HANDOFF, imp, "wait_p50", "ms", percentile(&mut waits, 50.0));
-        r.record(HANDOFF, imp, "wait_p99", "ms", percentile(&mut waits, 99.0));
-        r.record(HANDOFF, imp, "hold_p50", "ms", hold_p50);
-        r.record(HANDOFF, imp, "hold_mean", "ms", mean(&holds));
-        r.record(HANDOFF, imp, "gap_mean", "ms", mean(&gaps));
-        r.record(
-            HANDOFF,
-            imp,
-            "fair_bound",
-            "ms",
-            WRITERS as f64 * (hold_p50 + gap_p50),
-        );
-        r.record(
-            HANDOFF,
-            imp,
-            "min_per_writer",
-            "count",
-            per_writer.iter().copied().min().unwrap_or(0) as f64,
-        );
-        r.record(
-            HANDOFF,
-            imp,
-            "max_per_writer",
-            "count",
-            per_writer.iter().copied().max().unwrap_or(0) as f64,
-        );
-        r.record(
-            HANDOFF,
-            imp,
-            "violations",
-            "count",
-            exclusion.violations() as f64,
-        );
-        if let (Some(before), Some(after)) = (before, after) {
+        let mut r = self.results.of(HANDOFF, imp);
+        r.put("acquisitions_per_s", "1/s", log.len() as f64 / seconds);
+        r.percentiles("gap", "ms", &mut gaps, &[50, 99]);
+        r.percentiles("wait", "ms", &mut waits, &[50, 99]);
+        r.put("hold_p50", "ms", hold_p50);
+        r.put("hold_mean", "ms", mean(&holds));
+        r.put("gap_mean", "ms", mean(&gaps));
+        r.put("fair_bound", "ms", WRITERS as f64 * (hold_p50 + gap_p50));
+        let fewest = per_writer.iter().copied().min().unwrap_or(0);
+        r.put("min_per_writer", "count", fewest as f64);
+        let most = per_writer.iter().copied().max().unwrap_or(0);
+        r.put("max_per_writer", "count", most as f64);
+        r.put("violations", "count", exclusion.violations() as f64);
+        if let (Ok(before), Ok(after)) = (before, after) {
             // Everything the run sent, over every acquisition it made (also the
             // ones after the window closed).
-            let d = delta(&before, &after);
+            let d = after.since(&before);
             let n = total.max(1) as f64;
-            r.record(
-                HANDOFF,
-                imp,
-                "scripts_per_acquisition",
-                "count",
-                d.scripts as f64 / n,
-            );
-            r.record(
-                HANDOFF,
-                imp,
+            r.put("scripts_per_acquisition", "count", d.scripts as f64 / n);
+            r.put(
                 "subscriptions_per_acquisition",
                 "count",
                 d.subscriptions as f64 / n,
             );
         }
-        r.handoff_gaps.entry(imp).or_default().extend(gaps);
+        self.results
+            .handoff_gaps
+            .entry(imp)
+            .or_default()
+            .extend(gaps);
     }
 
     /// 16 readers holding 5 ms each, overlapping without pause; a writer asks every
@@ -804,8 +734,7 @@ impl Bench {
         let reads = Arc::new(AtomicU64::new(0));
         let failures = Arc::new(AtomicU64::new(0));
         let seconds = self.cfg.stream_secs;
-        let start = Instant::now();
-        let end = start + secs(seconds);
+        let end = Instant::now() + secs(seconds);
         let mut set = JoinSet::new();
         for reader in 0..STREAM_READERS {
             let (clients, lock, exclusion, reads, failures) = (
@@ -818,23 +747,20 @@ impl Bench {
             set.spawn(async move {
                 sleep(STREAM_READ_HOLD * reader as u32 / STREAM_READERS as u32).await;
                 while Instant::now() < end {
-                    match clients
+                    let Ok(held) = clients
                         .acquire(&lock, Mode::Read, Wait::Upto(LONG_WAIT))
                         .await
-                    {
-                        Ok(held) => {
-                            let granted = Instant::now();
-                            exclusion.enter(Mode::Read);
-                            sleep(STREAM_READ_HOLD).await;
-                            exclusion.leave(Mode::Read);
-                            let _ = clients.release(held).await;
-                            if granted < end {
-                                reads.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                        Err(_) => {
-                            failures.fetch_add(1, Ordering::Relaxed);
-                        }
+                    else {
+                        failures.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    };
+                    let granted = Instant::now();
+                    exclusion.enter(Mode::Read);
+                    sleep(STREAM_READ_HOLD).await;
+                    exclusion.leave(Mode::Read);
+                    let _ = clients.release(held).await;
+                    if granted < end {
+                        reads.fetch_add(1, Ordering::Relaxed);
                     }
                 }
             });
@@ -843,7 +769,6 @@ impl Bench {
         // as a wait of `cap` (a lower bound) and as starved.
         let mut waits = Vec::new();
         let mut starved = 0u64;
-        let mut writer_failures = 0u64;
         sleep(STREAM_WRITER_EVERY).await;
         while Instant::now() < end {
             let asked = Instant::now();
@@ -859,12 +784,12 @@ impl Bench {
                     exclusion.leave(Mode::Write);
                     let _ = self.clients.release(held).await;
                 }
-                Err(Refused::Timeout) | Err(Refused::WouldBlock) => {
+                Err(Refused::Timeout | Refused::WouldBlock) => {
                     starved += 1;
                     waits.push(ms(cap));
                 }
                 Err(Refused::Failed(err)) => {
-                    writer_failures += 1;
+                    failures.fetch_add(1, Ordering::Relaxed);
                     self.note(format!(
                         "{}: writer behind readers failed: {err}",
                         imp.label()
@@ -874,52 +799,23 @@ impl Bench {
             sleep(STREAM_WRITER_EVERY).await;
         }
         while set.join_next().await.is_some() {}
-        let failures = failures.load(Ordering::Relaxed) + writer_failures;
+        let failures = failures.load(Ordering::Relaxed);
         if failures > 0 {
             self.note(format!(
                 "{}: {failures} failed acquires in writer-behind-readers",
                 imp.label()
             ));
         }
-        let attempts = waits.len();
-        let r = &mut self.results;
-        r.record(
-            STREAM,
-            imp,
-            "writer_wait_p50",
-            "ms",
-            percentile(&mut waits, 50.0),
-        );
-        r.record(
-            STREAM,
-            imp,
-            "writer_wait_p99",
-            "ms",
-            percentile(&mut waits, 99.0),
-        );
-        r.record(
-            STREAM,
-            imp,
-            "writer_wait_max",
-            "ms",
-            percentile(&mut waits, 100.0),
-        );
-        r.record(STREAM, imp, "writer_attempts", "count", attempts as f64);
-        r.record(STREAM, imp, "writer_starved", "count", starved as f64);
-        r.record(
-            STREAM,
-            imp,
+        let mut r = self.results.of(STREAM, imp);
+        r.put("writer_attempts", "count", waits.len() as f64);
+        r.percentiles("writer_wait", "ms", &mut waits, &[50, 99, 100]);
+        r.put("writer_starved", "count", starved as f64);
+        r.put(
             "reads_per_s",
             "1/s",
             reads.load(Ordering::Relaxed) as f64 / seconds,
         );
-        r.record(
-            STREAM,
-            imp,
-            "violations",
-            "count",
-            exclusion.violations() as f64,
-        );
+        r.put("violations", "count", exclusion.violations() as f64);
     }
 
     /// One holder keeps a write hold; 20 waiters wait (10 readers + 10 writers where
@@ -950,22 +846,16 @@ impl Bench {
             };
             let (clients, lock) = (self.clients.clone(), lock.clone());
             set.spawn(async move {
-                if let Ok(held) = clients
-                    .acquire(&lock, mode, Wait::Upto(Duration::from_secs(30)))
-                    .await
-                {
+                let wait = Wait::Upto(Duration::from_secs(30));
+                if let Ok(held) = clients.acquire(&lock, mode, wait).await {
                     let _ = clients.release(held).await;
                 }
             });
         }
         sleep(secs(self.cfg.waiting_settle_secs)).await;
         let t = Instant::now();
-        let sent = monitor_window(
-            &self.topology,
-            &mut self.masters,
-            secs(self.cfg.waiting_secs),
-        )
-        .await;
+        let window = secs(self.cfg.waiting_secs);
+        let sent = monitor_window(&self.topology, &mut self.masters, window).await;
         let elapsed = t.elapsed().as_secs_f64();
         let _ = self.clients.release(holder).await;
         let drained = tokio::time::timeout(Duration::from_secs(40), async {
@@ -982,24 +872,11 @@ impl Bench {
         match sent {
             Ok(sent) => {
                 let per = WAITERS as f64 * elapsed;
-                let r = &mut self.results;
-                r.record(
-                    WAITING,
-                    imp,
-                    "scripts_per_waiter_s",
-                    "1/s",
-                    sent.scripts as f64 / per,
-                );
-                r.record(
-                    WAITING,
-                    imp,
-                    "commands_per_waiter_s",
-                    "1/s",
-                    (sent.scripts + sent.other) as f64 / per,
-                );
-                r.record(
-                    WAITING,
-                    imp,
+                let mut r = self.results.of(WAITING, imp);
+                r.put("scripts_per_waiter_s", "1/s", sent.scripts as f64 / per);
+                let commands = (sent.scripts + sent.other) as f64;
+                r.put("commands_per_waiter_s", "1/s", commands / per);
+                r.put(
                     "in_script_commands_per_waiter_s",
                     "1/s",
                     sent.in_scripts as f64 / per,
@@ -1033,15 +910,15 @@ impl Bench {
     /// `redis-benchmark` with the captured read script, pipelined, on its master;
     /// tokens drawn from 64 values so the hash holds up to 64 readers, as in the
     /// one-lock read-heavy scenario.
-    pub async fn redis_benchmark(&mut self, _run: usize) {
+    pub async fn redis_benchmark(&mut self) {
         let Some(args) = self.read_script.clone() else {
             return;
         };
         let Some(key) = args.get(3).cloned() else {
             return;
         };
-        let master_index = self.topology.master_of(&key);
-        let master = self.topology.masters[master_index].clone();
+        let index = self.topology.master_of(&key);
+        let master = self.topology.masters[index].clone();
         let command: Vec<String> = args
             .iter()
             .map(|arg| {
@@ -1052,57 +929,37 @@ impl Bench {
                 }
             })
             .collect();
-        let _: Result<i64, _> = self
-            .masters
-            .query(master_index, redis::cmd("DEL").arg(&key))
-            .await;
+        let _: Result<i64, _> = self.masters.query(index, redis::cmd("DEL").arg(&key)).await;
         let requests = self.cfg.redis_benchmark_requests;
-        let before = self.masters.commandstats().await.ok();
+        let before = self.masters.total().await;
         let result = tokio::task::spawn_blocking(move || {
             redis_benchmark(&master, requests, 50, 16, 64, &command)
         })
         .await;
-        let after = self.masters.commandstats().await.ok();
-        if let (Some(before), Some(after)) = (before, after) {
-            let d = delta(&before, &after);
-            if d.scripts > 0 {
-                self.results.record(
-                    REDIS_BENCHMARK,
-                    Impl::Ours,
-                    "server_us_per_script",
-                    "us",
-                    d.script_usec as f64 / d.scripts as f64,
-                );
-            }
-        }
+        let after = self.masters.total().await;
         let fields: Result<i64, _> = self
             .masters
-            .query(master_index, redis::cmd("HLEN").arg(&key))
+            .query(index, redis::cmd("HLEN").arg(&key))
             .await;
-        let _: Result<i64, _> = self
-            .masters
-            .query(master_index, redis::cmd("DEL").arg(&key))
-            .await;
+        let _: Result<i64, _> = self.masters.query(index, redis::cmd("DEL").arg(&key)).await;
+        let mut r = self.results.of(REDIS_BENCHMARK, Impl::Ours);
+        if let (Ok(before), Ok(after)) = (before, after)
+            && after.since(&before).scripts > 0
+        {
+            r.put(
+                "server_us_per_script",
+                "us",
+                after.since(&before).us_per_script(),
+            );
+        }
         match result {
             Ok(Ok(rb)) => {
+                r.put("read_script_rps", "1/s", rb.requests_per_sec);
+                r.put("read_script_p50", "ms", rb.p50_ms);
+                self.redis_benchmarks.push(rb);
                 if !matches!(fields, Ok(n) if n > 0) {
                     self.note(format!("redis-benchmark left no readers in {key}: its requests may have failed ({fields:?})"));
                 }
-                self.results.record(
-                    REDIS_BENCHMARK,
-                    Impl::Ours,
-                    "read_script_rps",
-                    "1/s",
-                    rb.requests_per_sec,
-                );
-                self.results.record(
-                    REDIS_BENCHMARK,
-                    Impl::Ours,
-                    "read_script_p50",
-                    "ms",
-                    rb.p50_ms,
-                );
-                self.redis_benchmarks.push(rb);
             }
             Ok(Err(err)) => self.note(err),
             Err(err) => self.note(format!("redis-benchmark task failed: {err}")),

@@ -25,7 +25,6 @@ use tokio::time::{Instant, sleep};
 
 use crate::locks::Impl;
 use crate::scenarios::{Bench, LONG_WAIT};
-use crate::stats::percentile;
 
 /// Pairs per block of the join part.
 const BLOCK: usize = 100;
@@ -39,21 +38,6 @@ pub mod names {
     pub const WRITER_BEHIND_KEPT: &str = "writer_behind_kept_read";
 }
 use names::*;
-
-/// Metric names.
-pub mod metric {
-    /// `read()` of a share, the client already holding.
-    pub const JOIN_P50: &str = "join_us_p50";
-    pub const JOIN_P99: &str = "join_us_p99";
-    /// `read()` on a handle that does not share: a server acquire.
-    pub const SERVER_P50: &str = "server_read_us_p50";
-    pub const SERVER_P99: &str = "server_read_us_p99";
-    pub const WAIT_P50: &str = "writer_wait_ms_p50";
-    pub const WAIT_P99: &str = "writer_wait_ms_p99";
-    pub const WAIT_MAX: &str = "writer_wait_ms_max";
-    pub const WRITES: &str = "writes";
-}
-use metric::*;
 
 impl Bench {
     pub async fn shared_reads(&mut self, run: usize) {
@@ -103,36 +87,11 @@ impl Bench {
         if failures > 0 {
             self.note(format!("shared reads: {failures} failed reads"));
         }
-        let r = &mut self.results;
+        // A join's `read()`, and a server read's (`share_reads(false)`), in us.
+        let mut r = self.results.of(SHARED_JOIN, Impl::Ours);
         let [joins, server] = &mut times;
-        r.record(
-            SHARED_JOIN,
-            Impl::Ours,
-            JOIN_P50,
-            "us",
-            percentile(joins, 50.0),
-        );
-        r.record(
-            SHARED_JOIN,
-            Impl::Ours,
-            JOIN_P99,
-            "us",
-            percentile(joins, 99.0),
-        );
-        r.record(
-            SHARED_JOIN,
-            Impl::Ours,
-            SERVER_P50,
-            "us",
-            percentile(server, 50.0),
-        );
-        r.record(
-            SHARED_JOIN,
-            Impl::Ours,
-            SERVER_P99,
-            "us",
-            percentile(server, 99.0),
-        );
+        r.percentiles("join_us", "us", joins, &[50, 99]);
+        r.percentiles("server_read_us", "us", server, &[50, 99]);
     }
 
     async fn writer_behind_shared(&mut self, run: usize) {
@@ -234,15 +193,8 @@ impl Bench {
         if failed > 0 {
             self.note(format!("{scenario}: {failed} failures"));
         }
-        let r = &mut self.results;
-        let max = waits.iter().copied().fold(f64::NAN, f64::max);
-        for (metric, value) in [
-            (WAIT_P50, percentile(&mut waits, 50.0)),
-            (WAIT_P99, percentile(&mut waits, 99.0)),
-            (WAIT_MAX, max),
-        ] {
-            r.record(scenario, Impl::Ours, metric, "ms", value);
-        }
-        r.record(scenario, Impl::Ours, WRITES, "count", waits.len() as f64);
+        let mut r = self.results.of(scenario, Impl::Ours);
+        r.put("writes", "count", waits.len() as f64);
+        r.percentiles("writer_wait_ms", "ms", &mut waits, &[50, 99, 100]);
     }
 }

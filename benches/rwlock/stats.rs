@@ -15,16 +15,18 @@ pub fn percentile(samples: &mut [f64], p: f64) -> f64 {
 }
 
 /// One metric of one implementation in one scenario, one value per run.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Metric {
-    pub scenario: &'static str,
-    pub imp: Impl,
-    pub name: &'static str,
     pub unit: &'static str,
     pub runs: Vec<f64>,
 }
 
 impl Metric {
+    /// Values kept outside [`Results`], one per run.
+    pub fn of(runs: Vec<f64>) -> Metric {
+        Metric { unit: "", runs }
+    }
+
     pub fn median(&self) -> f64 {
         percentile(&mut self.runs.clone(), 50.0)
     }
@@ -41,7 +43,7 @@ impl Metric {
 /// Everything measured, keyed by (scenario, implementation, metric).
 #[derive(Default)]
 pub struct Results {
-    pub metrics: BTreeMap<(&'static str, Impl, &'static str), Metric>,
+    pub metrics: BTreeMap<(&'static str, Impl, String), Metric>,
     /// Handoff idle gaps (ms) per implementation, all runs pooled: for the plot.
     pub handoff_gaps: BTreeMap<Impl, Vec<f64>>,
     /// Acquisitions/s per (implementation, task count), one value per run.
@@ -53,35 +55,50 @@ pub struct Results {
 }
 
 impl Results {
-    pub fn record(
-        &mut self,
-        scenario: &'static str,
-        imp: Impl,
-        name: &'static str,
-        unit: &'static str,
-        value: f64,
-    ) {
-        self.metrics
-            .entry((scenario, imp, name))
-            .or_insert_with(|| Metric {
-                scenario,
-                imp,
-                name,
-                unit,
-                runs: Vec::new(),
-            })
-            .runs
-            .push(value);
+    /// Where one run of `imp` in `scenario` records its values.
+    pub fn of(&mut self, scenario: &'static str, imp: Impl) -> Recorder<'_> {
+        Recorder {
+            results: self,
+            scenario,
+            imp,
+        }
     }
 
-    pub fn get(&self, scenario: &str, imp: Impl, name: &str) -> Option<&Metric> {
-        self.metrics
-            .values()
-            .find(|m| m.scenario == scenario && m.imp == imp && m.name == name)
+    pub fn get(&self, scenario: &'static str, imp: Impl, name: &str) -> Option<&Metric> {
+        self.metrics.get(&(scenario, imp, name.to_owned()))
     }
 
-    pub fn median(&self, scenario: &str, imp: Impl, name: &str) -> f64 {
+    pub fn median(&self, scenario: &'static str, imp: Impl, name: &str) -> f64 {
         self.get(scenario, imp, name)
             .map_or(f64::NAN, Metric::median)
+    }
+}
+
+/// Records one run's values of one implementation in one scenario.
+pub struct Recorder<'a> {
+    results: &'a mut Results,
+    scenario: &'static str,
+    imp: Impl,
+}
+
+impl Recorder<'_> {
+    /// This run's value of the metric `name`.
+    pub fn put(&mut self, name: impl Into<String>, unit: &'static str, value: f64) {
+        let key = (self.scenario, self.imp, name.into());
+        let metric = self.results.metrics.entry(key).or_default();
+        metric.unit = unit;
+        metric.runs.push(value);
+    }
+
+    /// `{name}_p50`, `{name}_p99`... of `samples` for each of `ps` (`{name}_max`
+    /// for 100).
+    pub fn percentiles(&mut self, name: &str, unit: &'static str, samples: &mut [f64], ps: &[u32]) {
+        for &p in ps {
+            let metric = match p {
+                100 => format!("{name}_max"),
+                p => format!("{name}_p{p}"),
+            };
+            self.put(metric, unit, percentile(samples, f64::from(p)));
+        }
     }
 }

@@ -29,10 +29,9 @@ use redis_rwlock::{Error, LockOptions, RwLock};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::cluster::{ServerCounters, StatsDelta, delta};
+use crate::cluster::Counters;
 use crate::locks::Impl;
 use crate::scenarios::{Bench, LONG_WAIT};
-use crate::stats::percentile;
 
 /// Pairs per block in the uncontended part (the master's counters are read around
 /// each block).
@@ -77,83 +76,6 @@ pub const BEHIND: [Behind; 2] = [
         readers: 8,
     },
 ];
-
-/// Metric names of the uncontended part, per mode.
-pub struct PairNames {
-    pub acquire_p50: &'static str,
-    pub pair_p50: &'static str,
-    pub pair_p99: &'static str,
-    pub script_us: &'static str,
-    pub scripts: &'static str,
-    /// Scripts and the commands they ran (every `INFO commandstats` row but INFO).
-    pub commands: &'static str,
-    pub cpu_us: &'static str,
-}
-
-impl PairNames {
-    pub const READ: PairNames = PairNames {
-        acquire_p50: "read_acquire_p50",
-        pair_p50: "read_pair_p50",
-        pair_p99: "read_pair_p99",
-        script_us: "read_script_us_per_acq",
-        scripts: "read_scripts_per_acq",
-        commands: "read_commands_per_acq",
-        cpu_us: "read_cpu_us_per_acq",
-    };
-    pub const UPGRADABLE: PairNames = PairNames {
-        acquire_p50: "upgradable_acquire_p50",
-        pair_p50: "upgradable_pair_p50",
-        pair_p99: "upgradable_pair_p99",
-        script_us: "upgradable_script_us_per_acq",
-        scripts: "upgradable_scripts_per_acq",
-        commands: "upgradable_commands_per_acq",
-        cpu_us: "upgradable_cpu_us_per_acq",
-    };
-}
-
-/// Metric names of the other parts.
-pub mod metric {
-    /// `upgrade()` with no other reader, and the interleaved `try_write` (us).
-    pub const UPGRADE_P50: &str = "upgrade_p50";
-    pub const UPGRADE_P99: &str = "upgrade_p99";
-    pub const TRY_WRITE_P50: &str = "try_write_p50";
-    pub const TRY_WRITE_P99: &str = "try_write_p99";
-    /// Scripts and (un)subscribes per upgrade, every master (mean, and the most).
-    pub const SCRIPTS_PER_UPGRADE: &str = "scripts_per_upgrade";
-    pub const SCRIPTS_PER_UPGRADE_MAX: &str = "scripts_per_upgrade_max";
-    pub const SUBSCRIPTIONS_PER_UPGRADE: &str = "subscriptions_per_upgrade";
-    /// Server time per script call of the upgrade, and of `try_write` (every
-    /// master's commandstats around each call).
-    pub const UPGRADE_SCRIPT_US: &str = "upgrade_script_us";
-    pub const TRY_WRITE_SCRIPT_US: &str = "try_write_script_us";
-
-    /// Behind readers (ms): from the last reader's release sent / its reply
-    /// received to the upgrade's return; the same for the control writer.
-    pub const GAP_SENT_P50: &str = "gap_from_release_sent_p50";
-    pub const GAP_SENT_P99: &str = "gap_from_release_sent_p99";
-    pub const GAP_REPLY_P50: &str = "gap_from_release_reply_p50";
-    pub const GAP_REPLY_P99: &str = "gap_from_release_reply_p99";
-    pub const WRITER_GAP_SENT_P50: &str = "writer_gap_from_release_sent_p50";
-    pub const WRITER_GAP_SENT_P99: &str = "writer_gap_from_release_sent_p99";
-    pub const WRITER_GAP_REPLY_P50: &str = "writer_gap_from_release_reply_p50";
-    /// Scripts the waiter sent from its call to its return (mean, the most), after
-    /// the first iteration; and in the first (it subscribes).
-    pub const WAITING_SCRIPTS: &str = "scripts_while_waiting";
-    pub const WAITING_SCRIPTS_MAX: &str = "scripts_while_waiting_max";
-    pub const WRITER_WAITING_SCRIPTS: &str = "writer_scripts_while_waiting";
-    pub const FIRST_WAIT_SCRIPTS: &str = "first_wait_scripts";
-    /// Iterations in which the upgrader sent a second script: it re-checked, or it
-    /// found the client's subscription lock busy (another channel being
-    /// (un)subscribed) and subscribed before trying again.
-    pub const SECOND_ATTEMPTS: &str = "second_attempts";
-    /// Iterations whose upgrade returned [`super::SLOW_HAND_OVER`] or more after
-    /// the last release was sent: only the re-check timer (0.5-1.1 s after the
-    /// refusal) takes that long; a wake-up takes well under a millisecond.
-    pub const TIMER_WAKEUPS: &str = "timer_wakeups";
-    /// (Un)subscribes on every master during the waits (also another lock's
-    /// channel ending its linger), per wait.
-    pub const SUBSCRIPTIONS_PER_WAIT: &str = "subscriptions_per_wait";
-}
 
 fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
@@ -214,6 +136,8 @@ impl HandOvers {
         self.gap_reply.push(h.gap_reply);
         self.scripts.push(h.scripts as f64);
         self.second_attempts += u64::from(h.scripts > 1);
+        // Only the re-check timer (0.5-1.1 s after the refusal) takes this long; a
+        // wake-up takes well under a millisecond.
         self.timer_wakeups += u64::from(h.gap_sent >= SLOW_HAND_OVER.as_secs_f64() * 1e3);
         self.subscriptions += h.subscriptions;
     }
@@ -253,11 +177,11 @@ impl Bench {
         let blocks = (self.cfg.server_cost_iters / COST_BLOCK).max(1);
         let mut acquire: [Vec<f64>; 2] = Default::default();
         let mut pairs: [Vec<f64>; 2] = Default::default();
-        let mut counters = [ServerCounters::default(); 2];
+        let mut counters = [Counters::default(); 2];
         let mut done = [0u64; 2];
         let mut failures = 0u64;
         let mut info_failed = false;
-        let mut before = self.masters.server_cost(master).await;
+        let mut before = self.masters.counters(master).await;
         for block in 0..2 * blocks {
             let m = (block + run) % 2;
             let mut completed = 0u64;
@@ -271,10 +195,10 @@ impl Bench {
                     Err(_) => failures += 1,
                 }
             }
-            let after = self.masters.server_cost(master).await;
+            let after = self.masters.counters(master).await;
             match (&before, &after) {
                 (Ok(b), Ok(a)) => {
-                    counters[m] = ServerCounters::sum([&counters[m], &a.since(b)]);
+                    counters[m] = Counters::sum([&counters[m], &a.since(b)]);
                     done[m] += completed;
                 }
                 _ => info_failed = true,
@@ -289,7 +213,9 @@ impl Bench {
         if info_failed {
             self.note("upgradable: INFO on the lock's master failed".to_owned());
         }
-        for (m, names) in [(0, PairNames::READ), (1, PairNames::UPGRADABLE)] {
+        // Per mode: latency, and per acquisition script time, scripts, commands
+        // (scripts and the commands they ran) and main-thread CPU.
+        for (m, mode) in [(0, "read"), (1, "upgradable")] {
             let per = |v: f64| {
                 if done[m] == 0 {
                     f64::NAN
@@ -298,39 +224,21 @@ impl Bench {
                 }
             };
             let c = counters[m];
-            let r = &mut self.results;
-            let s = UPGRADABLE_COST;
-            r.record(
-                s,
-                Impl::Ours,
-                names.acquire_p50,
-                "us",
-                percentile(&mut acquire[m], 50.0),
-            );
-            r.record(
-                s,
-                Impl::Ours,
-                names.pair_p50,
-                "us",
-                percentile(&mut pairs[m], 50.0),
-            );
-            r.record(
-                s,
-                Impl::Ours,
-                names.pair_p99,
-                "us",
-                percentile(&mut pairs[m], 99.0),
-            );
-            r.record(
-                s,
-                Impl::Ours,
-                names.script_us,
+            let mut r = self.results.of(UPGRADABLE_COST, Impl::Ours);
+            r.percentiles(&format!("{mode}_acquire"), "us", &mut acquire[m], &[50]);
+            r.percentiles(&format!("{mode}_pair"), "us", &mut pairs[m], &[50, 99]);
+            r.put(
+                format!("{mode}_script_us_per_acq"),
                 "us",
                 per(c.script_usec as f64),
             );
-            r.record(s, Impl::Ours, names.scripts, "", per(c.scripts as f64));
-            r.record(s, Impl::Ours, names.commands, "", per(c.commands as f64));
-            r.record(s, Impl::Ours, names.cpu_us, "us", per(c.cpu_us));
+            r.put(format!("{mode}_scripts_per_acq"), "", per(c.scripts as f64));
+            r.put(
+                format!("{mode}_commands_per_acq"),
+                "",
+                per(c.commands as f64),
+            );
+            r.put(format!("{mode}_cpu_us_per_acq"), "us", per(c.cpu_us));
         }
     }
 
@@ -411,68 +319,26 @@ impl Bench {
                 "upgradable: {failures} uncontended upgrades or writes failed"
             ));
         }
-        use metric::*;
-        let r = &mut self.results;
-        let s = UPGRADE_ALONE;
-        r.record(
-            s,
-            Impl::Ours,
-            UPGRADE_P50,
-            "us",
-            percentile(&mut upgrades, 50.0),
-        );
-        r.record(
-            s,
-            Impl::Ours,
-            UPGRADE_P99,
-            "us",
-            percentile(&mut upgrades, 99.0),
-        );
-        r.record(
-            s,
-            Impl::Ours,
-            TRY_WRITE_P50,
-            "us",
-            percentile(&mut writes, 50.0),
-        );
-        r.record(
-            s,
-            Impl::Ours,
-            TRY_WRITE_P99,
-            "us",
-            percentile(&mut writes, 99.0),
-        );
+        // Latency (us), and per upgrade the scripts (mean and most), (un)subscribes
+        // and server time per script call, against `try_write`'s.
+        let mut r = self.results.of(UPGRADE_ALONE, Impl::Ours);
+        r.percentiles("upgrade", "us", &mut upgrades, &[50, 99]);
+        r.percentiles("try_write", "us", &mut writes, &[50, 99]);
         if !scripts.is_empty() {
             let counted = scripts.len() as f64;
-            r.record(s, Impl::Ours, SCRIPTS_PER_UPGRADE, "", mean(&scripts));
-            r.record(
-                s,
-                Impl::Ours,
-                SCRIPTS_PER_UPGRADE_MAX,
-                "",
-                percentile(&mut scripts, 100.0),
-            );
-            r.record(
-                s,
-                Impl::Ours,
-                SUBSCRIPTIONS_PER_UPGRADE,
+            let total: f64 = scripts.iter().sum();
+            r.put("scripts_per_upgrade", "", mean(&scripts));
+            r.percentiles("scripts_per_upgrade", "", &mut scripts, &[100]);
+            r.put(
+                "subscriptions_per_upgrade",
                 "",
                 subscriptions as f64 / counted,
             );
-            let total: f64 = scripts.iter().sum();
-            r.record(
-                s,
-                Impl::Ours,
-                UPGRADE_SCRIPT_US,
-                "us",
-                upgrade_us as f64 / total,
-            );
+            r.put("upgrade_script_us", "us", upgrade_us as f64 / total);
         }
         if write_scripts > 0 {
-            r.record(
-                s,
-                Impl::Ours,
-                TRY_WRITE_SCRIPT_US,
+            r.put(
+                "try_write_script_us",
                 "us",
                 write_us as f64 / write_scripts as f64,
             );
@@ -506,58 +372,53 @@ impl Bench {
                 errors.len()
             ));
         }
-        use metric::*;
-        let s = behind.scenario;
-        let r = &mut self.results;
-        let mut record = |name, unit, v| r.record(s, Impl::Ours, name, unit, v);
-        record(GAP_SENT_P50, "ms", percentile(&mut upgrades.gap_sent, 50.0));
-        record(GAP_SENT_P99, "ms", percentile(&mut upgrades.gap_sent, 99.0));
-        record(
-            GAP_REPLY_P50,
+        // Gaps (ms) from the last release sent / its reply received to the upgrade's
+        // return, and the control writer's; the scripts the waiter sent from its call
+        // to its return (mean and most), after the first iteration and in the first
+        // (it subscribes); iterations with a second script (a re-check, or a
+        // subscription first); hand-overs left to the re-check timer.
+        let mut r = self.results.of(behind.scenario, Impl::Ours);
+        r.percentiles(
+            "gap_from_release_sent",
             "ms",
-            percentile(&mut upgrades.gap_reply, 50.0),
+            &mut upgrades.gap_sent,
+            &[50, 99],
         );
-        record(
-            GAP_REPLY_P99,
+        r.percentiles(
+            "gap_from_release_reply",
             "ms",
-            percentile(&mut upgrades.gap_reply, 99.0),
+            &mut upgrades.gap_reply,
+            &[50, 99],
         );
-        record(
-            WRITER_GAP_SENT_P50,
+        r.percentiles(
+            "writer_gap_from_release_sent",
             "ms",
-            percentile(&mut writers.gap_sent, 50.0),
+            &mut writers.gap_sent,
+            &[50, 99],
         );
-        record(
-            WRITER_GAP_SENT_P99,
+        r.percentiles(
+            "writer_gap_from_release_reply",
             "ms",
-            percentile(&mut writers.gap_sent, 99.0),
-        );
-        record(
-            WRITER_GAP_REPLY_P50,
-            "ms",
-            percentile(&mut writers.gap_reply, 50.0),
+            &mut writers.gap_reply,
+            &[50],
         );
         if !upgrades.scripts.is_empty() {
             let n = upgrades.scripts.len() as f64;
-            record(WAITING_SCRIPTS, "", mean(&upgrades.scripts));
-            record(
-                WAITING_SCRIPTS_MAX,
-                "",
-                percentile(&mut upgrades.scripts, 100.0),
-            );
-            record(SECOND_ATTEMPTS, "count", upgrades.second_attempts as f64);
-            record(TIMER_WAKEUPS, "count", upgrades.timer_wakeups as f64);
-            record(
-                SUBSCRIPTIONS_PER_WAIT,
+            r.put("scripts_while_waiting", "", mean(&upgrades.scripts));
+            r.percentiles("scripts_while_waiting", "", &mut upgrades.scripts, &[100]);
+            r.put("second_attempts", "count", upgrades.second_attempts as f64);
+            r.put("timer_wakeups", "count", upgrades.timer_wakeups as f64);
+            r.put(
+                "subscriptions_per_wait",
                 "",
                 upgrades.subscriptions as f64 / n,
             );
         }
         if !writers.scripts.is_empty() {
-            record(WRITER_WAITING_SCRIPTS, "", mean(&writers.scripts));
+            r.put("writer_scripts_while_waiting", "", mean(&writers.scripts));
         }
         if let Some(scripts) = first {
-            record(FIRST_WAIT_SCRIPTS, "", scripts);
+            r.put("first_wait_scripts", "", scripts);
         }
     }
 
@@ -574,7 +435,7 @@ impl Bench {
         for _ in 0..readers {
             held.push(lock.try_read().await.map_err(text)?);
         }
-        let before = self.masters.commandstats().await?;
+        let before = self.masters.total().await?;
         let upgrader = tokio::spawn(async move {
             let upgraded = upgradable.upgrade().await;
             (Instant::now(), upgraded)
@@ -587,9 +448,9 @@ impl Bench {
             last = (sent, Instant::now());
         }
         let (returned, upgraded) = upgrader.await.map_err(|e| e.to_string())?;
-        let after = self.masters.commandstats().await?;
+        let after = self.masters.total().await?;
         upgraded.map_err(text)?.release().await.map_err(text)?;
-        let d = delta(&before, &after);
+        let d = after.since(&before);
         Ok(HandOver {
             gap_sent: signed_ms(returned, last.0),
             gap_reply: signed_ms(returned, last.1),
@@ -603,7 +464,7 @@ impl Bench {
     async fn one_writer_behind(&mut self, lock: &RwLock) -> Result<HandOver, String> {
         let text = |e: Error| e.to_string();
         let holder = lock.try_write().await.map_err(text)?;
-        let before = self.masters.commandstats().await?;
+        let before = self.masters.total().await?;
         let waiter = {
             let lock = lock.clone();
             tokio::spawn(async move {
@@ -616,9 +477,9 @@ impl Bench {
         holder.release().await.map_err(text)?;
         let replied = Instant::now();
         let (returned, granted) = waiter.await.map_err(|e| e.to_string())?;
-        let after = self.masters.commandstats().await?;
+        let after = self.masters.total().await?;
         granted.map_err(text)?.release().await.map_err(text)?;
-        let d = delta(&before, &after);
+        let d = after.since(&before);
         Ok(HandOver {
             gap_sent: signed_ms(returned, sent),
             gap_reply: signed_ms(returned, replied),
@@ -629,12 +490,12 @@ impl Bench {
 
     /// Runs `call` between two reads of every master's `INFO commandstats`; what
     /// the masters did meanwhile (`None` if INFO failed).
-    async fn counted<T>(&mut self, call: impl Future<Output = T>) -> (T, Option<StatsDelta>) {
-        let before = self.masters.commandstats().await;
+    async fn counted<T>(&mut self, call: impl Future<Output = T>) -> (T, Option<Counters>) {
+        let before = self.masters.total().await;
         let out = call.await;
-        let after = self.masters.commandstats().await;
+        let after = self.masters.total().await;
         let d = match (before, after) {
-            (Ok(before), Ok(after)) => Some(delta(&before, &after)),
+            (Ok(before), Ok(after)) => Some(after.since(&before)),
             _ => None,
         };
         (out, d)

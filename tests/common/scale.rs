@@ -1,6 +1,5 @@
-//! The at-scale run, shared by `tests/at_scale.rs` (which asserts on it) and the
-//! benchmark's `at_scale` scenario (which reports it, `benches/rwlock/at_scale.rs`):
-//! one lock, many read holds, a long queue of writers, drained in arrival order.
+//! The at-scale run of `tests/at_scale.rs`, which asserts on it and prints its table
+//! (the numbers BENCHMARKS.md shows): one lock, many read holds, a long queue of writers, drained in arrival order.
 //!
 //! A run has four phases, each a different kind of work for the lock's master:
 //!

@@ -7,7 +7,7 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use super::{PlotResult, Spread, at, draw_legend, draw_spread, header, ratio_cell, ratios, row};
-use crate::contention::{CONTENTION_HOLD, Family, metric};
+use crate::contention::{CONTENTION_HOLD, Family};
 use crate::locks::{Impl, Original};
 use crate::scenarios::Bench;
 use crate::stats::percentile;
@@ -19,7 +19,7 @@ pub(super) fn tables(o: &mut String, b: &Bench) {
     for family in Family::ALL {
         let sizes = family.sizes();
         let ran = |imp: Impl| {
-            (0..sizes.len()).any(|i| r.get(family.scenario(i), imp, metric::CPU).is_some())
+            (0..sizes.len()).any(|i| r.get(family.scenario(i), imp, "cpu_us_per_acq").is_some())
         };
         if !ran(ours) && !ran(original) {
             continue;
@@ -62,29 +62,29 @@ pub(super) fn tables(o: &mut String, b: &Bench) {
                 o,
                 &[
                     tasks.to_string(),
-                    at(r, s, ours, metric::CPU),
-                    at(r, s, original, metric::CPU),
+                    at(r, s, ours, "cpu_us_per_acq"),
+                    at(r, s, original, "cpu_us_per_acq"),
                     ratio_cell(ratios(
-                        r.get(s, ours, metric::CPU),
-                        r.get(s, original, metric::CPU),
+                        r.get(s, ours, "cpu_us_per_acq"),
+                        r.get(s, original, "cpu_us_per_acq"),
                     )),
-                    at(r, s, ours, metric::COMMANDS),
-                    at(r, s, original, metric::COMMANDS),
-                    at(r, s, ours, metric::SCRIPTS),
-                    at(r, s, original, metric::SCRIPTS),
-                    at(r, s, ours, metric::SCRIPT_US),
-                    at(r, s, original, metric::SCRIPT_US),
-                    at(r, s, ours, metric::ACQ_PER_S),
-                    at(r, s, original, metric::ACQ_PER_S),
+                    at(r, s, ours, "commands_per_acq"),
+                    at(r, s, original, "commands_per_acq"),
+                    at(r, s, ours, "scripts_per_acq"),
+                    at(r, s, original, "scripts_per_acq"),
+                    at(r, s, ours, "script_us_per_acq"),
+                    at(r, s, original, "script_us_per_acq"),
+                    at(r, s, ours, "acquisitions_per_s"),
+                    at(r, s, original, "acquisitions_per_s"),
                     format!(
                         "{} / {}",
-                        at(r, s, ours, metric::CPU_ALL),
-                        at(r, s, original, metric::CPU_ALL)
+                        at(r, s, ours, "cpu_us_per_acq_all_masters"),
+                        at(r, s, original, "cpu_us_per_acq_all_masters")
                     ),
                     format!(
                         "{} / {}",
-                        at(r, s, ours, metric::VIOLATIONS),
-                        at(r, s, original, metric::VIOLATIONS)
+                        at(r, s, ours, "violations"),
+                        at(r, s, original, "violations")
                     ),
                 ],
             );
@@ -97,21 +97,21 @@ pub(super) fn tables(o: &mut String, b: &Bench) {
             o,
             &[
                 format!("flatness ({} / {})", sizes[sizes.len() - 1], sizes[0]),
-                flat(ours, metric::CPU),
-                flat(original, metric::CPU),
+                flat(ours, "cpu_us_per_acq"),
+                flat(original, "cpu_us_per_acq"),
                 "-".into(),
-                flat(ours, metric::COMMANDS),
-                flat(original, metric::COMMANDS),
-                flat(ours, metric::SCRIPTS),
-                flat(original, metric::SCRIPTS),
-                flat(ours, metric::SCRIPT_US),
-                flat(original, metric::SCRIPT_US),
-                flat(ours, metric::ACQ_PER_S),
-                flat(original, metric::ACQ_PER_S),
+                flat(ours, "commands_per_acq"),
+                flat(original, "commands_per_acq"),
+                flat(ours, "scripts_per_acq"),
+                flat(original, "scripts_per_acq"),
+                flat(ours, "script_us_per_acq"),
+                flat(original, "script_us_per_acq"),
+                flat(ours, "acquisitions_per_s"),
+                flat(original, "acquisitions_per_s"),
                 format!(
                     "{} / {}",
-                    flat(ours, metric::CPU_ALL),
-                    flat(original, metric::CPU_ALL)
+                    flat(ours, "cpu_us_per_acq_all_masters"),
+                    flat(original, "cpu_us_per_acq_all_masters")
                 ),
                 "-".into(),
             ],
@@ -128,7 +128,7 @@ pub fn plot_contention(b: &Bench, path: &Path, subtitle: &str) -> PlotResult {
         (0..family.sizes().len()).any(|i| {
             Family::IMPLS
                 .iter()
-                .any(|&imp| r.get(family.scenario(i), imp, metric::CPU).is_some())
+                .any(|&imp| r.get(family.scenario(i), imp, "cpu_us_per_acq").is_some())
         })
     });
     if !ran {
@@ -145,7 +145,7 @@ pub fn plot_contention(b: &Bench, path: &Path, subtitle: &str) -> PlotResult {
     for (panel, family) in panels.iter().zip(Family::ALL) {
         let sizes = family.sizes();
         let top = (0..sizes.len())
-            .flat_map(|i| Family::IMPLS.map(|imp| r.get(family.scenario(i), imp, metric::CPU)))
+            .flat_map(|i| Family::IMPLS.map(|imp| r.get(family.scenario(i), imp, "cpu_us_per_acq")))
             .flatten()
             .flat_map(|m| m.runs.iter().copied())
             .filter(|v| v.is_finite())
@@ -175,7 +175,7 @@ pub fn plot_contention(b: &Bench, path: &Path, subtitle: &str) -> PlotResult {
                 .iter()
                 .enumerate()
                 .filter_map(|(index, &tasks)| {
-                    let m = r.get(family.scenario(index), imp, metric::CPU)?;
+                    let m = r.get(family.scenario(index), imp, "cpu_us_per_acq")?;
                     let mut runs = m.runs.clone();
                     let med = percentile(&mut runs, 50.0);
                     Some((tasks as f64, med, m.min(), m.max()))

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::{Target, at, cell, header, num, row};
 use crate::locks::Impl;
 use crate::reader_behind_writers::{
-    ASK_FOR, READ_EVERY, READ_HOLD, READ_WAIT, Variant, WRITE_HOLD, WRITERS, metric,
+    ASK_FOR, READ_EVERY, READ_HOLD, READ_WAIT, Variant, WRITE_HOLD, WRITERS,
 };
 use crate::scenarios::{Bench, Config};
 use crate::stats::{Results, percentile};
@@ -20,7 +20,7 @@ pub(super) fn table(o: &mut String, b: &Bench) {
     let ran = |imp: Impl| {
         Variant::ALL
             .iter()
-            .any(|v| r.get(v.scenario(), imp, metric::ASKED).is_some())
+            .any(|v| r.get(v.scenario(), imp, "reads_asked").is_some())
     };
     if !Impl::ALL.into_iter().any(ran) {
         return;
@@ -81,16 +81,16 @@ pub(super) fn table(o: &mut String, b: &Bench) {
                     variant.label().into(),
                     format!(
                         "{} / {}",
-                        at(r, s, imp, metric::GRANTED),
-                        at(r, s, imp, metric::ASKED)
+                        at(r, s, imp, "reads_granted"),
+                        at(r, s, imp, "reads_asked")
                     ),
-                    at(r, s, imp, metric::TIMED_OUT),
-                    at(r, s, imp, metric::WAIT_P50),
-                    at(r, s, imp, metric::WAIT_P99),
-                    at(r, s, imp, metric::WAIT_MAX),
-                    at(r, s, imp, metric::FIRST_WAIT),
-                    at(r, s, imp, metric::WRITES_PER_S),
-                    at(r, s, imp, metric::VIOLATIONS),
+                    at(r, s, imp, "reads_timed_out"),
+                    at(r, s, imp, "read_wait_p50"),
+                    at(r, s, imp, "read_wait_p99"),
+                    at(r, s, imp, "read_wait_max"),
+                    at(r, s, imp, "first_read_wait"),
+                    at(r, s, imp, "writes_per_s"),
+                    at(r, s, imp, "violations"),
                 ],
             );
         }
@@ -143,8 +143,8 @@ pub(super) fn targets(r: &Results, out: &mut Vec<Target>) {
     for variant in Variant::ALL {
         let s = variant.scenario();
         let (Some(asked), Some(granted)) = (
-            r.get(s, Impl::Ours, metric::ASKED),
-            r.get(s, Impl::Ours, metric::GRANTED),
+            r.get(s, Impl::Ours, "reads_asked"),
+            r.get(s, Impl::Ours, "reads_granted"),
         ) else {
             continue;
         };
@@ -162,11 +162,11 @@ pub(super) fn targets(r: &Results, out: &mut Vec<Target>) {
                 "{} of {} granted, {} timed out",
                 cell(Some(granted)),
                 cell(Some(asked)),
-                cell(r.get(s, Impl::Ours, metric::TIMED_OUT))
+                cell(r.get(s, Impl::Ours, "reads_timed_out"))
             ),
             met: Some(all_granted),
         });
-        if let Some(worst) = r.get(s, Impl::Ours, metric::WAIT_MAX) {
+        if let Some(worst) = r.get(s, Impl::Ours, "read_wait_max") {
             out.push(Target {
                 name: format!(
                     "reader behind {WRITERS} writers ({}): worst read wait < 100 ms, in every run",

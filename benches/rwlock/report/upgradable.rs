@@ -4,16 +4,16 @@
 
 use std::fmt::Write as _;
 
-use super::{at, header, ratio_cell, ratios, row};
+use super::{at, cell, header, ratio_cell, ratios, row};
 use crate::locks::Impl;
 use crate::scenarios::Bench;
 use crate::stats::Results;
-use crate::upgradable::{BEHIND, COUNTED_UPGRADES, PairNames, SLOW_HAND_OVER, metric::*, names::*};
+use crate::upgradable::{BEHIND, COUNTED_UPGRADES, SLOW_HAND_OVER, names::*};
 
 /// The three tables, when the scenario ran.
 pub(super) fn tables(o: &mut String, b: &Bench) {
     let r = &b.results;
-    if r.get(UPGRADABLE_COST, Impl::Ours, PairNames::READ.pair_p50)
+    if r.get(UPGRADABLE_COST, Impl::Ours, "read_pair_p50")
         .is_none()
     {
         return;
@@ -46,41 +46,27 @@ fn cost_table(o: &mut String, r: &Results) {
             "main-thread CPU per acquisition (us)",
         ],
     );
-    let (read, up) = (PairNames::READ, PairNames::UPGRADABLE);
-    for (mode, m) in [("read", &read), ("upgradable read", &up)] {
-        row(
-            o,
-            &[
-                mode.into(),
-                at(r, UPGRADABLE_COST, Impl::Ours, m.acquire_p50),
-                at(r, UPGRADABLE_COST, Impl::Ours, m.pair_p50),
-                at(r, UPGRADABLE_COST, Impl::Ours, m.pair_p99),
-                at(r, UPGRADABLE_COST, Impl::Ours, m.script_us),
-                at(r, UPGRADABLE_COST, Impl::Ours, m.scripts),
-                at(r, UPGRADABLE_COST, Impl::Ours, m.commands),
-                at(r, UPGRADABLE_COST, Impl::Ours, m.cpu_us),
-            ],
-        );
+    let metrics = [
+        "acquire_p50",
+        "pair_p50",
+        "pair_p99",
+        "script_us_per_acq",
+        "scripts_per_acq",
+        "commands_per_acq",
+        "cpu_us_per_acq",
+    ];
+    let get =
+        |mode: &str, metric: &str| r.get(UPGRADABLE_COST, Impl::Ours, &format!("{mode}_{metric}"));
+    for (label, mode) in [("read", "read"), ("upgradable read", "upgradable")] {
+        let mut cells = vec![label.to_owned()];
+        cells.extend(metrics.map(|metric| cell(get(mode, metric))));
+        row(o, &cells);
     }
-    let ratio = |a: &str, b: &str| {
-        ratio_cell(ratios(
-            r.get(UPGRADABLE_COST, Impl::Ours, a),
-            r.get(UPGRADABLE_COST, Impl::Ours, b),
-        ))
-    };
-    row(
-        o,
-        &[
-            "upgradable / read".into(),
-            ratio(up.acquire_p50, read.acquire_p50),
-            ratio(up.pair_p50, read.pair_p50),
-            ratio(up.pair_p99, read.pair_p99),
-            ratio(up.script_us, read.script_us),
-            ratio(up.scripts, read.scripts),
-            ratio(up.commands, read.commands),
-            ratio(up.cpu_us, read.cpu_us),
-        ],
+    let mut cells = vec!["upgradable / read".to_owned()];
+    cells.extend(
+        metrics.map(|metric| ratio_cell(ratios(get("upgradable", metric), get("read", metric)))),
     );
+    row(o, &cells);
 }
 
 fn alone_table(o: &mut String, r: &Results) {
@@ -108,24 +94,24 @@ fn alone_table(o: &mut String, r: &Results) {
         o,
         &[
             "`upgrade()`".into(),
-            at(r, s, Impl::Ours, UPGRADE_P50),
-            at(r, s, Impl::Ours, UPGRADE_P99),
-            at(r, s, Impl::Ours, UPGRADE_SCRIPT_US),
+            at(r, s, Impl::Ours, "upgrade_p50"),
+            at(r, s, Impl::Ours, "upgrade_p99"),
+            at(r, s, Impl::Ours, "upgrade_script_us"),
             format!(
                 "{} / {}",
-                at(r, s, Impl::Ours, SCRIPTS_PER_UPGRADE),
-                at(r, s, Impl::Ours, SCRIPTS_PER_UPGRADE_MAX)
+                at(r, s, Impl::Ours, "scripts_per_upgrade"),
+                at(r, s, Impl::Ours, "scripts_per_upgrade_max")
             ),
-            at(r, s, Impl::Ours, SUBSCRIPTIONS_PER_UPGRADE),
+            at(r, s, Impl::Ours, "subscriptions_per_upgrade"),
         ],
     );
     row(
         o,
         &[
             "`try_write`".into(),
-            at(r, s, Impl::Ours, TRY_WRITE_P50),
-            at(r, s, Impl::Ours, TRY_WRITE_P99),
-            at(r, s, Impl::Ours, TRY_WRITE_SCRIPT_US),
+            at(r, s, Impl::Ours, "try_write_p50"),
+            at(r, s, Impl::Ours, "try_write_p99"),
+            at(r, s, Impl::Ours, "try_write_script_us"),
             "-".into(),
             "-".into(),
         ],
@@ -136,9 +122,9 @@ fn alone_table(o: &mut String, r: &Results) {
         o,
         &[
             "upgrade / try_write".into(),
-            ratio(UPGRADE_P50, TRY_WRITE_P50),
-            ratio(UPGRADE_P99, TRY_WRITE_P99),
-            ratio(UPGRADE_SCRIPT_US, TRY_WRITE_SCRIPT_US),
+            ratio("upgrade_p50", "try_write_p50"),
+            ratio("upgrade_p99", "try_write_p99"),
+            ratio("upgrade_script_us", "try_write_script_us"),
             "-".into(),
             "-".into(),
         ],
@@ -183,22 +169,26 @@ fn behind_table(o: &mut String, b: &Bench) {
             o,
             &[
                 behind.readers.to_string(),
-                get(GAP_SENT_P50),
-                get(GAP_SENT_P99),
-                get(WRITER_GAP_SENT_P50),
-                get(WRITER_GAP_SENT_P99),
+                get("gap_from_release_sent_p50"),
+                get("gap_from_release_sent_p99"),
+                get("writer_gap_from_release_sent_p50"),
+                get("writer_gap_from_release_sent_p99"),
                 ratio_cell(ratios(
-                    r.get(s, Impl::Ours, GAP_SENT_P50),
-                    r.get(s, Impl::Ours, WRITER_GAP_SENT_P50),
+                    r.get(s, Impl::Ours, "gap_from_release_sent_p50"),
+                    r.get(s, Impl::Ours, "writer_gap_from_release_sent_p50"),
                 )),
-                get(GAP_REPLY_P50),
-                get(GAP_REPLY_P99),
-                get(WRITER_GAP_REPLY_P50),
-                format!("{} / {}", get(WAITING_SCRIPTS), get(WAITING_SCRIPTS_MAX)),
-                get(FIRST_WAIT_SCRIPTS),
-                get(SECOND_ATTEMPTS),
-                get(TIMER_WAKEUPS),
-                get(WRITER_WAITING_SCRIPTS),
+                get("gap_from_release_reply_p50"),
+                get("gap_from_release_reply_p99"),
+                get("writer_gap_from_release_reply_p50"),
+                format!(
+                    "{} / {}",
+                    get("scripts_while_waiting"),
+                    get("scripts_while_waiting_max")
+                ),
+                get("first_wait_scripts"),
+                get("second_attempts"),
+                get("timer_wakeups"),
+                get("writer_scripts_while_waiting"),
             ],
         );
     }
