@@ -552,6 +552,9 @@ async fn scan_node(
     glob: &str,
     count: u32,
 ) -> Result<(u64, Vec<String>), Error> {
+    if let Connection::Memory(memory) = conn {
+        return Ok((0, memory.scan(glob).await?));
+    }
     let mut cmd: Cmd = redis::cmd("SCAN");
     cmd.arg(cursor)
         .arg("MATCH")

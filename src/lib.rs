@@ -91,6 +91,7 @@ mod error;
 mod fleet;
 mod guard;
 mod lock;
+mod memory;
 mod metrics;
 mod protocol;
 #[doc(hidden)]
@@ -106,6 +107,7 @@ pub use fleet::{ListCursor, ListOptions, LockPage, LockSummary};
 pub use guard::{FencedWrites, RwLockReadGuard, RwLockUpgradableReadGuard, RwLockWriteGuard};
 pub use lock::RwLock;
 pub use lock::options::{Fairness, LockOptions};
+pub use memory::MemoryStore;
 pub use protocol::{Holder, LockMode, LockState};
 pub use redis;
 pub use redis_backend::connection::cluster_client_builder;

@@ -8,17 +8,17 @@ use std::time::Duration;
 use redis_rwlock::{Error, LockOptions};
 use tokio::time::{Instant, timeout};
 
-use common::{cluster_client, unique_name, wait_for};
+use common::{unique_name, wait_for};
 
 const GENEROUS: Duration = Duration::from_secs(10);
 
+on_both_backends! {
 /// Readers of six clients hold at once.
-#[tokio::test]
-async fn many_readers_hold_at_once() {
+async fn many_readers_hold_at_once(backend: Backend) {
     let name = unique_name("readers");
     let mut locks = Vec::new();
     for _ in 0..6 {
-        locks.push(cluster_client().await.rwlock(&name));
+        locks.push(backend.client().await.rwlock(&name));
     }
     let mut guards = Vec::new();
     for lock in &locks {
@@ -36,10 +36,11 @@ async fn many_readers_hold_at_once() {
     }
     assert!(locks[0].state().await.unwrap().is_free());
 }
+}
 
-#[tokio::test]
-async fn a_writer_excludes_readers_and_other_writers() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn a_writer_excludes_readers_and_other_writers(backend: Backend) {
+    let client = backend.client().await;
     let lock = client.rwlock(unique_name("exclusive"));
     let writer = lock.write().await.unwrap();
     assert!(matches!(lock.try_read().await, Err(Error::WouldBlock)));
@@ -79,10 +80,11 @@ async fn a_writer_excludes_readers_and_other_writers() {
     assert!(matches!(lock.try_read().await, Err(Error::WouldBlock)));
     second.release().await.unwrap();
 }
+}
 
-#[tokio::test]
-async fn a_writer_waits_until_every_reader_has_left() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn a_writer_waits_until_every_reader_has_left(backend: Backend) {
+    let client = backend.client().await;
     let lock = client.rwlock(unique_name("every-reader"));
     let first = lock.read().await.unwrap();
     let second = lock.read().await.unwrap();
@@ -105,10 +107,11 @@ async fn a_writer_waits_until_every_reader_has_left() {
     assert!(writer.is_held());
     writer.release().await.unwrap();
 }
+}
 
-#[tokio::test]
-async fn a_writer_waits_for_readers_in_every_release_order() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn a_writer_waits_for_readers_in_every_release_order(backend: Backend) {
+    let client = backend.client().await;
     for order in [[0, 1, 2], [2, 1, 0], [1, 2, 0]] {
         let lock = client.rwlock(unique_name("orders"));
         let mut readers: Vec<_> = Vec::new();
@@ -126,10 +129,11 @@ async fn a_writer_waits_for_readers_in_every_release_order() {
         lock.try_write().await.unwrap().release().await.unwrap();
     }
 }
+}
 
-#[tokio::test]
-async fn try_calls_never_wait() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn try_calls_never_wait(backend: Backend) {
+    let client = backend.client().await;
     let lock = client.rwlock(unique_name("try"));
     let reader = lock.try_read().await.unwrap();
     let started = Instant::now();
@@ -142,10 +146,11 @@ async fn try_calls_never_wait() {
     assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
     writer.release().await.unwrap();
 }
+}
 
-#[tokio::test]
-async fn try_read_defers_to_a_queued_writer() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn try_read_defers_to_a_queued_writer(backend: Backend) {
+    let client = backend.client().await;
     let lock = client.rwlock(unique_name("queued"));
     let reader = lock.read().await.unwrap();
     let writer = tokio::spawn({
@@ -165,10 +170,11 @@ async fn try_read_defers_to_a_queued_writer() {
         .await
         .unwrap();
 }
+}
 
-#[tokio::test]
-async fn wait_timeout_returns_timeout_on_time() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn wait_timeout_returns_timeout_on_time(backend: Backend) {
+    let client = backend.client().await;
     let name = unique_name("timeout");
     let holder = client.rwlock(&name).write().await.unwrap();
     let limit = Duration::from_millis(700);
@@ -188,4 +194,5 @@ async fn wait_timeout_returns_timeout_on_time() {
     assert!(lock.state().await.unwrap().queued_writers.is_empty());
     holder.release().await.unwrap();
     assert!(lock.state().await.unwrap().is_free());
+}
 }

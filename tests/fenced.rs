@@ -125,9 +125,9 @@ async fn too_few_replicas_release_the_hold_and_say_so() {
     );
 }
 
-#[tokio::test]
-async fn force_release_ends_every_hold_and_the_holders_notice() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn force_release_ends_every_hold_and_the_holders_notice(backend: Backend) {
+    let client = backend.client().await;
     let lease = Duration::from_millis(1500);
     let lock = client.rwlock_with(
         unique_name("force"),
@@ -151,6 +151,7 @@ async fn force_release_ends_every_hold_and_the_holders_notice() {
     assert!(matches!(a.release().await, Err(Error::LeaseLost)));
     assert!(writer.is_held());
     writer.release().await.unwrap();
+}
 }
 
 /// A fencing token is the stored one + 1 when that is ahead of the server's clock

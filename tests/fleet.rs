@@ -265,9 +265,9 @@ async fn one_server_is_listed_like_a_cluster() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_page_stops_at_its_limit_and_the_next_goes_on() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn a_page_stops_at_its_limit_and_the_next_goes_on(backend: Backend) {
+    let client = backend.client().await;
     let group = unique_name("fleet-pages");
     let all: BTreeSet<String> = (0..7).map(|i| format!("{group}-{i}")).collect();
     for name in &all {
@@ -315,6 +315,7 @@ async fn a_page_stops_at_its_limit_and_the_next_goes_on() {
     }
     assert_eq!(seen, all);
     assert!(pages >= 3, "{pages} pages of at most 3 for 7 locks");
+}
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -370,9 +371,9 @@ async fn a_page_sends_at_most_max_scans_scans() {
     assert_eq!(names(&whole.locks), all);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_options_are_refused_before_any_io() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn bad_options_are_refused_before_any_io(backend: Backend) {
+    let client = backend.client().await;
     for options in [
         ListOptions::default().pattern("a{b}"),
         ListOptions::default().pattern(""),
@@ -386,4 +387,5 @@ async fn bad_options_are_refused_before_any_io() {
             other => panic!("{options:?}: {other:?}"),
         }
     }
+}
 }

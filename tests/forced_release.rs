@@ -116,16 +116,16 @@ async fn a_reader_evicted_by_force_release_does_not_come_back_after_the_next_rea
     an_evicted_reader_stays_evicted(Then::LetsItLapse).await;
 }
 
+on_both_backends! {
 /// Reader A holds (6 s lease), an operator forces the lock free, reader B (another
 /// client, 1.5 s lease: renewals every 0.5 s) takes a read hold: it must stay held
 /// across its renewals, its release must succeed, and then the lock has no readers
 /// and a writer (a third client) is granted it at once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reader_after_a_forced_release_holds_renews_and_releases_like_any_other() {
+async fn a_reader_after_a_forced_release_holds_renews_and_releases_like_any_other(backend: Backend) {
     let (a, b, c) = (
-        cluster_client().await,
-        cluster_client().await,
-        cluster_client().await,
+        backend.client().await,
+        backend.client().await,
+        backend.client().await,
     );
     let name = unique_name("after-forced");
     let evicted = a.rwlock_with(&name, LockOptions::default().read_lease(EVICTED_LEASE));
@@ -174,4 +174,5 @@ async fn a_reader_after_a_forced_release_holds_renews_and_releases_like_any_othe
         writer_granted,
         "C's try_write was refused right after B, the only reader, released"
     );
+}
 }

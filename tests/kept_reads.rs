@@ -12,7 +12,7 @@ use std::time::Duration;
 use redis_rwlock::{Error, LockClient, LockOptions, RwLock};
 use tokio::time::Instant;
 
-use common::{cluster_client, standalone_client, unique_name, wait_for};
+use common::{standalone_client, unique_name, wait_for};
 
 /// Long enough that a test which passes did not wait for the bound.
 const LONG: Duration = Duration::from_secs(60);
@@ -29,10 +29,10 @@ async fn only_reader(lock: &RwLock) -> String {
     state.readers[0].token.clone().unwrap()
 }
 
-#[tokio::test]
-async fn the_next_read_takes_up_the_kept_hold_and_others_see_it_held() {
-    let client = cluster_client().await;
-    let other = cluster_client().await;
+on_both_backends! {
+async fn the_next_read_takes_up_the_kept_hold_and_others_see_it_held(backend: Backend) {
+    let client = backend.client().await;
+    let other = backend.client().await;
     let name = unique_name("kept");
     let lock = keeping(&client, &name, LONG);
 
@@ -57,11 +57,12 @@ async fn the_next_read_takes_up_the_kept_hold_and_others_see_it_held() {
         "shutdown releases it"
     );
 }
+}
 
-#[tokio::test]
-async fn a_writer_elsewhere_calls_the_kept_hold_back_and_is_granted_at_once() {
-    let client = cluster_client().await;
-    let other = cluster_client().await;
+on_both_backends! {
+async fn a_writer_elsewhere_calls_the_kept_hold_back_and_is_granted_at_once(backend: Backend) {
+    let client = backend.client().await;
+    let other = backend.client().await;
     let name = unique_name("kept-recall");
     let lock = keeping(&client, &name, LONG);
     lock.read().await.unwrap().release().await.unwrap();
@@ -85,6 +86,7 @@ async fn a_writer_elsewhere_calls_the_kept_hold_back_and_is_granted_at_once() {
     // The next read asks the server again, and may be kept again.
     lock.read().await.unwrap().release().await.unwrap();
     only_reader(&lock).await;
+}
 }
 
 #[tokio::test]
@@ -156,10 +158,10 @@ async fn a_hold_that_was_lost_is_not_kept() {
     guard.release().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_write_released_by_a_keeping_client_leaves_a_kept_read() {
-    let client = cluster_client().await;
-    let other = cluster_client().await;
+on_both_backends! {
+async fn a_write_released_by_a_keeping_client_leaves_a_kept_read(backend: Backend) {
+    let client = backend.client().await;
+    let other = backend.client().await;
     let name = unique_name("kept-after-write");
     let lock = keeping(&client, &name, LONG);
     lock.write().await.unwrap().release().await.unwrap();
@@ -184,6 +186,7 @@ async fn a_write_released_by_a_keeping_client_leaves_a_kept_read() {
         "{:?}",
         asked.elapsed()
     );
+}
 }
 
 /// A writer queued behind the write hold heard of no reader to call back: the

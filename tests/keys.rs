@@ -105,9 +105,9 @@ async fn names_with_spaces_and_unicode_work() {
     }
 }
 
-#[tokio::test]
-async fn names_with_braces_or_empty_are_invalid() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn names_with_braces_or_empty_are_invalid(backend: Backend) {
+    let client = backend.client().await;
     for name in ["", "{tag}", "a}b", "a{b"] {
         let lock = client.rwlock(name);
         assert!(
@@ -121,6 +121,7 @@ async fn names_with_braces_or_empty_are_invalid() {
         assert!(matches!(lock.state().await, Err(Error::InvalidOptions(_))));
         assert!(matches!(lock.key(), Err(Error::InvalidOptions(_))));
     }
+}
 }
 
 #[tokio::test]

@@ -42,9 +42,9 @@ async fn release_after_a_known_lost_lease_returns_at_once() {
     assert!(took < Duration::from_millis(100), "release took {took:?}");
 }
 
-#[tokio::test]
-async fn a_forgotten_guard_frees_the_lock_when_its_lease_ends_and_not_before() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn a_forgotten_guard_frees_the_lock_when_its_lease_ends_and_not_before(backend: Backend) {
+    let client = backend.client().await;
     let lease = Duration::from_secs(2);
     let lock = client.rwlock_with(
         unique_name("forgotten"),
@@ -66,6 +66,7 @@ async fn a_forgotten_guard_frees_the_lock_when_its_lease_ends_and_not_before() {
         "freed after {waited:?}"
     );
     next.release().await.unwrap();
+}
 }
 
 #[tokio::test]
@@ -104,9 +105,9 @@ async fn a_crashed_holder_frees_the_lock_when_its_lease_ends() {
     next.release().await.unwrap();
 }
 
-#[tokio::test]
-async fn an_aborted_task_releases_its_hold_at_once() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn an_aborted_task_releases_its_hold_at_once(backend: Backend) {
+    let client = backend.client().await;
     let lock = client.rwlock_with(
         unique_name("aborted"),
         LockOptions::default().write_lease(Duration::from_secs(60)),
@@ -135,10 +136,11 @@ async fn an_aborted_task_releases_its_hold_at_once() {
         "the next writer waited {waited:?}"
     );
 }
+}
 
-#[tokio::test]
-async fn renewal_keeps_a_lock_held_for_many_leases() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn renewal_keeps_a_lock_held_for_many_leases(backend: Backend) {
+    let client = backend.client().await;
     let lease = Duration::from_millis(900);
     let lock = client.rwlock_with(
         unique_name("renewed"),
@@ -161,10 +163,11 @@ async fn renewal_keeps_a_lock_held_for_many_leases() {
     reader.release().await.unwrap();
     assert!(lock.state().await.unwrap().is_free());
 }
+}
 
-#[tokio::test]
-async fn an_expired_guard_reports_lost_and_cannot_release_the_next_holder() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn an_expired_guard_reports_lost_and_cannot_release_the_next_holder(backend: Backend) {
+    let client = backend.client().await;
     let lease = Duration::from_millis(500);
     let name = unique_name("expired");
     let lock = client.rwlock_with(
@@ -184,6 +187,7 @@ async fn an_expired_guard_reports_lost_and_cannot_release_the_next_holder() {
     assert!(matches!(lock.try_read().await, Err(Error::WouldBlock)));
     assert!(next.is_held());
     next.release().await.unwrap();
+}
 }
 
 #[tokio::test]
@@ -246,12 +250,12 @@ async fn no_token_but_the_owners_releases_or_renews() {
     }
 }
 
+on_both_backends! {
 /// With `auto_renew(false)`, `extend()` renews on demand: the hold outlives its lease
 /// as long as the guard extends it, `deadline()` moves with each renewal, and once
 /// the guard stops, the lease ends, `extend()` and `release()` say so.
-#[tokio::test]
-async fn extend_renews_a_hold_on_demand() {
-    let client = cluster_client().await;
+async fn extend_renews_a_hold_on_demand(backend: Backend) {
+    let client = backend.client().await;
     let lease = Duration::from_millis(1500);
     let lock = client.rwlock_with(
         unique_name("extend"),
@@ -286,6 +290,7 @@ async fn extend_renews_a_hold_on_demand() {
     assert_eq!(reader.mode(), LockMode::Read);
     reader.extend().await.unwrap();
     reader.release().await.unwrap();
+}
 }
 
 /// A hold released before its first renewal is due costs nothing beyond its acquire
@@ -350,11 +355,11 @@ async fn holds_released_before_their_first_renewal_cost_no_task_and_no_renewal()
     );
 }
 
+on_both_backends! {
 /// Many long holds renew side by side from the one queue: after several leases
 /// every hold is still on the server, and every guard's deadline has moved on.
-#[tokio::test]
-async fn many_long_holds_renew_side_by_side() {
-    let client = cluster_client().await;
+async fn many_long_holds_renew_side_by_side(backend: Backend) {
+    let client = backend.client().await;
     let lease = Duration::from_millis(900);
     let options = LockOptions::default().read_lease(lease).write_lease(lease);
     let locks: Vec<RwLock> = (0..20)
@@ -388,12 +393,13 @@ async fn many_long_holds_renew_side_by_side() {
         writer.release().await.unwrap();
     }
 }
+}
 
+on_both_backends! {
 /// The renewals of a client run on the runtime of the hold that first needed them.
 /// When that runtime shuts down, a hold of another runtime goes on renewing there.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn renewals_outlive_the_runtime_that_first_ran_them() {
-    let client = cluster_client().await;
+async fn renewals_outlive_the_runtime_that_first_ran_them(backend: Backend) {
+    let client = backend.client().await;
     let lease = Duration::from_millis(900);
     let options = LockOptions::default().read_lease(lease).write_lease(lease);
     let first = client.rwlock_with(unique_name("first-runtime"), options.clone());
@@ -424,4 +430,5 @@ async fn renewals_outlive_the_runtime_that_first_ran_them() {
     }
     assert!(matches!(lock.try_read().await, Err(Error::WouldBlock)));
     writer.release().await.unwrap();
+}
 }

@@ -12,11 +12,11 @@ use std::time::Duration;
 use redis_rwlock::{Error, LockOptions};
 use tokio::time::{Instant, timeout};
 
-use common::{LocalRedis, cluster_client, spawn_writer, standalone_client, unique_name, wait_for};
+use common::{LocalRedis, spawn_writer, standalone_client, unique_name, wait_for};
 
-#[tokio::test]
-async fn the_reads_of_one_client_share_one_hold_until_the_last_leaves() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn the_reads_of_one_client_share_one_hold_until_the_last_leaves(backend: Backend) {
+    let client = backend.client().await;
     let lock = client.rwlock(unique_name("shared"));
     let first = lock.read().await.unwrap();
     let mut others = Vec::new();
@@ -48,6 +48,7 @@ async fn the_reads_of_one_client_share_one_hold_until_the_last_leaves() {
     }
     assert!(lock.state().await.unwrap().is_free());
 }
+}
 
 #[tokio::test]
 async fn another_client_and_a_recursive_read_hold_on_their_own() {
@@ -74,13 +75,13 @@ async fn another_client_and_a_recursive_read_hold_on_their_own() {
     assert!(lock.state().await.unwrap().is_free());
 }
 
+on_both_backends! {
 /// A lone reader's hold listens for nothing; the read that would share it first
 /// looks whether a writer waits: behind a queued writer a `try_read` is refused and
 /// a `read` waits its turn, as from any other client.
-#[tokio::test]
-async fn a_read_does_not_join_a_hold_behind_a_queued_writer() {
-    let client = cluster_client().await;
-    let writers = cluster_client().await;
+async fn a_read_does_not_join_a_hold_behind_a_queued_writer(backend: Backend) {
+    let client = backend.client().await;
+    let writers = backend.client().await;
     let name = unique_name("shared-queued");
     let lock = client.rwlock(&name);
     let first = lock.read().await.unwrap();
@@ -102,14 +103,15 @@ async fn a_read_does_not_join_a_hold_behind_a_queued_writer() {
     let read = reading.await.unwrap();
     assert!(wrote <= read, "the writer went first");
 }
+}
 
+on_both_backends! {
 /// Sixteen tasks of one client keep a shared hold busy; a writer on another client
 /// calls it back and is granted once the shares that joined before have left,
 /// while the readers that come after wait behind it.
-#[tokio::test]
-async fn a_writer_is_not_starved_by_a_process_whose_tasks_keep_reading() {
-    let client = cluster_client().await;
-    let writers = cluster_client().await;
+async fn a_writer_is_not_starved_by_a_process_whose_tasks_keep_reading(backend: Backend) {
+    let client = backend.client().await;
+    let writers = backend.client().await;
     let name = unique_name("shared-busy");
     let lock = client.rwlock(&name);
     let stop = Arc::new(AtomicBool::new(false));
@@ -143,6 +145,7 @@ async fn a_writer_is_not_starved_by_a_process_whose_tasks_keep_reading() {
     for reader in readers {
         assert!(reader.await.unwrap() > 0);
     }
+}
 }
 
 /// Every share learns that the hold was lost (here: an operator's forced release),

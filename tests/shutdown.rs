@@ -12,10 +12,10 @@ use tokio::time::timeout;
 
 use common::{capture_warnings, cluster_client, unique_name, wait_for, warnings_about};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shutdown_frees_every_hold_and_withdraws_every_wait() {
-    let client = cluster_client().await;
-    let observer = cluster_client().await;
+on_both_backends! {
+async fn shutdown_frees_every_hold_and_withdraws_every_wait(backend: Backend) {
+    let client = backend.client().await;
+    let observer = backend.client().await;
     let lease = Duration::from_secs(30);
     let options = LockOptions::default().read_lease(lease).write_lease(lease);
     let (read_name, write_name) = (unique_name("shutdown-r"), unique_name("shutdown-w"));
@@ -67,6 +67,7 @@ async fn shutdown_frees_every_hold_and_withdraws_every_wait() {
         lock.try_write().await.unwrap().release().await.unwrap();
     }
 }
+}
 
 /// The pattern the README recommends: shut the client down, then return from `main`
 /// with a guard still in scope. The shutdown released its hold, so the guard's drop
@@ -113,10 +114,10 @@ fn a_guard_dropped_after_shutdown_as_main_returns_sends_and_warns_nothing() {
     );
 }
 
+on_both_backends! {
 /// A shutdown with nothing in flight returns at once.
-#[tokio::test]
-async fn an_idle_client_shuts_down_at_once() {
-    let client = cluster_client().await;
+async fn an_idle_client_shuts_down_at_once(backend: Backend) {
+    let client = backend.client().await;
     let lock = client.rwlock(unique_name("shutdown-idle"));
     lock.write().await.unwrap().release().await.unwrap();
     timeout(
@@ -126,4 +127,5 @@ async fn an_idle_client_shuts_down_at_once() {
     .await
     .expect("an idle shutdown waited")
     .unwrap();
+}
 }

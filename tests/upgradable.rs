@@ -12,16 +12,16 @@ use tokio::time::{Instant, sleep, timeout};
 
 use common::{
     LocalRedis, OriginalHash, capture_warnings, cluster_client, raw_cluster, spawn_writer,
-    standalone_client, unique_name, until_subscribers, wait_for, warnings_about,
+    standalone_client, unique_name, wait_for, warnings_about,
 };
 
 /// Far below the re-check timer (at least 500 ms): only a message wakes a waiter
 /// this soon.
 const WOKEN_WITHIN: Duration = Duration::from_millis(300);
 
-#[tokio::test]
-async fn an_upgradable_reader_reads_beside_readers_and_keeps_writers_and_upgradables_out() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn an_upgradable_reader_reads_beside_readers_and_keeps_writers_and_upgradables_out(backend: Backend) {
+    let client = backend.client().await;
     let lock = client.rwlock(unique_name("upgradable"));
     let upgradable = lock.upgradable_read().await.unwrap();
     let reader = lock.try_read().await.expect("a plain reader joins");
@@ -46,10 +46,11 @@ async fn an_upgradable_reader_reads_beside_readers_and_keeps_writers_and_upgrada
     reader.release().await.unwrap();
     assert!(lock.state().await.unwrap().is_free());
 }
+}
 
-#[tokio::test]
-async fn an_upgrade_without_other_readers_is_granted_at_once_with_a_new_fencing_token() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn an_upgrade_without_other_readers_is_granted_at_once_with_a_new_fencing_token(backend: Backend) {
+    let client = backend.client().await;
     let lock = client.rwlock(unique_name("upgrade-now"));
     let before = lock.write().await.unwrap();
     let earlier = before.fencing_token();
@@ -71,10 +72,11 @@ async fn an_upgrade_without_other_readers_is_granted_at_once_with_a_new_fencing_
     writer.release().await.unwrap();
     assert!(lock.state().await.unwrap().is_free());
 }
+}
 
-#[tokio::test]
-async fn try_upgrade_would_block_while_readers_hold_and_keeps_the_hold() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn try_upgrade_would_block_while_readers_hold_and_keeps_the_hold(backend: Backend) {
+    let client = backend.client().await;
     let lock = client.rwlock(unique_name("try-upgrade"));
     let mut upgradable = lock.upgradable_read().await.unwrap();
     let reader = lock.read().await.unwrap();
@@ -95,10 +97,11 @@ async fn try_upgrade_would_block_while_readers_hold_and_keeps_the_hold() {
     assert!(lock.state().await.unwrap().writer.is_some());
     writer.release().await.unwrap();
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_upgrade_keeps_new_readers_out_and_is_handed_over_by_the_last_reader() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn an_upgrade_keeps_new_readers_out_and_is_handed_over_by_the_last_reader(backend: Backend) {
+    let client = backend.client().await;
     let lock = client.rwlock(unique_name("upgrade-wait"));
     let upgradable = lock.upgradable_read().await.unwrap();
     let first = lock.read().await.unwrap();
@@ -108,7 +111,7 @@ async fn an_upgrade_keeps_new_readers_out_and_is_handed_over_by_the_last_reader(
         (Instant::now(), writer)
     });
     wait_for(&lock, |s| s.upgrade_pending).await;
-    until_subscribers(&lock, 1).await;
+    backend.until_subscribers(&lock, 1).await;
     assert!(
         matches!(lock.try_read().await, Err(Error::WouldBlock)),
         "a new reader passed a pending upgrade"
@@ -128,10 +131,11 @@ async fn an_upgrade_keeps_new_readers_out_and_is_handed_over_by_the_last_reader(
     writer.release().await.unwrap();
     lock.try_read().await.unwrap().release().await.unwrap();
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_writer_gets_between_an_upgradable_read_and_its_upgrade() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn no_writer_gets_between_an_upgradable_read_and_its_upgrade(backend: Backend) {
+    let client = backend.client().await;
     let lock = client.rwlock(unique_name("upgrade-first"));
     let reader = lock.read().await.unwrap();
     let upgradable = lock.upgradable_read().await.unwrap();
@@ -158,10 +162,11 @@ async fn no_writer_gets_between_an_upgradable_read_and_its_upgrade() {
     assert!(next.fencing_token() > fence);
     next.release().await.unwrap();
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_next_upgradable_reader_is_woken_when_the_upgradable_hold_ends() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn the_next_upgradable_reader_is_woken_when_the_upgradable_hold_ends(backend: Backend) {
+    let client = backend.client().await;
     let lock = client.rwlock(unique_name("upgradable-next"));
     for how in ["release", "downgrade"] {
         let first = lock.upgradable_read().await.unwrap();
@@ -172,7 +177,7 @@ async fn the_next_upgradable_reader_is_woken_when_the_upgradable_hold_ends() {
                 (Instant::now(), guard)
             }
         });
-        until_subscribers(&lock, 1).await;
+        backend.until_subscribers(&lock, 1).await;
         let ended = Instant::now();
         let plain = match how {
             "release" => {
@@ -195,10 +200,11 @@ async fn the_next_upgradable_reader_is_woken_when_the_upgradable_hold_ends() {
         second.release().await.unwrap();
     }
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_upgrade_that_times_out_or_is_dropped_lets_readers_in_at_once() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn an_upgrade_that_times_out_or_is_dropped_lets_readers_in_at_once(backend: Backend) {
+    let client = backend.client().await;
     let name = unique_name("upgrade-cancel");
     let limited = client.rwlock_with(
         &name,
@@ -235,10 +241,11 @@ async fn an_upgrade_that_times_out_or_is_dropped_lets_readers_in_at_once() {
         reader.release().await.unwrap();
     }
 }
+}
 
-#[tokio::test]
-async fn a_lost_upgradable_hold_cannot_upgrade() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn a_lost_upgradable_hold_cannot_upgrade(backend: Backend) {
+    let client = backend.client().await;
     let lock = client.rwlock(unique_name("upgrade-lost"));
     let mut upgradable = lock.upgradable_read().await.unwrap();
     assert_eq!(lock.force_release().await.unwrap(), 1);
@@ -263,6 +270,7 @@ async fn a_lost_upgradable_hold_cannot_upgrade() {
     sleep(Duration::from_millis(400)).await;
     assert!(matches!(upgradable.upgrade().await, Err(Error::LeaseLost)));
     short.try_write().await.unwrap().release().await.unwrap();
+}
 }
 
 #[tokio::test]
@@ -303,15 +311,15 @@ async fn upgradable_reads_work_on_a_server_and_in_the_legacy_layout() {
     }
 }
 
+on_both_backends! {
 /// Upgradable acquires and upgrades on a contended lock, each task aborted at a
 /// random point (before a request, with one in flight, while the upgrade waits,
 /// while holding either mode). Nothing is left stuck: within one lease the lock is
 /// free, with no pending upgrade, and readers and writers get in at once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn upgrades_cancelled_at_random_points_leave_nothing_behind() {
+async fn upgrades_cancelled_at_random_points_leave_nothing_behind(backend: Backend) {
     use rand::RngExt;
 
-    let client = cluster_client().await;
+    let client = backend.client().await;
     let lease = Duration::from_secs(1);
     let lock = client.rwlock_with(
         unique_name("upgrade-abort"),
@@ -367,13 +375,14 @@ async fn upgrades_cancelled_at_random_points_leave_nothing_behind() {
     lock.try_read().await.unwrap().release().await.unwrap();
     assert!(started.elapsed() < Duration::from_millis(500));
 }
+}
 
+on_both_backends! {
 /// A reader that vanished without releasing holds an upgrade up only until its
 /// lease ends, although the upgrader's own renewals keep the readers' latest
 /// deadline moving.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_upgrade_is_not_held_up_by_a_reader_that_vanished() {
-    let client = cluster_client().await;
+async fn an_upgrade_is_not_held_up_by_a_reader_that_vanished(backend: Backend) {
+    let client = backend.client().await;
     let name = unique_name("upgrade-vanished");
     // The upgrader renews every half second, before the vanished reader expires.
     let lock = client.rwlock_with(
@@ -398,6 +407,7 @@ async fn an_upgrade_is_not_held_up_by_a_reader_that_vanished() {
     writer.release().await.unwrap();
     let state = lock.state().await.unwrap();
     assert!(state.is_free(), "{state:?}");
+}
 }
 
 /// A renewal of the upgradable hold that reaches Redis right behind the upgrade

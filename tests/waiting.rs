@@ -14,12 +14,12 @@ use tokio::time::{Instant, timeout};
 
 use common::{
     LocalRedis, assert_entered_when_the_lease_ended, cluster_client, raw_cluster, spawn_writer,
-    unique_name, until_subscribers, until_subscribers_on, wait_for,
+    unique_name, until_subscribers_on, wait_for,
 };
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_writer_is_not_starved_by_a_stream_of_readers() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn a_writer_is_not_starved_by_a_stream_of_readers(backend: Backend) {
+    let client = backend.client().await;
     for trial in 0..5 {
         let lock = client.rwlock(unique_name(&format!("starve-{trial}")));
         let stop = Arc::new(AtomicBool::new(false));
@@ -51,10 +51,11 @@ async fn a_writer_is_not_starved_by_a_stream_of_readers() {
         );
     }
 }
+}
 
-#[tokio::test]
-async fn reader_preference_lets_readers_pass_a_waiting_writer() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn reader_preference_lets_readers_pass_a_waiting_writer(backend: Backend) {
+    let client = backend.client().await;
     let name = unique_name("reader-pref");
     let lock = client.rwlock_with(
         &name,
@@ -85,10 +86,11 @@ async fn reader_preference_lets_readers_pass_a_waiting_writer() {
         .unwrap();
     writer.release().await.unwrap();
 }
+}
 
-#[tokio::test]
-async fn writers_are_served_in_arrival_order() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn writers_are_served_in_arrival_order(backend: Backend) {
+    let client = backend.client().await;
     let lock = client.rwlock(unique_name("fifo"));
     let holder = lock.write().await.unwrap();
     let (order_tx, mut order_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -112,6 +114,7 @@ async fn writers_are_served_in_arrival_order() {
         );
     }
     assert_eq!(order, [0, 1, 2, 3]);
+}
 }
 
 /// A release hands the lock to the first queued writer in the same script: the
@@ -158,13 +161,13 @@ async fn a_release_hands_the_lock_to_the_first_queued_writer() {
     guard.release().await.unwrap();
 }
 
+on_both_backends! {
 /// The holder's lease is long, so the waiter's re-check timer runs at its longest
 /// (about a second, never under 500 ms): acquiring within 200 ms of the release
 /// (room for a loaded machine), trial after trial, can only come from the release
 /// message.
-#[tokio::test]
-async fn a_waiter_is_woken_by_the_release_message_not_a_timer() {
-    let client = cluster_client().await;
+async fn a_waiter_is_woken_by_the_release_message_not_a_timer(backend: Backend) {
+    let client = backend.client().await;
     for trial in 0..5 {
         let lock = client.rwlock(unique_name(&format!("woken-{trial}")));
         let holder = lock.write().await.unwrap();
@@ -185,10 +188,11 @@ async fn a_waiter_is_woken_by_the_release_message_not_a_timer() {
         );
     }
 }
+}
 
-#[tokio::test]
-async fn a_vanished_holder_is_replaced_soon_after_its_lease_ends() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn a_vanished_holder_is_replaced_soon_after_its_lease_ends(backend: Backend) {
+    let client = backend.client().await;
     let lease = Duration::from_secs(2);
     let lock = client.rwlock_with(
         unique_name("vanished"),
@@ -201,10 +205,11 @@ async fn a_vanished_holder_is_replaced_soon_after_its_lease_ends() {
     assert_entered_when_the_lease_ended(waited, lease);
     next.release().await.unwrap();
 }
+}
 
-#[tokio::test]
-async fn downgrade_admits_waiting_readers_and_still_excludes_writers() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn downgrade_admits_waiting_readers_and_still_excludes_writers(backend: Backend) {
+    let client = backend.client().await;
     // Each reader a hold of its own, as if each were another client's.
     let unshared = LockOptions::default().share_reads(false);
     let lock = client.rwlock_with(unique_name("downgrade"), unshared);
@@ -248,6 +253,7 @@ async fn downgrade_admits_waiting_readers_and_still_excludes_writers() {
     }
     lock.try_write().await.unwrap().release().await.unwrap();
 }
+}
 
 #[tokio::test]
 async fn fencing_tokens_strictly_increase_also_across_key_expiry() {
@@ -272,13 +278,13 @@ async fn fencing_tokens_strictly_increase_also_across_key_expiry() {
     }
 }
 
+on_both_backends! {
 /// Readers that only a queued writer kept out (writer preference) are woken as soon
 /// as that writer leaves the queue (here: its task is aborted), not by their re-check
 /// timer (half a second or more after their last attempt).
-#[tokio::test]
-async fn readers_kept_out_by_a_queued_writer_are_woken_when_the_queue_empties() {
-    let client = cluster_client().await;
-    let other = cluster_client().await;
+async fn readers_kept_out_by_a_queued_writer_are_woken_when_the_queue_empties(backend: Backend) {
+    let client = backend.client().await;
+    let other = backend.client().await;
     let name = unique_name("queue-empties");
     let lock = client.rwlock(&name);
     let first = lock.read().await.unwrap();
@@ -292,7 +298,7 @@ async fn readers_kept_out_by_a_queued_writer_are_woken_when_the_queue_empties() 
         }
     });
     // The reader has been refused, subscribed and refused again: its timer is set.
-    until_subscribers(&lock, 2).await;
+    backend.until_subscribers(&lock, 2).await;
     writer.abort();
     let withdrawn = Instant::now();
     let (granted, second) = timeout(Duration::from_secs(5), reader)
@@ -307,6 +313,7 @@ async fn readers_kept_out_by_a_queued_writer_are_woken_when_the_queue_empties() 
     );
     second.release().await.unwrap();
     first.release().await.unwrap();
+}
 }
 
 /// `n` plain readers of `client` that wait for `lock`, spawned now.
@@ -427,14 +434,14 @@ async fn readers_in_line_get_in_once_a_vanished_writers_lease_ends() {
     release_all(guards).await;
 }
 
+on_both_backends! {
 /// Fair both ways: readers that wait behind a queued writer go in before a writer
 /// that queued after them, and together. Reader R0 holds; W1 queues; readers of two
 /// clients wait in line behind W1; W2 queues behind them. R0's release hands the
 /// lock to W1; W1's release lets the readers in while W2 still waits; their
 /// releases hand it to W2.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readers_in_line_go_before_the_writers_that_queued_after_them() {
-    let (a, b) = (cluster_client().await, cluster_client().await);
+async fn readers_in_line_go_before_the_writers_that_queued_after_them(backend: Backend) {
+    let (a, b) = (backend.client().await, backend.client().await);
     let name = unique_name("phase-fair");
     // Each reader a hold of its own, as if each were another client's.
     let unshared = LockOptions::default().share_reads(false);
@@ -462,14 +469,15 @@ async fn readers_in_line_go_before_the_writers_that_queued_after_them() {
     let w2_at = timeout(Duration::from_secs(5), w2).await.unwrap().unwrap();
     assert!(w1_at < readers_in && readers_in < w2_at);
 }
+}
 
+on_both_backends! {
 /// The starvation that fairness prevents: four writers (on another client, and on
 /// the reader's own) loop write -> hold 5 ms -> release -> write again, and a
 /// reader asks for a read with a 3 s wait, ten times: every read is granted, each
 /// within a writer's hold or two.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reader_is_not_starved_by_a_stream_of_writers() {
-    let (mine, other) = (cluster_client().await, cluster_client().await);
+async fn a_reader_is_not_starved_by_a_stream_of_writers(backend: Backend) {
+    let (mine, other) = (backend.client().await, backend.client().await);
     let name = unique_name("writer-stream");
     let options = LockOptions::default().wait_timeout(Duration::from_secs(3));
     let stop = Arc::new(AtomicBool::new(false));
@@ -514,14 +522,15 @@ async fn a_reader_is_not_starved_by_a_stream_of_writers() {
         "a read waited {worst:?} behind the writers"
     );
 }
+}
 
+on_both_backends! {
 /// A task that holds a read and reads again while a writer is queued: a plain
 /// `read()` waits in line behind that writer, which waits for the first hold (a
 /// deadlock until the wait limit, as with tokio's `RwLock`); `read_recursive()`
 /// does not wait in line and is granted at once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_nested_read_deadlocks_behind_a_queued_writer_unless_it_is_recursive() {
-    let (a, b) = (cluster_client().await, cluster_client().await);
+async fn a_nested_read_deadlocks_behind_a_queued_writer_unless_it_is_recursive(backend: Backend) {
+    let (a, b) = (backend.client().await, backend.client().await);
     let name = unique_name("nested-read");
     let limit = Duration::from_millis(1500);
     let lock = a.rwlock_with(&name, LockOptions::default().wait_timeout(limit));
@@ -552,4 +561,5 @@ async fn a_nested_read_deadlocks_behind_a_queued_writer_unless_it_is_recursive()
         .await
         .expect("the writer gets in after both reads")
         .unwrap();
+}
 }

@@ -18,6 +18,8 @@ use crate::client::live::Live;
 use crate::error::ErrorChain;
 use crate::guard::renewals::Renewals;
 use crate::lock::shared_reads::SharedReads;
+use crate::memory::MemoryStore;
+use crate::memory::requests::MemoryLink;
 use crate::redis_backend::connection::{Connection, Limits};
 use crate::redis_backend::scripts::ScriptConnection;
 use crate::redis_backend::wakeups::Wakeups;
@@ -134,6 +136,46 @@ impl LockClient {
     /// ```
     pub async fn standalone(url: impl AsRef<str>) -> Result<Self, Error> {
         Self::builder().standalone_url(url.as_ref()).build().await
+    }
+
+    /// A client whose locks live in `store`, in this process: no server, the same
+    /// semantics (see [`MemoryStore`]). Clients on one store share its locks, as
+    /// processes on one Redis do. For tests of code that takes locks: only this
+    /// constructor differs from a client on Redis.
+    ///
+    /// Requests to the store have the default limits: one that it does not answer
+    /// ([`MemoryStore::stop_answering`]) fails after 4 s of tokio's time.
+    ///
+    /// # Examples
+    ///
+    /// A lease lost in the middle of a request, on tokio's paused clock (the test
+    /// takes milliseconds):
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redis_rwlock::Error> {
+    /// use std::time::Duration;
+    /// use redis_rwlock::{LockClient, LockOptions, MemoryStore};
+    ///
+    /// let store = MemoryStore::new();
+    /// let client = LockClient::in_memory(&store);
+    /// let lock = client.rwlock_with(
+    ///     "inventory",
+    ///     LockOptions::default().write_lease(Duration::from_secs(10)),
+    /// );
+    /// let guard = lock.write().await?;
+    /// store.stop_answering(Duration::from_secs(60)); // the server hangs
+    /// tokio::time::timeout(Duration::from_secs(30), guard.lost())
+    ///     .await
+    ///     .expect("the lease is lost within a lease and a renewal");
+    /// assert!(!guard.is_held());
+    /// # Ok(()) }
+    /// ```
+    pub fn in_memory(store: &MemoryStore) -> Self {
+        let limits = Limits::default();
+        let (lock, subscriptions, pushes) = MemoryLink::pair(store, limits.overall);
+        let wakeups = Wakeups::new(Connection::Memory(subscriptions), pushes);
+        Self::from_parts(Connection::Memory(lock), wakeups, limits)
     }
 
     /// A [`LockClientBuilder`]: connects to servers given as URLs or as your own

@@ -22,6 +22,7 @@ use redis::{
 pub(crate) type Pushes = tokio::sync::mpsc::UnboundedSender<PushInfo>;
 
 use crate::Error;
+use crate::memory::requests::MemoryLink;
 use crate::redis_backend::server::ServerInfo;
 
 /// The longest a single request may wait for its reply.
@@ -121,6 +122,9 @@ impl Limits {
 pub(crate) enum Connection {
     Cluster(ClusterConnection),
     Standalone(Standalone),
+    /// No server: the locks live in a [`MemoryStore`](crate::MemoryStore), and
+    /// requests run the engine there (`memory/`). It takes no raw commands.
+    Memory(MemoryLink),
 }
 
 /// A connection to one server, with the overall limit the driver's connection
@@ -281,7 +285,7 @@ impl Connection {
     pub(crate) fn publish_command(&self) -> &'static str {
         match self {
             Connection::Cluster(_) => "SPUBLISH",
-            Connection::Standalone(_) => "PUBLISH",
+            Connection::Standalone(_) | Connection::Memory(_) => "PUBLISH",
         }
     }
 
@@ -300,6 +304,7 @@ impl Connection {
                     .and_then(Value::extract_error)
             }
             Connection::Standalone(_) => cmd.query_async(&mut self.clone()).await,
+            Connection::Memory(_) => Err(no_raw_commands()),
         }
     }
 
@@ -308,6 +313,10 @@ impl Connection {
         match self {
             Connection::Cluster(conn) => conn.ssubscribe(channel).await,
             Connection::Standalone(s) => s.conn.subscribe(channel).await,
+            Connection::Memory(link) => {
+                link.subscribe(channel);
+                Ok(())
+            }
         }
     }
 
@@ -316,6 +325,10 @@ impl Connection {
         match self {
             Connection::Cluster(conn) => conn.sunsubscribe(channel).await,
             Connection::Standalone(s) => s.conn.unsubscribe(channel).await,
+            Connection::Memory(link) => {
+                link.unsubscribe(channel);
+                Ok(())
+            }
         }
     }
 }
@@ -402,6 +415,7 @@ impl ConnectionLike for Connection {
                 let reply = s.conn.req_packed_command(cmd);
                 Box::pin(async move { within(overall, reply).await })
             }
+            Connection::Memory(_) => Box::pin(async { Err(no_raw_commands()) }),
         }
     }
 
@@ -418,6 +432,7 @@ impl ConnectionLike for Connection {
                 let replies = s.conn.req_packed_commands(pipeline, offset, count);
                 Box::pin(async move { within(overall, replies).await })
             }
+            Connection::Memory(_) => Box::pin(async { Err(no_raw_commands()) }),
         }
     }
 
@@ -425,8 +440,18 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Cluster(conn) => conn.get_db(),
             Connection::Standalone(s) => s.conn.get_db(),
+            Connection::Memory(_) => 0,
         }
     }
+}
+
+/// What a raw command sent to the in-memory store gets: every request the crate
+/// makes of it has a typed way in (`memory/requests.rs`).
+fn no_raw_commands() -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::Client,
+        "the in-memory store takes no raw Redis commands",
+    ))
 }
 
 /// `request`, or a timeout error once `overall` has passed.

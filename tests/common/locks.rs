@@ -243,7 +243,7 @@ pub async fn until_subscribers_on(server: &Arc<LocalRedis>, lock: &RwLock, n: u6
 
 /// Polls `subscribers` (on a blocking thread) until it reaches `n`, then waits
 /// 100 ms more; fails after 5 s.
-async fn until_counted(n: u64, subscribers: impl Fn() -> u64 + Clone + Send + 'static) {
+pub(super) async fn until_counted(n: u64, subscribers: impl Fn() -> u64 + Clone + Send + 'static) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let count = subscribers.clone();

@@ -37,6 +37,8 @@
 //! * `monitor.rs`: [`Monitor`], the commands a node runs, in order (`MONITOR`);
 //! * `panics.rs`: counting panics in background tasks;
 //! * `locks.rs`: clients, unique names and an exclusion checker for lock tests;
+//! * `backend.rs`: [`Backend`] and `on_both_backends!`: one test body run against
+//!   the cluster and against an in-memory store;
 //! * `original.rs`: clients of the original design (`tests/original/`);
 //! * `scripts.rs`: the scripts' sources, as the crate assembles them;
 //! * `tool.rs`: running the `redis-rwlock` binary (feature `cli`, unix), also as a
@@ -48,6 +50,7 @@
 // Test support code: failing loudly is the point.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod backend;
 mod faults;
 mod history;
 mod inspect;
@@ -67,6 +70,8 @@ mod tool;
 mod workload;
 
 // Not every test binary uses every helper.
+#[allow(unused_imports)]
+pub use backend::*;
 #[allow(unused_imports)]
 pub use faults::*;
 #[allow(unused_imports)]

@@ -195,16 +195,7 @@ pub(crate) async fn make_way(lock: &RwLock) {
 /// wait behind them): the lock's line or pending upgrade exists. One that cannot
 /// tell says yes: the hold then takes no more shares.
 pub(super) async fn writer_waits(lock: &RwLock) -> bool {
-    let looked = async {
-        let mut conn = lock.conn().conn.clone();
-        let fields: (Option<String>, Option<String>) = redis::cmd("HMGET")
-            .arg(lock.key()?)
-            .arg("q:head")
-            .arg("u:upgrade")
-            .query_async(&mut conn)
-            .await?;
-        Ok::<_, Error>(fields.0.is_some() || fields.1.is_some())
-    };
+    let looked = async { lock.target()?.writer_waits(lock.conn()).await };
     looked.await.unwrap_or_else(|err| {
         tracing::warn!(lock = lock.name(), error = %ErrorChain(&err), "cannot tell whether a writer waits; the read hold takes no more shares");
         true

@@ -162,39 +162,17 @@ pub(crate) async fn release_keeping(lease: Lease) -> Result<(), Error> {
     share.release().await
 }
 
-/// Sets (`on`) or clears the hold's `k:` field. A mark is for display only: one
-/// that fails is logged and forgotten. The set also gives the hash a TTL of a read
-/// lease if it has none (`NX`), so a mark that comes after the lock's hash went
-/// leaves no key behind for good; the scripts keep any live hash's TTL past its
-/// holds.
+/// Sets (`on`) or clears the hold's `k:` field (with a TTL of a read lease if the
+/// hash has none). A mark is for display only: one that fails is logged and
+/// forgotten.
 async fn set_mark(hold: &crate::guard::lease::Hold, on: bool) {
     let lock = &hold.lock;
-    let Ok(key) = lock.key() else {
-        return;
-    };
-    let field = format!("k:{}", hold.token.as_str());
-    let mut conn = lock.conn().conn.clone();
-    let sent = if on {
-        let lease = lock.options().read_lease.as_millis() as u64;
-        redis::pipe()
-            .atomic()
-            .hset(key, &field, 1)
-            .ignore()
-            .cmd("PEXPIRE")
-            .arg(key)
-            .arg(lease)
-            .arg("NX")
-            .ignore()
-            .query_async::<()>(&mut conn)
-            .await
-    } else {
-        redis::cmd("HDEL")
-            .arg(key)
-            .arg(&field)
-            .query_async::<()>(&mut conn)
-            .await
+    let lease = lock.options().read_lease;
+    let sent = match lock.target() {
+        Ok(target) => target.mark_kept(lock.conn(), &hold.token, lease, on).await,
+        Err(err) => Err(err),
     };
     if let Err(err) = sent {
-        tracing::debug!(lock = lock.name(), on, error = %ErrorChain(&Error::from(err)), "could not mark the kept read hold");
+        tracing::debug!(lock = lock.name(), on, error = %ErrorChain(&err), "could not mark the kept read hold");
     }
 }

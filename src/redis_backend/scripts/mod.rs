@@ -11,6 +11,7 @@ use super::library::{self, Function, Functions, Library};
 use super::slot::hash_tag;
 use crate::Error;
 use crate::error::ErrorChain;
+use crate::memory::requests::{MemoryKey, MemoryLink};
 use crate::protocol::token::Token;
 use crate::protocol::{Access, Acquired, LockMode, RawState, Replicas, Write, millis};
 
@@ -182,6 +183,14 @@ impl ScriptConnection {
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.conn, Connection::Cluster(_))
     }
+
+    /// The in-memory store, when the client has no server.
+    pub(crate) fn memory(&self) -> Option<&MemoryLink> {
+        match &self.conn {
+            Connection::Memory(link) => Some(link),
+            _ => None,
+        }
+    }
 }
 
 /// The shared part of every script, in order: the helpers, then (where `{layout}`
@@ -283,6 +292,21 @@ impl Target {
             original_ms: (millis(original.0), millis(original.1)),
             scripts,
         }
+    }
+
+    /// The lock's keys in an in-memory store: the hash layout's only (the store has
+    /// no original-design clients to share keys with).
+    fn memory_key(&self) -> Result<MemoryKey<'_>, Error> {
+        if self.is_legacy() {
+            return Err(Error::InvalidOptions(
+                "the in-memory store has the hash layout only: legacy_keys needs Redis".into(),
+            ));
+        }
+        Ok(MemoryKey {
+            hash: &self.keys[0],
+            channel: &self.channel,
+            original_ms: self.original_ms,
+        })
     }
 
     /// Every key the lock itself uses, its state hash first.
@@ -413,6 +437,13 @@ impl Target {
         intent: Duration,
         replicas: Option<Replicas>,
     ) -> Result<(Acquired, u32), Error> {
+        if let Some(memory) = conn.memory() {
+            let key = self.memory_key()?;
+            let acquired = memory
+                .acquire_read(&key, token, lease, writer_preferred, upgradable, intent)
+                .await?;
+            return Ok((acquired, replicas.map_or(0, |r| r.count)));
+        }
         let args = args::acquire_read(token, lease, writer_preferred, upgradable, intent);
         let (reply, acked) = self
             .eval::<reply::Acquire>(
@@ -438,6 +469,13 @@ impl Target {
         upgrade: bool,
         replicas: Option<Replicas>,
     ) -> Result<(Acquired, u32), Error> {
+        if let Some(memory) = conn.memory() {
+            let key = self.memory_key()?;
+            let acquired = memory
+                .acquire_write(&key, token, lease, intent, upgrade)
+                .await?;
+            return Ok((acquired, replicas.map_or(0, |r| r.count)));
+        }
         let args = args::acquire_write(token, lease, intent, upgrade);
         let (reply, acked) = self
             .eval::<reply::Acquire>(
@@ -458,6 +496,9 @@ impl Target {
         conn: &ScriptConnection,
         token: &Token,
     ) -> Result<bool, Error> {
+        if let Some(memory) = conn.memory() {
+            return memory.release(&self.memory_key()?, token).await;
+        }
         let removed: reply::Done = self
             .run(
                 conn,
@@ -478,6 +519,9 @@ impl Target {
         mode: LockMode,
         lease: Duration,
     ) -> Result<bool, Error> {
+        if let Some(memory) = conn.memory() {
+            return memory.renew(&self.memory_key()?, token, mode, lease).await;
+        }
         let renewed: reply::Done = self
             .run(
                 conn,
@@ -498,6 +542,11 @@ impl Target {
         lease: Duration,
         from: Access,
     ) -> Result<bool, Error> {
+        if let Some(memory) = conn.memory() {
+            return memory
+                .downgrade(&self.memory_key()?, token, lease, from)
+                .await;
+        }
         let done: reply::Done = self
             .run(
                 conn,
@@ -518,6 +567,11 @@ impl Target {
         writes: &[Write],
         replicas: Option<Replicas>,
     ) -> Result<(bool, u32), Error> {
+        if let Some(memory) = conn.memory() {
+            return memory
+                .fenced_write(&self.memory_key()?, token, writes, replicas)
+                .await;
+        }
         let keys: Vec<&str> = writes.iter().map(|w| w.key.as_str()).collect();
         let args = args::fenced_write(token, writes);
         let (fence, acknowledged) = self
@@ -534,14 +588,75 @@ impl Target {
 
     /// Ends every hold (the operator's break-glass); returns how many there were.
     pub(crate) async fn force_release(&self, conn: &ScriptConnection) -> Result<u64, Error> {
+        if let Some(memory) = conn.memory() {
+            return memory.force_release(&self.memory_key()?).await;
+        }
         self.run::<reply::Count>(conn, self.scripts.get(Operation::ForceRelease), args::none)
             .await
     }
 
     /// Who holds the lock, as the scripts see it (expired entries purged).
     pub(crate) async fn state(&self, conn: &ScriptConnection) -> Result<RawState, Error> {
+        if let Some(memory) = conn.memory() {
+            return memory.state(&self.memory_key()?).await;
+        }
         self.run::<reply::State>(conn, self.scripts.get(Operation::State), args::none)
             .await
+    }
+
+    /// Whether a writer or an upgrade waits, or readers wait in line (a read would
+    /// wait behind them): the lock's line or pending upgrade exists.
+    pub(crate) async fn writer_waits(&self, conn: &ScriptConnection) -> Result<bool, Error> {
+        if let Some(memory) = conn.memory() {
+            return memory.writer_waits(&self.memory_key()?).await;
+        }
+        let fields: (Option<String>, Option<String>) = redis::cmd("HMGET")
+            .arg(&self.keys[0])
+            .arg("q:head")
+            .arg("u:upgrade")
+            .query_async(&mut conn.conn.clone())
+            .await?;
+        Ok(fields.0.is_some() || fields.1.is_some())
+    }
+
+    /// Sets (`on`) or clears `token`'s `k:` field: its read hold is kept idle. No
+    /// script writes it; `state.lua` reports it. The set also gives the hash a TTL of
+    /// `lease` if it has none (`NX`), so a mark that comes after the lock's hash went
+    /// leaves no key behind for good; the scripts keep any live hash's TTL past its
+    /// holds.
+    pub(crate) async fn mark_kept(
+        &self,
+        conn: &ScriptConnection,
+        token: &Token,
+        lease: Duration,
+        on: bool,
+    ) -> Result<(), Error> {
+        if let Some(memory) = conn.memory() {
+            return memory.mark_kept(&self.memory_key()?, token, on).await;
+        }
+        let key = &self.keys[0];
+        let field = format!("k:{}", token.as_str());
+        let mut link = conn.conn.clone();
+        if on {
+            redis::pipe()
+                .atomic()
+                .hset(key, &field, 1)
+                .ignore()
+                .cmd("PEXPIRE")
+                .arg(key)
+                .arg(millis(lease))
+                .arg("NX")
+                .ignore()
+                .query_async::<()>(&mut link)
+                .await?;
+        } else {
+            redis::cmd("HDEL")
+                .arg(key)
+                .arg(&field)
+                .query_async::<()>(&mut link)
+                .await?;
+        }
+        Ok(())
     }
 }
 

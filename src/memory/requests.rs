@@ -1,0 +1,421 @@
+//! The lock's requests, run on a [`MemoryStore`]: each takes the store's lock (a
+//! request runs alone, as a script does on Redis), runs the engine's transition
+//! function for it and publishes what the script would have published, then
+//! answers in the shapes the Redis backend decodes its replies into.
+
+use std::time::Duration;
+
+use redis::{ErrorKind, RedisError};
+use tokio::time::Instant;
+
+use super::{MemoryStore, Pushes, State, micros};
+use crate::Error;
+use crate::protocol::engine::{self, Field, Outcome, Reply, Time, Tok, Val};
+use crate::protocol::token::Token;
+use crate::protocol::{Access, Acquired, LockMode, RawState, Replicas, Write};
+
+/// A client's way to the store: its lock side, or its subscription side.
+#[derive(Clone)]
+pub(crate) struct MemoryLink {
+    pub(crate) store: MemoryStore,
+    /// The subscription side's id and where its messages go.
+    subscriber: Option<(u64, Pushes)>,
+    /// The longest a request waits for a store that does not answer.
+    overall: Duration,
+}
+
+/// One lock's keys in the store, and the original-design leases its scripts take.
+pub(crate) struct MemoryKey<'a> {
+    pub(crate) hash: &'a str,
+    pub(crate) channel: &'a str,
+    /// Read and write, in ms (`ARGV[2]`, `ARGV[3]`).
+    pub(crate) original_ms: (u64, u64),
+}
+
+impl MemoryLink {
+    /// A client's two links to `store` (for requests, and for subscriptions), and
+    /// the pushes its subscriptions receive.
+    pub(crate) fn pair(
+        store: &MemoryStore,
+        overall: Duration,
+    ) -> (
+        MemoryLink,
+        MemoryLink,
+        tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>,
+    ) {
+        let (id, receiver, pushes) = store.subscriber();
+        let lock = MemoryLink {
+            store: store.clone(),
+            subscriber: None,
+            overall,
+        };
+        let subscriptions = MemoryLink {
+            subscriber: Some((id, pushes)),
+            ..lock.clone()
+        };
+        (lock, subscriptions, receiver)
+    }
+
+    pub(crate) fn subscribe(&self, channel: &str) {
+        if let Some((id, pushes)) = &self.subscriber {
+            self.store.state().subscribe(channel, *id, pushes);
+        }
+    }
+
+    pub(crate) fn unsubscribe(&self, channel: &str) {
+        if let Some((id, _)) = &self.subscriber {
+            self.store.state().unsubscribe(channel, *id);
+        }
+    }
+
+    /// Runs `request` on the store once it answers: after a silence
+    /// ([`MemoryStore::stop_answering`]) ends, or fails when the client's overall
+    /// limit passes first; an injected failure ([`MemoryStore::fail_next`]) fails it
+    /// before it runs.
+    async fn request<T>(&self, request: impl FnOnce(&mut State) -> T) -> Result<T, Error> {
+        let deadline = Instant::now() + self.overall;
+        loop {
+            let silent = self.store.state().silent_until();
+            let Some(until) = silent else { break };
+            if until > deadline {
+                tokio::time::sleep_until(deadline).await;
+                return Err(Error::Redis(RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the in-memory store did not answer (MemoryStore::stop_answering)",
+                ))));
+            }
+            tokio::time::sleep_until(until).await;
+        }
+        let mut state = self.store.state();
+        if state.take_failure() {
+            return Err(Error::Redis(RedisError::from((
+                ErrorKind::Io,
+                "injected failure (MemoryStore::fail_next)",
+            ))));
+        }
+        Ok(request(&mut state))
+    }
+
+    /// Runs one of the engine's operations on `key`'s hash, publishes what it
+    /// published (a batch's grant first, a call-back to the readers last), and
+    /// stores the hash back (none when it has no fields left).
+    async fn run(
+        &self,
+        key: &MemoryKey<'_>,
+        operation: impl FnOnce(&mut engine::Hash, &engine::Params, Time) -> Outcome,
+    ) -> Result<Outcome, Error> {
+        self.request(|state| operate(state, key, operation)).await
+    }
+
+    pub(crate) async fn acquire_read(
+        &self,
+        key: &MemoryKey<'_>,
+        token: &Token,
+        lease: Duration,
+        writer_preferred: bool,
+        upgradable: bool,
+        intent: Duration,
+    ) -> Result<Acquired, Error> {
+        let token = tok(token);
+        let out = self
+            .run(key, |h, p, now| {
+                engine::acquire_read(
+                    h,
+                    p,
+                    now,
+                    token,
+                    micros(lease),
+                    writer_preferred,
+                    upgradable,
+                    micros(intent),
+                )
+            })
+            .await?;
+        Ok(acquired(out.reply))
+    }
+
+    pub(crate) async fn acquire_write(
+        &self,
+        key: &MemoryKey<'_>,
+        token: &Token,
+        lease: Duration,
+        intent: Duration,
+        upgrade: bool,
+    ) -> Result<Acquired, Error> {
+        let token = tok(token);
+        let out = self
+            .run(key, |h, p, now| {
+                engine::acquire_write(h, p, now, token, micros(lease), micros(intent), upgrade)
+            })
+            .await?;
+        Ok(acquired(out.reply))
+    }
+
+    pub(crate) async fn release(&self, key: &MemoryKey<'_>, token: &Token) -> Result<bool, Error> {
+        let token = tok(token);
+        let out = self
+            .run(key, |h, p, now| engine::release(h, p, now, token))
+            .await?;
+        Ok(out.reply == Reply::Int(1))
+    }
+
+    pub(crate) async fn renew(
+        &self,
+        key: &MemoryKey<'_>,
+        token: &Token,
+        mode: LockMode,
+        lease: Duration,
+    ) -> Result<bool, Error> {
+        let token = tok(token);
+        let write = mode == LockMode::Write;
+        let out = self
+            .run(key, |h, p, now| {
+                engine::renew(h, p, now, token, micros(lease), write)
+            })
+            .await?;
+        Ok(out.reply == Reply::Int(1))
+    }
+
+    pub(crate) async fn downgrade(
+        &self,
+        key: &MemoryKey<'_>,
+        token: &Token,
+        lease: Duration,
+        from: Access,
+    ) -> Result<bool, Error> {
+        let token = tok(token);
+        let from_write = from.mode() == LockMode::Write;
+        let out = self
+            .run(key, |h, p, now| {
+                engine::downgrade(h, p, now, token, micros(lease), from_write)
+            })
+            .await?;
+        Ok(out.reply == Reply::Int(1))
+    }
+
+    /// Applies `writes` when `token` holds the write lock. The store has no
+    /// replicas: every count asked for acknowledges.
+    pub(crate) async fn fenced_write(
+        &self,
+        key: &MemoryKey<'_>,
+        token: &Token,
+        writes: &[Write],
+        replicas: Option<Replicas>,
+    ) -> Result<(bool, u32), Error> {
+        let token = tok(token);
+        let written = self
+            .request(|state| {
+                let out = operate(state, key, |h, p, now| {
+                    engine::fenced_write(h, p, now, token)
+                });
+                let holds = matches!(out.reply, Reply::Int(fence) if fence > 0);
+                if holds {
+                    let now = state.tick();
+                    for write in writes {
+                        if write.op == "del" {
+                            state.values.remove(&write.key);
+                        } else {
+                            let expires = write.expiry.map(|span| now + micros(span));
+                            state
+                                .values
+                                .insert(write.key.clone(), (write.value.clone(), expires));
+                        }
+                    }
+                }
+                holds
+            })
+            .await?;
+        Ok((written, replicas.map_or(0, |r| r.count)))
+    }
+
+    pub(crate) async fn force_release(&self, key: &MemoryKey<'_>) -> Result<u64, Error> {
+        let out = self
+            .run(key, |h, p, now| engine::force_release(h, p, now))
+            .await?;
+        Ok(match out.reply {
+            Reply::Int(n) => u64::try_from(n).unwrap_or(0),
+            _ => 0,
+        })
+    }
+
+    /// Who holds the lock, in the shape of `state.lua`'s reply.
+    pub(crate) async fn state(&self, key: &MemoryKey<'_>) -> Result<RawState, Error> {
+        self.request(|state| {
+            let now = state.tick();
+            let params = State::params(original_us(key));
+            let hash = state.hashes.get(key.hash).cloned().unwrap_or_default();
+            let view = engine::live_view(&hash, &params, now);
+            let wall = |t: Time| state.wall_ms(t);
+            let pairs = |items: Vec<(Tok, Time)>| -> Vec<(String, i64)> {
+                items
+                    .into_iter()
+                    .map(|(t, until)| (t.to_string(), wall(until)))
+                    .collect()
+            };
+            let (queue, batches): (Vec<_>, Vec<_>) =
+                view.queue.iter().partition(|(entry, _)| !entry.is_batch());
+            // Readers that wait in a batch in line, with their own place's deadline.
+            let waiting = batches
+                .iter()
+                .flat_map(|&&(batch, _)| {
+                    hash.fields
+                        .iter()
+                        .filter_map(move |(field, value)| match (field, value) {
+                            (Field::Rw(t), Val::Member(b, own)) if *b == batch && *own > now => {
+                                Some((*t, *own))
+                            }
+                            _ => None,
+                        })
+                })
+                .collect();
+            let kept = state
+                .kept
+                .get(key.hash)
+                .map(|tokens| tokens.iter().cloned().collect())
+                .unwrap_or_default();
+            let until_or_none = |t: Option<Time>| t.map_or(0, wall);
+            (
+                wall(now),
+                u64::try_from(view.fence).unwrap_or(0),
+                view.writer.map_or_else(String::new, |(t, _)| t.to_string()),
+                until_or_none(view.writer.map(|(_, until)| until)),
+                until_or_none(view.original_writer_until),
+                until_or_none(view.original_reader_until),
+                pairs(view.readers.into_iter().collect()),
+                pairs(queue.into_iter().copied().collect()),
+                view.upgradable
+                    .map_or_else(String::new, |(t, _)| t.to_string()),
+                i64::from(view.upgrade.is_some()),
+                pairs(waiting),
+                kept,
+            )
+        })
+        .await
+    }
+
+    /// Whether a writer or an upgrade waits, or readers wait in line: the lock's
+    /// line or pending upgrade exists (`HMGET q:head u:upgrade` on Redis).
+    pub(crate) async fn writer_waits(&self, key: &MemoryKey<'_>) -> Result<bool, Error> {
+        self.request(|state| {
+            let now = state.tick();
+            state.hashes.get_mut(key.hash).is_some_and(|hash| {
+                hash.expire_if_due(now);
+                [Field::QHead, Field::UUpgrade]
+                    .iter()
+                    .any(|field| hash.fields.contains_key(field))
+            })
+        })
+        .await
+    }
+
+    /// Marks `token`'s read hold as kept idle (`on`), or clears the mark.
+    pub(crate) async fn mark_kept(
+        &self,
+        key: &MemoryKey<'_>,
+        token: &Token,
+        on: bool,
+    ) -> Result<(), Error> {
+        self.request(|state| {
+            let marks = state.kept.entry(key.hash.to_owned()).or_default();
+            if on {
+                marks.insert(token.as_str().to_owned());
+            } else {
+                marks.remove(token.as_str());
+                if marks.is_empty() {
+                    state.kept.remove(key.hash);
+                }
+            }
+        })
+        .await
+    }
+
+    /// The keys of the lock hashes in the store that match `glob` (Redis's glob), in
+    /// order: one `SCAN` that sees everything.
+    pub(crate) async fn scan(&self, glob: &str) -> Result<Vec<String>, Error> {
+        self.request(|state| {
+            let now = state.tick();
+            state.hashes.retain(|_, hash| {
+                hash.expire_if_due(now);
+                !hash.fields.is_empty()
+            });
+            let mut keys: Vec<String> = state
+                .hashes
+                .keys()
+                .filter(|key| super::glob::matches(glob, key))
+                .cloned()
+                .collect();
+            keys.sort();
+            keys
+        })
+        .await
+    }
+}
+
+/// Runs `operation` on `key`'s hash at the store's next tick, as the store's one
+/// request of the moment.
+fn operate(
+    state: &mut State,
+    key: &MemoryKey<'_>,
+    operation: impl FnOnce(&mut engine::Hash, &engine::Params, Time) -> Outcome,
+) -> Outcome {
+    let now = state.tick();
+    let params = State::params(original_us(key));
+    let mut hash = state.hashes.remove(key.hash).unwrap_or_default();
+    hash.expire_if_due(now);
+    let out = operation(&mut hash, &params, now);
+    if hash.fields.is_empty() {
+        state.kept.remove(key.hash);
+    } else {
+        state.hashes.insert(key.hash.to_owned(), hash);
+    }
+    if let Some(batch) = out.granted {
+        state.publish(key.channel, &batch.to_string());
+    }
+    if let Some(wake) = out.published {
+        state.publish(key.channel, &wake.to_string());
+    }
+    if out.recalled {
+        state.publish(key.channel, crate::redis_backend::wakeups::CALL_BACK);
+    }
+    out
+}
+
+fn original_us(key: &MemoryKey<'_>) -> (Time, Time) {
+    let us = |ms: u64| Time::try_from(ms).unwrap_or(Time::MAX / 1000) * 1000;
+    (us(key.original_ms.0), us(key.original_ms.1))
+}
+
+/// A token as the engine carries it: its two halves.
+fn tok(token: &Token) -> Tok {
+    let text = token.as_str();
+    let half = |range: std::ops::Range<usize>| {
+        text.get(range)
+            .and_then(|digits| u64::from_str_radix(digits, 16).ok())
+            .unwrap_or(0)
+    };
+    Tok::Holder(half(0..16), half(16..32))
+}
+
+/// An acquire script's reply as the Redis backend decodes it; the engine's retry
+/// hints are microseconds, the scripts' whole milliseconds (at least one).
+fn acquired(reply: Reply) -> Acquired {
+    let hint = |us: Time| {
+        let us = u64::try_from(us).unwrap_or(0);
+        Duration::from_millis(us.div_ceil(1000).max(1))
+    };
+    let fence = |f: i64| u64::try_from(f).unwrap_or(0);
+    match reply {
+        Reply::Granted(f) => Acquired::Granted { fence: fence(f) },
+        Reply::Refused(us, f) => Acquired::Refused {
+            holds_for: hint(us),
+            fence: fence(f),
+            batch: None,
+        },
+        Reply::InLine(us, batch) => Acquired::Refused {
+            holds_for: hint(us),
+            fence: 0,
+            batch: Some(batch.to_string()),
+        },
+        Reply::Lost | Reply::Int(_) => Acquired::Lost,
+    }
+}
