@@ -9,31 +9,27 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis_rwlock::{LockClient, LockOptions};
+use redis_rwlock::LockOptions;
 use tokio::time::Instant;
 
-use common::{HoldChecker, shared_cluster, unique_name};
+use common::{Backend, HoldChecker, unique_name};
 
 const TASKS: usize = 16;
 const RUN_FOR: Duration = Duration::from_secs(10);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn random_readers_and_writers_never_overlap_a_writer() {
-    hammer(LockOptions::default()).await;
-}
+on_both_backends! {
+    async fn random_readers_and_writers_never_overlap_a_writer(backend: Backend) {
+        hammer(&backend, LockOptions::default()).await;
+    }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn random_readers_and_writers_never_overlap_a_writer_with_reads_kept() {
-    hammer(LockOptions::default().keep_reads(Duration::from_secs(2))).await;
+    async fn random_readers_and_writers_never_overlap_a_writer_with_reads_kept(backend: Backend) {
+        hammer(&backend, LockOptions::default().keep_reads(Duration::from_secs(2))).await;
+    }
 }
 
 /// Every task of two clients takes random holds with `options` for 10 s.
-async fn hammer(options: LockOptions) {
-    let urls = shared_cluster().urls();
-    let clients = [
-        LockClient::cluster(urls.clone()).await.unwrap(),
-        LockClient::cluster(urls).await.unwrap(),
-    ];
+async fn hammer(backend: &Backend, options: LockOptions) {
+    let clients = [backend.client().await, backend.client().await];
     let name = unique_name("random");
     let checker = Arc::new(HoldChecker::default());
     let stop = Instant::now() + RUN_FOR;

@@ -50,7 +50,7 @@ const IDLE_US: Time = 1_000_000;
 /// [`stop_answering`](Self::stop_answering) (a server that hangs).
 ///
 /// What it does not have: replicas (a `min_replicas` setting is always met), the
-/// original design's two-key layout (`LockOptions::legacy_keys` is refused), the
+/// original design's two-key layout ([`LockClient::legacy_rwlock`](crate::LockClient::legacy_rwlock) fails with `InvalidOptions`), the
 /// command-line tool, and any cost model: an uncontended acquire takes a few
 /// microseconds.
 ///
@@ -267,13 +267,12 @@ impl State {
 
     /// Until when the store answers nothing, if it is silent now.
     pub(crate) fn silent_until(&mut self) -> Option<Instant> {
-        match self.silent_until {
-            Some(until) if until > Instant::now() => Some(until),
-            _ => {
-                self.silent_until = None;
-                None
-            }
+        let until = self.silent_until?;
+        if until > Instant::now() {
+            return Some(until);
         }
+        self.silent_until = None;
+        None
     }
 }
 

@@ -229,9 +229,7 @@ impl MemoryLink {
     }
 
     pub(crate) async fn force_release(&self, key: &MemoryKey<'_>) -> Result<u64, Error> {
-        let out = self
-            .run(key, |h, p, now| engine::force_release(h, p, now))
-            .await?;
+        let out = self.run(key, engine::force_release).await?;
         Ok(match out.reply {
             Reply::Int(n) => u64::try_from(n).unwrap_or(0),
             _ => 0,
@@ -360,13 +358,15 @@ fn operate(
 ) -> Outcome {
     let now = state.tick();
     let params = State::params(original_us(key));
-    let mut hash = state.hashes.remove(key.hash).unwrap_or_default();
+    let hash = match state.hashes.get_mut(key.hash) {
+        Some(hash) => hash,
+        None => state.hashes.entry(key.hash.to_owned()).or_default(),
+    };
     hash.expire_if_due(now);
-    let out = operation(&mut hash, &params, now);
+    let out = operation(hash, &params, now);
     if hash.fields.is_empty() {
+        state.hashes.remove(key.hash);
         state.kept.remove(key.hash);
-    } else {
-        state.hashes.insert(key.hash.to_owned(), hash);
     }
     if let Some(batch) = out.granted {
         state.publish(key.channel, &batch.to_string());

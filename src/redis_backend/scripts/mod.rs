@@ -299,7 +299,7 @@ impl Target {
     fn memory_key(&self) -> Result<MemoryKey<'_>, Error> {
         if self.is_legacy() {
             return Err(Error::InvalidOptions(
-                "the in-memory store has the hash layout only: legacy_keys needs Redis".into(),
+                "the in-memory store has the hash layout only: LockClient::legacy_rwlock needs Redis".into(),
             ));
         }
         Ok(MemoryKey {
