@@ -52,8 +52,8 @@
 //! one section per topic: *Servers* (what the crate needs of Redis or Valkey), *How it
 //! works*, *Reads that cost nothing* (the tasks of one client share its read hold),
 //! *Guarantees and non-guarantees*, *Leases and failover* (choosing leases for
-//! your failover time), *Fenced writes*, *Refresh once* (upgradable reads), *Coming
-//! from other Redis locks*, *Options*, *Migrating from the original design*,
+//! your failover time), *Fenced writes*, *Refresh once* (upgradable reads), *Testing
+//! your code without Redis* (the in-memory backend), *Coming from other Redis locks*, *Options*, *Migrating from the original design*,
 //! *Errors*, *Command line* (the `redis-rwlock` tool), *Bad input and failures*,
 //! *Fleet view* and *Observability* (spans and metrics).
 //!

@@ -40,7 +40,7 @@ const IDLE_US: Time = 1_000_000;
 /// on a real server.
 ///
 /// Time is tokio's: under `#[tokio::test(start_paused = true)]`, leases end as soon
-/// as [`tokio::time::advance`] passes them, without a real wait. The store's clock
+/// as `tokio::time::advance` (feature `test-util`) passes them, without a real wait. The store's clock
 /// ticks at least a microsecond per request, so fencing tokens rise even while the
 /// paused clock stands still.
 ///
