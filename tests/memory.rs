@@ -71,6 +71,30 @@ async fn lost_holds_are_noticed_and_fencing_tokens_still_rise() {
     new.release().await.unwrap();
 }
 
+/// Lost holds wake the lock's waiters at once, as a failover's dropped subscription
+/// does on Redis, rather than at their next re-check (a lease away).
+#[tokio::test(start_paused = true)]
+async fn lost_holds_wake_the_waiters_at_once() {
+    let store = MemoryStore::new();
+    let holder = LockClient::in_memory(&store).rwlock_with("cache", options());
+    let held = holder.write().await.unwrap();
+    let waiter = LockClient::in_memory(&store).rwlock_with("cache", options());
+    let waiting = tokio::spawn(async move { waiter.write().await });
+    while store.subscribers("rwlock:{cache}:released") == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let lost_at = tokio::time::Instant::now();
+    store.lose_holds("cache");
+    let granted = waiting.await.unwrap().unwrap();
+    assert!(
+        lost_at.elapsed() < Duration::from_secs(1),
+        "the waiter got in {:?} after the holds were lost",
+        lost_at.elapsed()
+    );
+    assert!(granted.fencing_token() > held.fencing_token());
+    granted.release().await.unwrap();
+}
+
 /// Injected failures fail exactly that many requests, with the error a dropped
 /// connection gives, and lose nothing: the next request works.
 #[tokio::test(start_paused = true)]

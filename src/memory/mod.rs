@@ -111,11 +111,34 @@ impl MemoryStore {
     /// replica that never got them would: their guards learn it at their next
     /// renewal (`lost()` fires), and the lock is free. The fencing counter goes with
     /// them; the store's clock keeps the next tokens above the old ones.
+    ///
+    /// As on a cluster whose master failed over, the lock's channel drops its
+    /// subscribers: their clients subscribe again, and their waiters try again at
+    /// once.
     pub fn lose_holds(&self, name: &str) {
         let tag = format!("{{{name}}}");
         let mut state = self.state();
         state.hashes.retain(|key, _| !key.contains(&tag));
         state.kept.retain(|key, _| !key.contains(&tag));
+        let dropped: Vec<String> = state
+            .subscribers
+            .keys()
+            .filter(|channel| channel.contains(&tag))
+            .cloned()
+            .collect();
+        for channel in dropped {
+            for pushes in state
+                .subscribers
+                .remove(&channel)
+                .into_iter()
+                .flat_map(HashMap::into_values)
+            {
+                let _ = pushes.send(PushInfo {
+                    kind: PushKind::SUnsubscribe,
+                    data: vec![Value::BulkString(channel.as_bytes().to_vec())],
+                });
+            }
+        }
     }
 
     /// Makes the next `requests` requests to the store fail, as if the connection

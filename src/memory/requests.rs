@@ -314,6 +314,10 @@ impl MemoryLink {
         on: bool,
     ) -> Result<(), Error> {
         self.request(|state| {
+            if on && !state.hashes.contains_key(key.hash) {
+                // The hold is gone with its hash: nothing to mark.
+                return;
+            }
             let marks = state.kept.entry(key.hash.to_owned()).or_default();
             if on {
                 marks.insert(token.as_str().to_owned());
