@@ -3,7 +3,8 @@
 //!
 //! Prints microseconds per acquire + release for each kind of hold (median of
 //! `MEMORY_BENCH_RUNS` runs, default 5, of `MEMORY_BENCH_ITERS` pairs each, default
-//! 100,000), with the runs' min and max.
+//! 100,000), with the runs' min and max. Without `--bench` (as `cargo test
+//! --benches` runs it, unoptimized) it only checks that it works: one run of 100.
 
 use std::time::{Duration, Instant};
 
@@ -18,8 +19,17 @@ fn env(name: &str, default: usize) -> usize {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), redis_rwlock::Error> {
-    let runs = env("MEMORY_BENCH_RUNS", 5);
-    let iters = env("MEMORY_BENCH_ITERS", 100_000);
+    let measuring = std::env::args().any(|arg| arg == "--bench");
+    let runs = if measuring {
+        env("MEMORY_BENCH_RUNS", 5)
+    } else {
+        1
+    };
+    let iters = if measuring {
+        env("MEMORY_BENCH_ITERS", 100_000)
+    } else {
+        100
+    };
     let store = MemoryStore::new();
     let client = LockClient::in_memory(&store);
     // Shared reads off: every read is a request to the store, as a write is.
