@@ -76,8 +76,8 @@
 //! - `tls-rustls`: `rediss://` URLs through rustls with the ring crypto provider and
 //!   the system's root certificates; `tls-rustls-webpki-roots`: the same with the
 //!   Mozilla root certificates compiled in.
-//! - `cli`: the `redis-rwlock` command-line tool (`cargo install redis-rwlock
-//!   --features cli`): `status`, `exec` (like `flock(1)`), `list`, `watch`,
+//! - `cli`: the `redis-rwlock` command-line tool (`cargo install --path . --features
+//!   cli` in a clone of the repository): `status`, `exec` (like `flock(1)`), `list`, `watch`,
 //!   `release --force`, `libraries`.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

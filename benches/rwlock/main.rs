@@ -9,6 +9,7 @@
 //! `BENCH_SCENARIOS=uncontended,read_heavy` runs only the named scenarios (for
 //! profiling; names: limits, uncontended, server_cost, read_heavy, read_heavy_scripts,
 //! read_heavy_kept, read_heavy_3_clients, read_heavy_scripts_3_clients,
+//! read_heavy_scripts_kept,
 //! redis_benchmark, handoff,
 //! stream, reader_behind_writers, waiting, contention_writers, contention_readers,
 //! upgradable, shared_reads, sweep);
@@ -221,7 +222,7 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
         }
         if on("read_heavy_scripts") && use_impl(Impl::Ours) {
             eprintln!("  read-heavy: scripts by kind (MONITOR)");
-            b.read_heavy_scripts(run, cfg.throughput_secs, 1, READ_HEAVY_SCRIPTS)
+            b.read_heavy_scripts(run, cfg.throughput_secs, 1, 1, None, READ_HEAVY_SCRIPTS)
                 .await;
         }
         if on("read_heavy_scripts_3_clients") && use_impl(Impl::Ours) {
@@ -230,9 +231,18 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
                 run,
                 cfg.throughput_secs,
                 INSTANCES,
+                1,
+                None,
                 READ_HEAVY_SCRIPTS_CLIENTS,
             )
             .await;
+        }
+        if on("read_heavy_scripts_kept") && use_impl(Impl::Ours) {
+            eprintln!("  read-heavy over 64 locks, reads kept: scripts by kind (MONITOR)");
+            let keep = Some(KEEP_READS);
+            let scenario = READ_HEAVY_SCRIPTS_KEPT;
+            b.read_heavy_scripts(run, cfg.throughput_secs, 1, 64, keep, scenario)
+                .await;
         }
         if on("shared_reads") && use_impl(Impl::Ours) {
             eprintln!("  shared reads: a join, and a writer behind busy readers");

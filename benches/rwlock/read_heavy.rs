@@ -207,17 +207,16 @@ impl Bench {
         run: usize,
         seconds: f64,
         clients: usize,
+        locks: usize,
+        keep: Option<Duration>,
         scenario: &'static str,
     ) {
         let imp = Impl::Ours;
-        let tag = if clients == 1 {
-            "rh-scripts".to_owned()
-        } else {
-            format!("rh-scripts-c{clients}")
-        };
-        let names = self.read_heavy_names(run, 1, &tag);
+        let kept = if keep.is_some() { "k" } else { "" };
+        let tag = format!("rh-scripts-c{clients}x{locks}{kept}");
+        let names = self.read_heavy_names(run, locks, &tag);
         let instances = self.instances(clients).await;
-        let locks = Self::read_heavy_locks(imp, &names, &instances, None);
+        let locks = Self::read_heavy_locks(imp, &names, &instances, keep);
         let work = run_mix(&instances, run, TASKS, locks, seconds);
         let (sent, mix) = match monitor_during(&self.topology, &mut self.masters, work).await {
             Ok(watched) => watched,
@@ -256,6 +255,7 @@ impl Bench {
                 extra_writes / acquisitions,
             ),
             ("releases_per_acquisition", releases as f64 / acquisitions),
+            ("scripts_per_write", sent.scripts as f64 / writes),
             ("other_scripts_per_acquisition", other as f64 / acquisitions),
         ] {
             r.put(metric, "count", value);

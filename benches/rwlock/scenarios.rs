@@ -135,6 +135,8 @@ pub mod names {
     /// The one-lock mix from [`super::INSTANCES`] clients: throughput, and the MONITOR pass.
     pub const READ_HEAVY_1_CLIENTS: &str = "read_heavy_1_lock_3_clients";
     pub const READ_HEAVY_SCRIPTS_CLIENTS: &str = "read_heavy_scripts_3_clients";
+    /// The MONITOR pass over the 64-lock mix with reads kept.
+    pub const READ_HEAVY_SCRIPTS_KEPT: &str = "read_heavy_scripts_kept";
     pub const HANDOFF: &str = "writer_handoff";
     pub const STREAM: &str = "writer_behind_readers";
     pub const WAITING: &str = "waiting_cost";

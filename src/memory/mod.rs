@@ -15,7 +15,7 @@ pub(crate) mod requests;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, Utc};
 use redis::{PushInfo, PushKind, Value};
@@ -225,7 +225,7 @@ impl State {
     fn now(&mut self) -> Time {
         let (origin, _) = *self
             .origin
-            .get_or_insert_with(|| (Instant::now(), Utc::now()));
+            .get_or_insert_with(|| (Instant::now(), DateTime::from(SystemTime::now())));
         let elapsed = micros(Instant::now().saturating_duration_since(origin));
         elapsed.max(self.last_us)
     }
