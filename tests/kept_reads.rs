@@ -208,3 +208,86 @@ async fn a_write_released_while_a_writer_waits_is_handed_over_not_kept() {
     );
     waiting.await.unwrap().unwrap().release().await.unwrap();
 }
+
+on_both_backends! {
+/// A read that comes while a task of the same client writes waits for that write in
+/// the process and takes up the read hold its release keeps: no hold of its own,
+/// and a `try_read` meanwhile is refused as the server would refuse it.
+async fn a_read_during_the_clients_own_write_takes_up_the_hold_its_release_keeps(backend: Backend) {
+    let client = backend.client().await;
+    let name = unique_name("kept-behind-own-write");
+    let lock = keeping(&client, &name, LONG);
+    let writer = lock.write().await.unwrap();
+    let write_token = lock.state().await.unwrap().writer.unwrap().token.unwrap();
+
+    let mut read = Box::pin(lock.read());
+    let pending = std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(read.as_mut().poll(cx).is_pending())
+    })
+    .await;
+    assert!(pending, "a read beside the client's write hold");
+    let refused = lock.try_read().await;
+    assert!(matches!(refused, Err(Error::WouldBlock)), "{refused:?}");
+
+    writer.release().await.unwrap();
+    let guard = read.await.unwrap();
+    assert!(guard.is_held());
+    assert_eq!(
+        only_reader(&lock).await,
+        write_token,
+        "the read took a hold of its own instead of the one the write kept"
+    );
+    guard.release().await.unwrap();
+    assert_eq!(only_reader(&lock).await, write_token);
+}
+}
+
+on_both_backends! {
+/// A read that waited for the client's write while a writer elsewhere queued behind
+/// it: the write's release does not keep the read hold for long (the client looks,
+/// learns of the writer and lets the hold go with its last share), so the writer
+/// gets in at once rather than at the keeping bound, and the read gets in too.
+async fn a_read_waiting_for_the_clients_write_does_not_keep_a_queued_writer_out(backend: Backend) {
+    let client = backend.client().await;
+    let other = backend.client().await;
+    let name = unique_name("kept-own-write-then-writer");
+    let lock = keeping(&client, &name, LONG);
+    let writer = lock.write().await.unwrap();
+    let elsewhere = other.rwlock_with(
+        &name,
+        LockOptions::default().wait_timeout(Duration::from_secs(30)),
+    );
+    let waiting = tokio::spawn(async move {
+        let guard = elsewhere.write().await?;
+        let granted = Instant::now();
+        guard.release().await?;
+        Ok::<_, Error>(granted)
+    });
+    wait_for(&lock, |state| state.queued_writers.len() == 1).await;
+
+    let (came, arrived) = tokio::sync::oneshot::channel();
+    let reader = tokio::spawn({
+        let lock = lock.clone();
+        async move {
+            let mut read = Box::pin(lock.read());
+            let pending = std::future::poll_fn(|cx| {
+                std::task::Poll::Ready(read.as_mut().poll(cx).is_pending())
+            })
+            .await;
+            came.send(pending).unwrap();
+            let guard = read.await?;
+            let held = guard.is_held();
+            guard.release().await?;
+            Ok::<_, Error>(held)
+        }
+    });
+    assert!(arrived.await.unwrap(), "a read beside the client's write hold");
+
+    let released = Instant::now();
+    writer.release().await.unwrap();
+    let granted = waiting.await.unwrap().expect("the writer gets in");
+    let waited = granted - released;
+    assert!(waited < Duration::from_secs(5), "the writer waited {waited:?}");
+    assert!(reader.await.unwrap().expect("the read gets in"));
+}
+}

@@ -601,6 +601,32 @@ fn a_writer_behind_a_kept_read_hold_is_served_soon() {
     check(cfg);
 }
 
+/// Kept reads after a write: a writer process downgrades its write hold when it
+/// releases (as a client that keeps reads does), and another task of it may join the
+/// read hold at once, before the process heard of the writer queued behind, as the
+/// reads that waited for the write in the process do (src/lock/shared_reads/writes.rs);
+/// the hold may be kept. The other writer's call-back, which may be lost, ends it.
+/// Exclusion holds throughout. The writer's wait is not bounded here below the keep
+/// bound: the model's process listens only once its hold is joined or kept, and it
+/// does not look for a queued writer after the downgrade as the client does (that
+/// look is checked by tests/kept_reads.rs).
+#[test]
+fn tasks_join_the_read_hold_a_write_leaves_and_a_queued_writer_calls_it_back() {
+    let mut cfg = base("2W processes (downgrade, 1 join, kept 2), a lost call-back");
+    (cfg.readers, cfg.writers) = (0, 2);
+    cfg.shares = 1;
+    cfg.keep = Some(2);
+    cfg.horizon = 6;
+    cfg.try_ops = false;
+    cfg.faults.lost_messages = 1;
+    cfg.examples = vec![
+        "a writer waits while a process shares its read hold",
+        "a process learns that a writer waits",
+        "a process keeps its read hold idle",
+    ];
+    check(cfg);
+}
+
 fn env(name: &str, default: i64) -> i64 {
     std::env::var(name)
         .ok()

@@ -188,12 +188,15 @@ impl Topology {
         self.owners.get(&Slot::for_key(key)).copied().unwrap_or(0)
     }
 
-    /// A lock name, `{base}-{n}` for the first n that makes `{name}` land on `master`.
+    /// A lock name, `p{pid}-{base}-{n}` for the first n that makes `{name}` land on
+    /// `master`: the process id keeps a run clear of the holds an earlier run on the
+    /// same cluster left to expire.
     pub fn name_on(&self, master: usize, base: &str) -> String {
+        let process = std::process::id();
         (0..)
-            .map(|n| format!("{base}-{n}"))
+            .map(|n| format!("p{process}-{base}-{n}"))
             .find(|name| self.master_of(&format!("{{{name}}}")) == master)
-            .unwrap_or_else(|| base.to_owned())
+            .unwrap_or_else(|| format!("p{process}-{base}"))
     }
 
     /// `count` lock names spread evenly (round robin) over the masters.

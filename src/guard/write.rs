@@ -3,6 +3,7 @@
 use std::fmt;
 
 use crate::guard::lease::Lease;
+use crate::lock::shared_reads::LocalWrite;
 use crate::protocol::state::LockMode;
 use crate::{Error, FencedWrites, RwLockReadGuard};
 
@@ -14,11 +15,24 @@ use crate::{Error, FencedWrites, RwLockReadGuard};
 pub struct RwLockWriteGuard {
     lease: Lease,
     fence: u64,
+    /// This client's readers of the lock wait for the hold to end (after its
+    /// release keeps a read in its place): src/lock/shared_reads/writes.rs.
+    writing: Option<LocalWrite>,
 }
 
 impl RwLockWriteGuard {
     pub(crate) fn new(lease: Lease, fence: u64) -> Self {
-        RwLockWriteGuard { lease, fence }
+        RwLockWriteGuard {
+            lease,
+            fence,
+            writing: None,
+        }
+    }
+
+    /// The guard of a write this client's readers wait for.
+    pub(crate) fn with_local_write(mut self, writing: Option<LocalWrite>) -> Self {
+        self.writing = writing;
+        self
     }
 
     guard_core! {
@@ -153,14 +167,18 @@ impl RwLockWriteGuard {
     /// # Ok(()) }
     /// ```
     pub async fn release(self) -> Result<(), Error> {
-        let keeps = self.lease.hold().is_some_and(|hold| {
+        let RwLockWriteGuard { lease, writing, .. } = self;
+        let keeps = lease.hold().is_some_and(|hold| {
             // Held: a lost hold is released (and reported) as it is.
             hold.is_held() && crate::lock::shared_reads::keeps_after_write(&hold.lock)
         });
         if keeps {
-            return crate::lock::shared_reads::release_keeping(self.lease).await;
+            // The readers waiting for this write join the read hold kept in its place.
+            return crate::lock::shared_reads::release_keeping(lease, writing).await;
         }
-        self.lease.release().await
+        let released = lease.release().await;
+        drop(writing);
+        released
     }
 }
 

@@ -574,9 +574,14 @@ impl RwLock {
     ) -> impl Future<Output = Result<RwLockWriteGuard, Error>> + Send + Sync + 'static {
         let lock = self.clone();
         SyncFuture::new(async move {
+            // Readers of this client that come from now on wait for this write.
+            let writing = shared_reads::start_write(&lock);
             shared_reads::make_way(&lock).await;
             let leased = lock.lease_for(Access::Write, wait).await?;
-            Ok(RwLockWriteGuard::new(leased.lease, leased.fence))
+            if let Some(writing) = &writing {
+                writing.granted(leased.lease.hold());
+            }
+            Ok(RwLockWriteGuard::new(leased.lease, leased.fence).with_local_write(writing))
         })
     }
 

@@ -49,10 +49,14 @@ impl Lock {
         c.called_back || c.kept_until.is_some_and(|until| s.now >= until)
     }
 
-    /// A plain read hold of a reader process (`Config::shares`), believed held.
+    /// A plain read hold of a reader process (`Config::shares`), believed held; or,
+    /// in a process that keeps reads (`Config::keep`), the read hold a writer's
+    /// downgrade left, which the reads that waited for the write join
+    /// (src/lock/shared_reads/writes.rs).
     fn shareable(&self, s: &State, i: usize) -> bool {
         let c = &s.clients[i];
-        self.cfg.role(i) == Access::Read
+        let role = self.cfg.role(i);
+        (role == Access::Read || (role == Access::Write && self.cfg.keep.is_some()))
             && !self.cfg.recursive(i)
             && matches!(
                 c.phase,

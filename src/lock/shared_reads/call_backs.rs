@@ -126,7 +126,7 @@ impl Drop for Starting {
             && self.is_current(entry)
         {
             entry.listening = Listening::No;
-            if entry.slot.is_none() {
+            if entry.is_unused() {
                 locks.remove(&self.key);
             }
         }

@@ -16,10 +16,11 @@
 //!
 //! A write hold the client releases becomes its kept read hold (a downgrade, one
 //! script as the release is), when it has no read hold of the lock already: the
-//! next read then costs nothing, where it would cost an acquire. A writer queued
-//! behind the write hold would not hear of it (its refusals came before there was
-//! a reader to call back), so the client first looks whether one waits, and if so
-//! releases at once.
+//! next read then costs nothing, where it would cost an acquire, and the reads that
+//! waited for the write in the process (`writes.rs`) join it at once. A writer
+//! queued behind the write hold would not hear of it (its refusals came before
+//! there was a reader to call back), so the client then looks whether one waits,
+//! and if so calls the hold back: it takes no new share and goes with the last.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::call_backs::{Listening, Starting, writer_waits};
+use super::writes::LocalWrite;
 use super::{Entry, Share, Shared, Slot, State, shareable};
 use crate::error::ErrorChain;
 use crate::guard::lease::Lease;
@@ -135,8 +137,15 @@ pub(crate) fn keeps_after_write(lock: &RwLock) -> bool {
 }
 
 /// Releases the write hold `lease`, keeping a read hold in its place (see the
-/// module's docs); as [`Lease::release`] for the caller.
-pub(crate) async fn release_keeping(lease: Lease) -> Result<(), Error> {
+/// module's docs); as [`Lease::release`] for the caller. The readers that waited
+/// for the write (`writing`, `writes.rs`) join the read hold as soon as it is
+/// one, as readers in line behind the write would have been let in together by
+/// its release; if a writer waits behind it, the hold is then called back (it
+/// takes no more shares, and goes with the last).
+pub(crate) async fn release_keeping(
+    lease: Lease,
+    writing: Option<LocalWrite>,
+) -> Result<(), Error> {
     let read = match lease.downgrade().await {
         Ok(read) => read,
         // Released on the way out.
@@ -145,9 +154,6 @@ pub(crate) async fn release_keeping(lease: Lease) -> Result<(), Error> {
     };
     let share = Share::alone(read)?;
     let lock = share.shared.hold.lock.clone();
-    if writer_waits(&lock).await {
-        return share.release().await;
-    }
     let reads = &lock.client().inner.shared_reads;
     {
         let mut locks = reads.locks();
@@ -158,7 +164,15 @@ pub(crate) async fn release_keeping(lease: Lease) -> Result<(), Error> {
             entry.idle_since = None;
         }
     }
-    // Its only share leaves: the hold is kept, unless another hold got there first.
+    if let Some(writing) = &writing {
+        writing.released();
+    }
+    if writer_waits(&lock).await {
+        share.shared.state().called_back = true;
+    }
+    drop(writing);
+    // Its share leaves: the hold is kept, unless it was called back or another
+    // hold got there first.
     share.release().await
 }
 

@@ -11,7 +11,9 @@
 //!
 //! Writers are never starved by a process's readers: a writer that waits calls the
 //! holds back, and a hold called back admits no new share under writer preference
-//! (`call_backs.rs`).
+//! (`call_backs.rs`). A read that comes while a task of this client writes the lock
+//! waits for that write here and joins the read hold its release keeps, when the
+//! client keeps reads (`writes.rs`, `kept.rs`).
 //!
 //! Not shared: [`read_recursive`](crate::RwLock::read_recursive) (a hold of its own by
 //! design), upgradable reads, the read hold a downgrade leaves, legacy two-key locks
@@ -21,6 +23,7 @@
 
 mod call_backs;
 mod kept;
+mod writes;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -37,6 +40,8 @@ use crate::{Error, Fairness, RwLock};
 pub(crate) use call_backs::make_way;
 use call_backs::{Listening, Starting};
 pub(crate) use kept::{keeps_after_write, release_keeping};
+pub(crate) use writes::LocalWrite;
+pub(crate) use writes::start as start_write;
 
 /// How long a lock's entry, with its listening for call-backs, outlives its last
 /// hold (as long as the wake-up channel's subscription lingers), so a lock read
@@ -60,6 +65,8 @@ struct Entry {
     recalled: bool,
     /// When the slot emptied: the entry goes `LINGER` later unless used again.
     idle_since: Option<Instant>,
+    /// A task of this client writes the lock: new readers wait for it (`writes.rs`).
+    writing: Option<writes::Writing>,
 }
 
 enum Slot {
@@ -111,6 +118,8 @@ enum Enter {
     Ask(Asking),
     /// Ask the server for a hold of its own.
     Alone,
+    /// Wait for the client's write of the lock, then look again (`writes.rs`).
+    AfterWrite(writes::Writing),
 }
 
 /// Takes a plain read hold, `wait`ing as [`RwLock::read`] does, or
@@ -130,8 +139,11 @@ pub(crate) async fn read(lock: &RwLock, wait: bool) -> Result<Share, Error> {
         .wait_timeout
         .filter(|_| wait)
         .map(|limit| Instant::now() + limit);
+    // A reader waits for one write of its own client at most: the one under way
+    // when it came.
+    let mut waited_for_write = false;
     loop {
-        match reads.enter(lock, key, wait) {
+        match reads.enter(lock, key, wait, waited_for_write) {
             Enter::Joined(share, how) => {
                 acquiring.finish(&Ok::<(), Error>(()));
                 crate::metrics::shared_read(lock.metrics_label(), how);
@@ -156,6 +168,18 @@ pub(crate) async fn read(lock: &RwLock, wait: bool) -> Result<Share, Error> {
             Enter::Alone => {
                 acquiring.forget();
                 return alone(lock, wait).await;
+            }
+            Enter::AfterWrite(_) if !wait => {
+                acquiring.finish(&Err::<(), Error>(Error::WouldBlock));
+                return Err(Error::WouldBlock);
+            }
+            Enter::AfterWrite(writing) => {
+                waited_for_write = true;
+                within(deadline, async {
+                    writes::wait_for(writing).await;
+                    Ok(())
+                })
+                .await?;
             }
         }
     }
@@ -198,9 +222,12 @@ impl SharedReads {
         self.locks.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn enter(&self, lock: &RwLock, key: &str, wait: bool) -> Enter {
+    fn enter(&self, lock: &RwLock, key: &str, wait: bool, waited_for_write: bool) -> Enter {
         let mut locks = self.locks();
         let entry = locks.entry(key.to_owned()).or_insert_with(Entry::new);
+        if let Some(writing) = entry.writing.as_ref().filter(|_| !waited_for_write) {
+            return Enter::AfterWrite(writing.clone());
+        }
         match &entry.slot {
             Some(Slot::Held(shared)) if shared.hold.lock.options() != lock.options() => {
                 return Enter::Alone;
@@ -262,7 +289,7 @@ impl SharedReads {
         };
         entry.slot = None;
         entry.recalled = false;
-        if matches!(entry.listening, Listening::No) {
+        if entry.is_unused() {
             locks.remove(key);
             return;
         }
@@ -279,7 +306,7 @@ impl SharedReads {
             let mut locks = reads.locks();
             if locks
                 .get(&key)
-                .is_some_and(|entry| entry.slot.is_none() && entry.idle_since == Some(since))
+                .is_some_and(|entry| entry.is_unused_but_listening(since))
             {
                 locks.remove(&key);
             }
@@ -294,7 +321,18 @@ impl Entry {
             listening: Listening::No,
             recalled: false,
             idle_since: None,
+            writing: None,
         }
+    }
+
+    /// Whether the entry serves no one: no hold or asker, no listening, no write.
+    fn is_unused(&self) -> bool {
+        self.slot.is_none() && matches!(self.listening, Listening::No) && self.writing.is_none()
+    }
+
+    /// Whether the entry serves no one but its listening, idle since `since`.
+    fn is_unused_but_listening(&self, since: Instant) -> bool {
+        self.slot.is_none() && self.writing.is_none() && self.idle_since == Some(since)
     }
 
     /// Whether `shared` is the hold new readers of the lock find.
