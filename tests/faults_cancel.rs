@@ -186,15 +186,16 @@ async fn acquires_cancelled_at_random_points_leave_nothing_behind(backend: Backe
 }
 }
 
-/// Frees the lock of `writer` by dropping its downgrade at `point`: before its
+/// Resumes a frozen server.
+type Resume = Box<dyn FnOnce() + Send>;
+/// Freezes the lock's server; returns how to resume it.
+type Freeze = Box<dyn FnOnce() -> Resume + Send>;
+
+/// Takes a write hold of `lock` and drops its downgrade at `point`: before its
 /// first poll, after it, or (given `freeze`, which stops the lock's server until
 /// the returned `resume` runs) while its request waits, to run after the future is
 /// gone. The lock must be free soon after, long before its 30 s lease would end it.
-async fn drop_a_downgrade(
-    lock: &RwLock,
-    point: &str,
-    freeze: Option<Box<dyn FnOnce() -> Box<dyn FnOnce() + Send> + Send>>,
-) {
+async fn drop_a_downgrade(lock: &RwLock, point: &str, freeze: Option<Freeze>) {
     let writer = lock.write().await.unwrap();
     let mut downgrade = Box::pin(writer.downgrade());
     match point {
@@ -238,8 +239,8 @@ async fn a_downgrade_dropped_midway_releases_the_hold(backend: Backend) {
         let freeze = backend.store().cloned().map(|store| {
             Box::new(move || {
                 store.stop_answering(Duration::from_secs(1));
-                Box::new(|| ()) as Box<dyn FnOnce() + Send>
-            }) as Box<dyn FnOnce() -> Box<dyn FnOnce() + Send> + Send>
+                Box::new(|| ()) as Resume
+            }) as Freeze
         });
         drop_a_downgrade(&lock, point, freeze).await;
     }
@@ -291,7 +292,7 @@ async fn a_downgrade_dropped_in_flight_on_a_frozen_master_releases_the_hold() {
     let master = blocking(|| redis.master_for_key(lock.key().unwrap()).clone());
     let freeze = Box::new(move || {
         let frozen = Paused::new(master.pid);
-        Box::new(move || frozen.resume()) as Box<dyn FnOnce() + Send>
-    }) as Box<dyn FnOnce() -> Box<dyn FnOnce() + Send> + Send>;
+        Box::new(move || frozen.resume()) as Resume
+    }) as Freeze;
     drop_a_downgrade(&lock, "in flight", Some(freeze)).await;
 }
