@@ -117,8 +117,13 @@ async fn a_reader_cancelled_while_waiting_leaves_no_hold(backend: Backend) {
         async move { lock.read().await }
     });
     backend.until_subscribers(&lock, 1).await;
+    wait_for(&lock, |s| s.waiting_readers.len() == 1).await;
     reader.abort();
     assert!(reader.await.unwrap_err().is_cancelled());
+    // The withdrawal runs in the background: the reader leaves the line before the
+    // writer leaves (in memory, a release right after the abort can come first,
+    // hand the line a hold, and the withdrawal then ends it a moment later).
+    wait_for(&lock, |s| s.waiting_readers.is_empty()).await;
     holder.release().await.unwrap();
     // Nothing shows up for a while (a reader woken by the release would have).
     let watch = Instant::now();
