@@ -173,6 +173,25 @@ mod recorded {
         }
     }
 
+    /// Waits until counter `name` with `labels` reaches `n`: a guard's `lost()` wakes
+    /// its waiters just before the lost lease is counted (and its hold ends).
+    async fn until_counter(
+        recorded: &Mutex<Recorded>,
+        name: &str,
+        labels: &[(&str, &str)],
+        n: u64,
+    ) {
+        let until = Instant::now() + Duration::from_secs(5);
+        while look(recorded).counter(name, labels) < n {
+            assert!(
+                Instant::now() < until,
+                "{name} {labels:?} never reached {n}: {:?}",
+                look(recorded).all(name)
+            );
+            sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// Three reads at once and two writes: granted 3 and 2, as many waits and
     /// holds, the holds in the guards gauge while they last and none after.
     async fn grants_and_holds(client: LockClient) {
@@ -421,9 +440,10 @@ mod recorded {
         timeout(Duration::from_secs(2), writer.lost())
             .await
             .expect("the next renewal finds the hold gone");
+        let gone = with(of(&lock, "write"), &[("cause", "gone")]);
+        until_counter(&recorded, LOST, &gone, 1).await;
         {
             let seen = look(&recorded);
-            let gone = with(of(&lock, "write"), &[("cause", "gone")]);
             assert_eq!(seen.counter(LOST, &gone), 1);
             assert_eq!(seen.counter(RENEWALS, &renewals("lost")), 1);
             assert_eq!(seen.counter(RENEWALS, &renewals("error")), 0);
@@ -445,9 +465,10 @@ mod recorded {
             .await
             .expect("the lease ends without renewals");
         drop(reader);
+        let expired = with(of(&lock, "read"), &[("cause", "expired")]);
+        until_counter(&recorded, LOST, &expired, 1).await;
 
         let seen = look(&recorded);
-        let expired = with(of(&lock, "read"), &[("cause", "expired")]);
         assert_eq!(seen.counter(LOST, &expired), 1);
         assert_eq!(seen.samples(HOLD, &of(&lock, "write")).len(), 1);
         assert_eq!(seen.samples(HOLD, &of(&lock, "read")).len(), 1);
