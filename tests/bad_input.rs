@@ -1,4 +1,5 @@
-//! Bad input fails fast with a typed error, before anything is sent to Redis.
+//! Bad input fails fast with a typed error, before anything is sent to Redis (or
+//! to the in-memory store).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -47,13 +48,23 @@ fn bad_options() -> Vec<(&'static str, LockOptions)> {
     ]
 }
 
-/// The server is paused (SIGSTOP): any request would hang until the client's
-/// timeout, so a fast typed error proves nothing was sent.
-#[tokio::test]
-async fn invalid_options_and_names_fail_before_any_io() {
-    let server = LocalRedis::standalone();
-    let client = LockClient::standalone(server.url()).await.unwrap();
-    pause(server.nodes[0].pid);
+on_both_backends! {
+/// Every request would hang (on Redis: the server is paused with SIGSTOP, a private
+/// one; in memory: the store stops answering), so a fast typed error proves nothing
+/// was sent.
+async fn invalid_options_and_names_fail_before_any_io(backend: Backend) {
+    let (client, server) = match backend.store() {
+        Some(store) => {
+            store.stop_answering(Duration::from_secs(60));
+            (backend.client().await, None)
+        }
+        None => {
+            let server = LocalRedis::standalone();
+            let client = LockClient::standalone(server.url()).await.unwrap();
+            pause(server.nodes[0].pid);
+            (client, Some(server))
+        }
+    };
     let mut cases: Vec<_> = bad_options()
         .into_iter()
         .map(|(what, options)| (what, client.rwlock_with("fine", options)))
@@ -82,21 +93,23 @@ async fn invalid_options_and_names_fail_before_any_io() {
             "{what} did I/O"
         );
     }
-    resume(server.nodes[0].pid);
+    if let Some(server) = server {
+        resume(server.nodes[0].pid);
+    }
 }
 
-#[tokio::test]
-async fn the_error_says_what_is_wrong() {
+async fn the_error_says_what_is_wrong(backend: Backend) {
     let message = bad_options()[0].1.clone();
-    let server = LocalRedis::standalone();
-    let client = LockClient::standalone(server.url()).await.unwrap();
+    let client = backend.client().await;
     let err = client.rwlock_with("x", message).read().await.unwrap_err();
     assert_eq!(
         err.to_string(),
         "invalid options: read_lease is 0ns, less than one millisecond"
     );
 }
+}
 
+/// Redis-only: a server paused with SIGSTOP.
 #[tokio::test]
 async fn a_paused_server_gives_a_timely_error_not_a_hang() {
     let server = LocalRedis::standalone();
@@ -113,6 +126,7 @@ async fn a_paused_server_gives_a_timely_error_not_a_hang() {
     lock.try_write().await.unwrap().release().await.unwrap();
 }
 
+/// Redis-only: connecting to a closed port.
 #[tokio::test]
 async fn a_server_that_is_down_gives_a_redis_error() {
     let started = Instant::now();
@@ -135,7 +149,7 @@ async fn a_server_that_is_down_gives_a_redis_error() {
 
 /// A URL that is not a Redis URL is a configuration error, found before anything
 /// is sent (so no port needs to listen), and the message says which URL is wrong
-/// without showing it (it may hold a password).
+/// without showing it (it may hold a password). Redis-only: server URLs.
 #[tokio::test]
 async fn a_malformed_url_or_no_url_is_refused_as_invalid_options() {
     let err = LockClient::standalone("http://127.0.0.1:26379")
@@ -163,6 +177,7 @@ async fn a_malformed_url_or_no_url_is_refused_as_invalid_options() {
     ));
 }
 
+/// Redis-only: cluster and standalone server URLs.
 #[tokio::test]
 async fn cluster_and_standalone_urls_are_not_mixed_up() {
     let server = LocalRedis::standalone();
@@ -177,6 +192,7 @@ async fn cluster_and_standalone_urls_are_not_mixed_up() {
     assert!(err.to_string().contains("LockClient::cluster"), "{err}");
 }
 
+/// Redis-only: the legacy layout (refused in memory) and a key of another type.
 #[tokio::test]
 async fn legacy_keys_that_are_equal_empty_or_of_another_type_are_refused() {
     let server = LocalRedis::standalone();

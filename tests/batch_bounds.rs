@@ -134,6 +134,7 @@ fn writers_taking_turns(locks: [RwLock; 2], stop: &Arc<AtomicBool>) -> JoinHandl
 /// W1 releases, and they take turns for up to 10 s. R waited in line before both
 /// writers arrived, so W1's release lets it in (it learns it from the batch's
 /// message, or at its next re-check): it must not wait until the writers stop.
+/// Redis-only: the paused reader is a child process (the CLI) stopped with SIGSTOP.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_paused_past_its_place_in_line_is_let_in_at_the_next_release() {
     /// How long the writers take turns at most.
@@ -385,6 +386,7 @@ fn after(at: Instant, end: Instant) -> String {
 /// just before the dead reader's place would have ended: the writer behind the
 /// batch gets the lock within a re-check of that end, not when the batch's first
 /// lease from the grant ends.
+/// Redis-only: the dead reader is a child process (the CLI) killed with SIGKILL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_reader_in_a_batch_blocks_the_next_writer_no_longer_than_its_place() {
     let (late, report) = writer_behind_a_batch_with_a_dead_reader(Ahead::Writer).await;
@@ -398,6 +400,7 @@ async fn a_dead_reader_in_a_batch_blocks_the_next_writer_no_longer_than_its_plac
 
 /// The same with the batch waiting behind an upgrade: formed while the upgrade
 /// waited, granted when the upgraded write hold is released.
+/// Redis-only: the dead reader is a child process (the CLI) killed with SIGKILL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_reader_in_a_batch_behind_an_upgrade_blocks_no_longer_than_its_place() {
     let (late, report) = writer_behind_a_batch_with_a_dead_reader(Ahead::Upgrade).await;

@@ -1,9 +1,10 @@
-//! Compile-time guarantees: everything can cross tasks and threads.
+//! Compile-time guarantees: everything can cross tasks and threads (the in-memory
+//! store too). Nothing here talks to a server, so there is no backend to choose.
 #![allow(dead_code)]
 
 use redis_rwlock::{
-    Error, LockClient, LockOptions, LockState, RwLock, RwLockReadGuard, RwLockUpgradableReadGuard,
-    RwLockWriteGuard,
+    Error, LockClient, LockOptions, LockState, MemoryStore, RwLock, RwLockReadGuard,
+    RwLockUpgradableReadGuard, RwLockWriteGuard,
 };
 
 fn is_send_sync_static<T: Send + Sync + 'static>(_: &T) {}
@@ -49,6 +50,7 @@ fn futures_of_other_calls_are_send(
     is_send(client.shutdown(std::time::Duration::from_secs(1)));
     is_send(LockClient::cluster(["redis://127.0.0.1:7000"]));
     is_send(LockClient::standalone("redis://127.0.0.1:6379"));
+    is_send(client.list_locks(Default::default()));
 }
 
 #[test]
@@ -61,4 +63,5 @@ fn public_types_are_send_sync_static() {
     type_is_send_sync_static::<LockOptions>();
     type_is_send_sync_static::<LockState>();
     type_is_send_sync_static::<Error>();
+    type_is_send_sync_static::<MemoryStore>();
 }

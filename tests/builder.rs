@@ -1,5 +1,8 @@
 //! `LockClient::builder`: the application's own redis-rs client, the limits, and
 //! clear refusals of what the lock cannot use.
+//!
+//! Redis-only throughout: the builder makes clients of Redis servers (URLs, the
+//! application's redis-rs clients, their settings); the in-memory store has none.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -18,6 +21,7 @@ fn invalid(result: Result<LockClient, Error>) -> String {
     }
 }
 
+// Redis-only: redis-rs's cluster client, as the application built it.
 #[tokio::test]
 async fn the_applications_cluster_builder_serves_locks_and_wake_ups() {
     let urls = shared_cluster().urls();
@@ -42,6 +46,7 @@ async fn the_applications_cluster_builder_serves_locks_and_wake_ups() {
         .unwrap();
 }
 
+// Redis-only: redis-rs's client of one server, as the application built it.
 #[tokio::test]
 async fn the_applications_redis_client_serves_one_server() {
     let own = redis::Client::open(shared_standalone().url()).unwrap();
@@ -52,6 +57,7 @@ async fn the_applications_redis_client_serves_one_server() {
     guard.release().await.unwrap();
 }
 
+// Redis-only: redis-rs's cluster client and its replica reads.
 #[tokio::test]
 #[allow(deprecated)]
 async fn a_cluster_client_reading_from_replicas_is_refused() {
@@ -60,6 +66,7 @@ async fn a_cluster_client_reading_from_replicas_is_refused() {
     assert!(message.contains("reads from replicas"), "{message}");
 }
 
+// Redis-only: settings of the Redis connection (URLs, response timeouts).
 #[tokio::test]
 async fn unusable_settings_are_refused_before_connecting() {
     let message = invalid(LockClient::builder().build().await);
@@ -96,6 +103,7 @@ async fn unusable_settings_are_refused_before_connecting() {
     assert!(message.contains("no cluster node URL"), "{message}");
 }
 
+// Redis-only: a cluster client pointed at a standalone server.
 #[tokio::test]
 async fn a_cluster_builder_on_a_plain_server_says_so() {
     let builder = ClusterClientBuilder::new([shared_standalone().url()]);

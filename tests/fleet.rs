@@ -53,6 +53,8 @@ fn names(locks: &[LockSummary]) -> BTreeSet<String> {
     names
 }
 
+/// Redis-only: locks placed on each master (hash slots), a legacy-layout lock and
+/// keys that are not locks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_lock_on_every_master_is_listed_in_its_state() {
     let cluster = shared_cluster();
@@ -202,6 +204,8 @@ async fn every_lock_on_every_master_is_listed_in_its_state() {
     elsewhere_hold.release().await.unwrap();
 }
 
+/// Redis-only: a standalone server's listing (its SCAN), beside a key of another
+/// type.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_server_is_listed_like_a_cluster() {
     let server = shared_standalone();
@@ -318,6 +322,7 @@ async fn a_page_stops_at_its_limit_and_the_next_goes_on(backend: Backend) {
 }
 }
 
+/// Redis-only: counts the server's SCAN commands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_page_sends_at_most_max_scans_scans() {
     // A private server: its SCAN count is this test's alone.

@@ -12,7 +12,7 @@ use std::time::Duration;
 use redis_rwlock::LockOptions;
 use tokio::time::{Instant, sleep_until, timeout};
 
-use common::{cluster_client, unique_name};
+use common::{Backend, unique_name};
 
 /// The evicted reader's lease: it renews every 2 s.
 const EVICTED_LEASE: Duration = Duration::from_secs(6);
@@ -36,11 +36,11 @@ enum Then {
 /// next renewal must find its hold gone: A's guard reports the lease lost within a
 /// few renewal periods, and a writer (a third client) is never granted the lock while
 /// A still believes it holds.
-async fn an_evicted_reader_stays_evicted(then: Then) {
+async fn an_evicted_reader_stays_evicted(backend: &Backend, then: Then) {
     let (a, b, c) = (
-        cluster_client().await,
-        cluster_client().await,
-        cluster_client().await,
+        backend.client().await,
+        backend.client().await,
+        backend.client().await,
     );
     let name = unique_name("evicted");
     let evicted = a.rwlock_with(&name, LockOptions::default().read_lease(EVICTED_LEASE));
@@ -106,14 +106,14 @@ async fn an_evicted_reader_stays_evicted(then: Then) {
     drop(lapsing);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reader_evicted_by_force_release_does_not_come_back_after_the_next_reader_released() {
-    an_evicted_reader_stays_evicted(Then::Releases).await;
+on_both_backends! {
+async fn a_reader_evicted_by_force_release_does_not_come_back_after_the_next_reader_released(backend: Backend) {
+    an_evicted_reader_stays_evicted(&backend, Then::Releases).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reader_evicted_by_force_release_does_not_come_back_after_the_next_reader_lapsed() {
-    an_evicted_reader_stays_evicted(Then::LetsItLapse).await;
+async fn a_reader_evicted_by_force_release_does_not_come_back_after_the_next_reader_lapsed(backend: Backend) {
+    an_evicted_reader_stays_evicted(&backend, Then::LetsItLapse).await;
+}
 }
 
 on_both_backends! {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use redis_rwlock::{Error, LockClient, LockOptions, RwLock};
 use tokio::time::Instant;
 
-use common::{standalone_client, unique_name, wait_for};
+use common::{unique_name, wait_for};
 
 /// Long enough that a test which passes did not wait for the bound.
 const LONG: Duration = Duration::from_secs(60);
@@ -89,9 +89,9 @@ async fn a_writer_elsewhere_calls_the_kept_hold_back_and_is_granted_at_once(back
 }
 }
 
-#[tokio::test]
-async fn a_write_or_an_upgrade_on_the_same_client_gives_the_kept_hold_back_first() {
-    let client = standalone_client().await;
+on_both_backends! {
+async fn a_write_or_an_upgrade_on_the_same_client_gives_the_kept_hold_back_first(backend: Backend) {
+    let client = backend.client().await;
     let name = unique_name("kept-local");
     let lock = keeping(&client, &name, LONG);
     lock.read().await.unwrap().release().await.unwrap();
@@ -113,10 +113,11 @@ async fn a_write_or_an_upgrade_on_the_same_client_gives_the_kept_hold_back_first
     // The write hold the client released is its kept read hold now.
     only_reader(&lock).await;
 }
+}
 
-#[tokio::test]
-async fn an_idle_kept_hold_ends_at_its_bound() {
-    let client = standalone_client().await;
+on_both_backends! {
+async fn an_idle_kept_hold_ends_at_its_bound(backend: Backend) {
+    let client = backend.client().await;
     let bound = Duration::from_secs(1);
     let lock = keeping(&client, &unique_name("kept-bound"), bound);
     let guard = lock.read().await.unwrap();
@@ -128,10 +129,11 @@ async fn an_idle_kept_hold_ends_at_its_bound() {
     assert!(kept >= bound, "released after {kept:?}");
     assert!(kept < bound + Duration::from_secs(4), "kept for {kept:?}");
 }
+}
 
-#[tokio::test]
-async fn a_hold_that_was_lost_is_not_kept() {
-    let client = standalone_client().await;
+on_both_backends! {
+async fn a_hold_that_was_lost_is_not_kept(backend: Backend) {
+    let client = backend.client().await;
     let name = unique_name("kept-lost");
     let lock = client.rwlock_with(
         &name,
@@ -156,6 +158,7 @@ async fn a_hold_that_was_lost_is_not_kept() {
         "the lost hold was taken up"
     );
     guard.release().await.unwrap();
+}
 }
 
 on_both_backends! {
@@ -189,12 +192,12 @@ async fn a_write_released_by_a_keeping_client_leaves_a_kept_read(backend: Backen
 }
 }
 
+on_both_backends! {
 /// A writer queued behind the write hold heard of no reader to call back: the
 /// client looks, and releases rather than keep.
-#[tokio::test]
-async fn a_write_released_while_a_writer_waits_is_handed_over_not_kept() {
-    let client = standalone_client().await;
-    let other = standalone_client().await;
+async fn a_write_released_while_a_writer_waits_is_handed_over_not_kept(backend: Backend) {
+    let client = backend.client().await;
+    let other = backend.client().await;
     let name = unique_name("kept-handover");
     let lock = keeping(&client, &name, LONG);
     let writer = lock.write().await.unwrap();
@@ -207,6 +210,7 @@ async fn a_write_released_while_a_writer_waits_is_handed_over_not_kept() {
         "handed over by the release itself: {state:?}"
     );
     waiting.await.unwrap().unwrap().release().await.unwrap();
+}
 }
 
 on_both_backends! {

@@ -8,13 +8,14 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redis_rwlock::{Error, LockOptions};
+use redis_rwlock::{Error, LockMode, LockOptions};
 
 use common::{
     assert_entered_when_the_lease_ended, cluster_client, raw_cluster, shared_cluster, unique_name,
 };
 use tokio::time::{Instant, timeout};
 
+/// Redis-only: where keys land on the cluster's masters (hash slots).
 #[tokio::test]
 async fn locks_with_many_names_spread_over_all_masters_and_all_work() {
     let client = cluster_client().await;
@@ -32,6 +33,7 @@ async fn locks_with_many_names_spread_over_all_masters_and_all_work() {
     assert_eq!(masters.len(), 3, "24 names all landed on {masters:?}");
 }
 
+/// Redis-only: inspects the raw hash (its type, fields and expiry).
 #[tokio::test]
 async fn the_lock_is_one_hash_named_after_the_prefix_and_name() {
     let client = cluster_client().await;
@@ -59,6 +61,7 @@ async fn the_lock_is_one_hash_named_after_the_prefix_and_name() {
     writer.release().await.unwrap();
 }
 
+/// Redis-only: a key of another type (WRONGTYPE) exists only on a server.
 #[tokio::test]
 async fn a_key_of_another_type_gives_wrong_type_and_is_left_alone() {
     let client = cluster_client().await;
@@ -89,9 +92,10 @@ async fn a_key_of_another_type_gives_wrong_type_and_is_left_alone() {
     assert_eq!(ttl, -1, "the key of another type got an expiry");
 }
 
-#[tokio::test]
-async fn names_with_spaces_and_unicode_work() {
-    let client = cluster_client().await;
+on_both_backends! {
+async fn names_with_spaces_and_unicode_work(backend: Backend) {
+    let client = backend.client().await;
+    let other = backend.client().await;
     for name in ["with space", "ünïcödé ✓ 锁", "a:b/c", "\u{1F512}"] {
         let name = format!("{name}-{}", unique_name(""));
         let lock = client.rwlock(name.as_str());
@@ -99,10 +103,15 @@ async fn names_with_spaces_and_unicode_work() {
         assert!(matches!(lock.try_read().await, Err(Error::WouldBlock)));
         let key = format!("rwlock:{{{name}}}");
         assert_eq!(lock.key().unwrap(), key);
-        let owner: Option<String> = raw_cluster().await.hget(&key, "w:owner").await.unwrap();
-        assert!(owner.is_some(), "{name:?} is not stored under its own key");
+        // Another process sees this writer under this name.
+        let state = other.rwlock(name.as_str()).state().await.unwrap();
+        assert_eq!(state.mode(), Some(LockMode::Write), "{name:?}: {state:?}");
+        assert_eq!(state.fencing_token, writer.fencing_token(), "{name:?}");
         writer.release().await.unwrap();
+        let state = other.rwlock(name.as_str()).state().await.unwrap();
+        assert_eq!(state.mode(), None, "{name:?}: {state:?}");
     }
+}
 }
 
 on_both_backends! {
@@ -124,6 +133,7 @@ async fn names_with_braces_or_empty_are_invalid(backend: Backend) {
 }
 }
 
+/// Redis-only: the legacy layout (the in-memory store refuses it) and raw keys.
 #[tokio::test]
 async fn a_legacy_lock_keeps_its_state_in_a_hash_beside_its_read_key() {
     let client = cluster_client().await;
@@ -143,48 +153,41 @@ async fn a_legacy_lock_keeps_its_state_in_a_hash_beside_its_read_key() {
     writer.release().await.unwrap();
 }
 
-#[tokio::test]
-async fn the_readers_count_follows_the_reader_entries() {
-    let client = cluster_client().await;
-    let mut raw = raw_cluster().await;
+on_both_backends! {
+async fn the_readers_count_follows_the_reader_entries(backend: Backend) {
+    let client = backend.client().await;
     let lock = client.rwlock(unique_name("count"));
-    let key = lock.key().unwrap();
     let mut guards = Vec::new();
     for n in 1..=3 {
         // Holds of their own: a plain read would share the first.
         guards.push(lock.read_recursive().await.unwrap());
-        let counted: i64 = raw.hget(key, "readers").await.unwrap();
-        assert_eq!(counted, n);
+        assert_eq!(lock.state().await.unwrap().readers.len(), n);
     }
     guards.pop().unwrap().release().await.unwrap();
-    let counted: i64 = raw.hget(key, "readers").await.unwrap();
-    assert_eq!(counted, 2);
+    assert_eq!(lock.state().await.unwrap().readers.len(), 2);
     for guard in guards {
         guard.release().await.unwrap();
     }
-    let fields: Vec<String> = raw.hkeys(key).await.unwrap();
+    let state = lock.state().await.unwrap();
     assert!(
-        fields.is_empty(),
-        "the last reader left fields behind: {fields:?}"
+        state.mode().is_none() && state.readers.is_empty(),
+        "the last reader left something behind: {state:?}"
     );
 }
 
 /// Readers are judged by their count and latest deadline: a reader that never
 /// releases keeps the lock read-held until every counted reader's lease has ended,
-/// then stops counting, and the entry it left is swept away.
-#[tokio::test]
-async fn a_reader_that_never_releases_stops_counting_when_the_leases_end() {
-    let client = cluster_client().await;
-    let mut raw = raw_cluster().await;
+/// then stops counting.
+async fn a_reader_that_never_releases_stops_counting_when_the_leases_end(backend: Backend) {
+    let client = backend.client().await;
     let lease = Duration::from_millis(1500);
     let options = LockOptions::default().read_lease(lease).auto_renew(false);
     let lock = client.rwlock_with(unique_name("leftover"), options);
-    let key = lock.key().unwrap().to_owned();
     let crashed = lock.read().await.unwrap();
     let started = Instant::now();
     std::mem::forget(crashed); // never released: like a reader whose process died
     lock.read().await.unwrap().release().await.unwrap();
-    let counted: i64 = raw.hget(&key, "readers").await.unwrap();
+    let counted = lock.state().await.unwrap().readers.len();
     assert_eq!(counted, 1, "the vanished reader stopped counting too early");
     assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
 
@@ -193,6 +196,29 @@ async fn a_reader_that_never_releases_stops_counting_when_the_leases_end() {
         .unwrap()
         .unwrap();
     assert_entered_when_the_lease_ended(started.elapsed(), lease);
+    let state = lock.state().await.unwrap();
+    assert!(
+        state.readers.is_empty() && state.mode() == Some(LockMode::Write),
+        "the vanished reader still counts: {state:?}"
+    );
+    writer.release().await.unwrap();
+}
+}
+
+/// Redis-only: the vanished reader's entry is swept from the raw hash.
+#[tokio::test]
+async fn a_vanished_readers_entry_is_swept_from_the_hash() {
+    let client = cluster_client().await;
+    let mut raw = raw_cluster().await;
+    let lease = Duration::from_millis(1500);
+    let options = LockOptions::default().read_lease(lease).auto_renew(false);
+    let lock = client.rwlock_with(unique_name("swept"), options);
+    let key = lock.key().unwrap().to_owned();
+    std::mem::forget(lock.read().await.unwrap());
+    let writer = timeout(Duration::from_secs(10), lock.write())
+        .await
+        .unwrap()
+        .unwrap();
     let fields: Vec<String> = raw.hkeys(&key).await.unwrap();
     assert!(
         !fields.iter().any(|f| f.starts_with("r:") || f == "readers"),

@@ -21,7 +21,7 @@ mod recorded {
     use redis_rwlock::{Error, LockClient, LockOptions, RwLock};
     use tokio::time::{Instant, sleep, timeout};
 
-    use super::common::{cluster_client, shared_standalone, standalone_client, unique_name};
+    use super::common::{shared_standalone, standalone_client, unique_name};
 
     /// One test at a time: they share the recorder.
     static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -173,6 +173,25 @@ mod recorded {
         }
     }
 
+    /// Waits until counter `name` with `labels` reaches `n`: a guard's `lost()` wakes
+    /// its waiters just before the lost lease is counted (and its hold ends).
+    async fn until_counter(
+        recorded: &Mutex<Recorded>,
+        name: &str,
+        labels: &[(&str, &str)],
+        n: u64,
+    ) {
+        let until = Instant::now() + Duration::from_secs(5);
+        while look(recorded).counter(name, labels) < n {
+            assert!(
+                Instant::now() < until,
+                "{name} {labels:?} never reached {n}: {:?}",
+                look(recorded).all(name)
+            );
+            sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// Three reads at once and two writes: granted 3 and 2, as many waits and
     /// holds, the holds in the guards gauge while they last and none after.
     async fn grants_and_holds(client: LockClient) {
@@ -228,25 +247,28 @@ mod recorded {
         }
     }
 
+    // Redis-only: the standalone server deployment (the same body runs on both
+    // backends below).
     #[tokio::test]
     async fn grants_waits_and_holds_are_counted_on_a_single_server() {
         let _serial = SERIAL.lock().await;
         grants_and_holds(standalone_client().await).await;
     }
 
-    #[tokio::test]
-    async fn grants_waits_and_holds_are_counted_on_a_cluster() {
+    crate::on_both_backends! {
+    async fn grants_waits_and_holds_are_counted(backend: Backend) {
         let _serial = SERIAL.lock().await;
-        grants_and_holds(cluster_client().await).await;
+        grants_and_holds(backend.client().await).await;
+    }
     }
 
+    crate::on_both_backends! {
     /// A `try_write` that would block, a write that times out, one that waits and
     /// is granted, and one cancelled while it waits: each outcome once, the waiters
     /// gauge up while they wait and back to zero, the wait as long as it was.
-    #[tokio::test]
-    async fn refusals_timeouts_waits_and_cancellations_are_counted() {
+    async fn refusals_timeouts_waits_and_cancellations_are_counted(backend: Backend) {
         let _serial = SERIAL.lock().await;
-        let client = standalone_client().await;
+        let client = backend.client().await;
         let recorded = Recorded::start();
         let name = unique_name("metrics-outcomes");
         let lock = client.rwlock(&name).with_metrics_name();
@@ -319,13 +341,14 @@ mod recorded {
         assert_eq!(seen.samples(HOLD, &of(&lock, "read")).len(), 1);
         assert_eq!(seen.samples(HOLD, &of(&lock, "write")).len(), 1);
     }
+    }
 
+    crate::on_both_backends! {
     /// An upgradable read, a `try_upgrade` that would block, an upgrade, and a
     /// downgrade of another upgradable read: each hold in its own mode.
-    #[tokio::test]
-    async fn upgrades_and_downgrades_are_counted_in_their_modes() {
+    async fn upgrades_and_downgrades_are_counted_in_their_modes(backend: Backend) {
         let _serial = SERIAL.lock().await;
-        let client = standalone_client().await;
+        let client = backend.client().await;
         let recorded = Recorded::start();
         let lock = client
             .rwlock(unique_name("metrics-upgrade"))
@@ -385,14 +408,15 @@ mod recorded {
             0
         );
     }
+    }
 
+    crate::on_both_backends! {
     /// Renewals of a short lease, a lease lost to a forced release (found at the
     /// next renewal) and one that expired with `auto_renew` off: counted once each,
     /// the lost hold's duration recorded when it was lost, not again at release.
-    #[tokio::test]
-    async fn renewals_and_lost_leases_are_counted_with_their_cause() {
+    async fn renewals_and_lost_leases_are_counted_with_their_cause(backend: Backend) {
         let _serial = SERIAL.lock().await;
-        let client = standalone_client().await;
+        let client = backend.client().await;
         let recorded = Recorded::start();
         let lease = Duration::from_millis(600); // renewed every 200 ms
         let lock = client
@@ -416,9 +440,10 @@ mod recorded {
         timeout(Duration::from_secs(2), writer.lost())
             .await
             .expect("the next renewal finds the hold gone");
+        let gone = with(of(&lock, "write"), &[("cause", "gone")]);
+        until_counter(&recorded, LOST, &gone, 1).await;
         {
             let seen = look(&recorded);
-            let gone = with(of(&lock, "write"), &[("cause", "gone")]);
             assert_eq!(seen.counter(LOST, &gone), 1);
             assert_eq!(seen.counter(RENEWALS, &renewals("lost")), 1);
             assert_eq!(seen.counter(RENEWALS, &renewals("error")), 0);
@@ -440,21 +465,23 @@ mod recorded {
             .await
             .expect("the lease ends without renewals");
         drop(reader);
+        let expired = with(of(&lock, "read"), &[("cause", "expired")]);
+        until_counter(&recorded, LOST, &expired, 1).await;
 
         let seen = look(&recorded);
-        let expired = with(of(&lock, "read"), &[("cause", "expired")]);
         assert_eq!(seen.counter(LOST, &expired), 1);
         assert_eq!(seen.samples(HOLD, &of(&lock, "write")).len(), 1);
         assert_eq!(seen.samples(HOLD, &of(&lock, "read")).len(), 1);
         assert_eq!(seen.gauge(GUARDS, &of(&lock, "read")), 0.0);
     }
+    }
 
+    crate::on_both_backends! {
     /// Acquisitions a shutdown ends count as `shutdown`.
-    #[tokio::test]
-    async fn a_shutdown_ends_waiting_acquisitions_as_such() {
+    async fn a_shutdown_ends_waiting_acquisitions_as_such(backend: Backend) {
         let _serial = SERIAL.lock().await;
-        let holder = standalone_client().await;
-        let client = standalone_client().await;
+        let holder = backend.client().await;
+        let client = backend.client().await;
         let recorded = Recorded::start();
         let name = unique_name("metrics-shutdown");
         let writer = holder.rwlock(&name).write().await.unwrap();
@@ -473,11 +500,13 @@ mod recorded {
         assert_eq!(seen.counter(ACQUISITIONS, &shutdown), 1);
         assert_eq!(seen.gauge(WAITERS, &of(&lock, "read")), 0.0);
     }
+    }
 
     /// Scripts are counted by the way they were sent: FCALL for the hash layout's
     /// function library; EVALSHA for the legacy layout, and EVAL after the server
     /// answered NOSCRIPT (its script cache flushed). Without `with_metrics_name`,
-    /// a lock's metrics have no `lock` label.
+    /// a lock's metrics have no `lock` label. Redis-only: the script paths, NOSCRIPT
+    /// and the legacy layout.
     #[tokio::test]
     async fn scripts_are_counted_by_path_and_operation() {
         let _serial = SERIAL.lock().await;
@@ -552,6 +581,8 @@ mod recorded {
 /// cargo test --release --test metrics -- --ignored --nocapture client_cpu
 /// cargo test --release --features metrics --test metrics -- --ignored --nocapture client_cpu
 /// ```
+///
+/// Redis-only: a measurement against a server, for BENCHMARKS.md.
 #[test]
 #[ignore = "a measurement: run by hand, in release mode (see BENCHMARKS.md)"]
 fn client_cpu_per_acquire_and_release() {
@@ -675,20 +706,20 @@ mod cpu {
     }
 }
 
+on_both_backends! {
 /// The spans: a hold's renewals and its lost lease's warning run in its `hold`
 /// span (lock, mode, fencing token), and each release in a `release` span inside
 /// it. Captured by this binary's global subscriber (installed on first use: a
 /// subscriber of this thread alone can miss spans whose callsites other tests'
 /// threads register meanwhile), for this test's lock.
-#[tokio::test]
-async fn renewals_releases_and_lost_leases_nest_in_the_hold_span() {
+async fn renewals_releases_and_lost_leases_nest_in_the_hold_span(backend: Backend) {
     use std::time::Duration;
 
     use redis_rwlock::LockOptions;
     use spans::{Capture, Seen};
 
     let capture = Capture::global();
-    let client = common::standalone_client().await;
+    let client = backend.client().await;
     let name = common::unique_name("spans");
     let lock = client.rwlock_with(
         &name,
@@ -758,6 +789,7 @@ async fn renewals_releases_and_lost_leases_nest_in_the_hold_span() {
             "one release span in the {mode} hold: {seen:#?}"
         );
     }
+}
 }
 
 /// A `tracing` layer that keeps every span and event with its fields, and each

@@ -173,6 +173,7 @@ async fn waiter_behind_a_dead_writer(write_lease: Duration, behind: Behind) -> B
 /// (default 10 s lease): the writer behind it gets the lock within the place's
 /// lifetime and a re-check of the death, not after a second lifetime (the handed hold
 /// lasting a full place lifetime from the hand-over).
+/// Redis-only: the dead waiter is a child process (the CLI) killed with SIGKILL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_queued_writer_handed_the_lock_blocks_the_next_writer_no_longer_than_its_place() {
     let waited = waiter_behind_a_dead_writer(Duration::from_secs(10), Behind::Writer)
@@ -190,6 +191,7 @@ async fn a_dead_queued_writer_handed_the_lock_blocks_the_next_writer_no_longer_t
 /// and by a hold handed to it before the place lapsed, for about its lease (a
 /// waiting reader: and a re-check), not a whole 3.3 s place lifetime (plus a handed
 /// hold).
+/// Redis-only: the dead waiter is a child process (the CLI) killed with SIGKILL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_queued_writer_with_a_short_lease_blocks_readers_for_about_that_lease() {
     let write_lease = Duration::from_secs(2);

@@ -13,10 +13,10 @@ use std::time::Duration;
 
 use rand::RngExt;
 use redis::AsyncCommands;
-use redis_rwlock::{Error, FencedWrites, LockClient, RwLock};
+use redis_rwlock::{Error, FencedWrites, MemoryStore, RwLock};
 use tokio::time::{Instant, sleep};
 
-use common::{client_now_ms, raw_cluster, shared_cluster, unique_name};
+use common::{Backend, client_now_ms, raw_cluster, unique_name};
 
 /// The cached value is stale this long after its refresh.
 const STALE_AFTER_MS: i64 = 400;
@@ -50,14 +50,41 @@ fn parse(value: Option<String>) -> (u64, i64) {
         .unwrap_or((0, 0))
 }
 
-async fn refresher(lock: RwLock, cache: String, seen: Arc<Seen>, stop: Instant) {
-    let mut redis = raw_cluster().await;
+/// Where the refreshers read the cached value.
+enum Values {
+    Redis(redis::cluster_async::ClusterConnection),
+    Memory(MemoryStore),
+}
+
+impl Values {
+    async fn of(backend: &Backend) -> Self {
+        match backend.store() {
+            Some(store) => Values::Memory(store.clone()),
+            None => Values::Redis(raw_cluster().await),
+        }
+    }
+
+    async fn get(&mut self, key: &str) -> Option<String> {
+        match self {
+            Values::Redis(redis) => redis.get(key).await.unwrap(),
+            Values::Memory(store) => store.value(key).map(|v| String::from_utf8(v).unwrap()),
+        }
+    }
+}
+
+async fn refresher(
+    lock: RwLock,
+    cache: String,
+    seen: Arc<Seen>,
+    stop: Instant,
+    mut values: Values,
+) {
     while Instant::now() < stop {
         let pause = rand::rng().random_range(10..40);
         sleep(Duration::from_millis(pause)).await;
         let guard = lock.upgradable_read().await.unwrap();
         seen.checks.fetch_add(1, Ordering::Relaxed);
-        let (version, at) = parse(redis.get(&cache).await.unwrap());
+        let (version, at) = parse(values.get(&cache).await);
         if client_now_ms() - at <= STALE_AFTER_MS {
             guard.release().await.unwrap();
             continue;
@@ -101,8 +128,8 @@ async fn reader(lock: RwLock, seen: Arc<Seen>, stop: Instant) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn racing_refreshers_refresh_once_per_staleness_period_and_never_block_readers() {
+on_both_backends! {
+async fn racing_refreshers_refresh_once_per_staleness_period_and_never_block_readers(backend: Backend) {
     let name = unique_name("refresh-once");
     let cache = format!("cache:{{{name}}}");
     let seen = Arc::new(Seen::default());
@@ -111,17 +138,18 @@ async fn racing_refreshers_refresh_once_per_staleness_period_and_never_block_rea
     // cluster, which took 4 s of a 6 s run on a loaded machine.
     let mut refreshers = Vec::new();
     for _ in 0..REFRESHERS {
-        refreshers.push(LockClient::cluster(shared_cluster().urls()).await.unwrap());
+        refreshers.push((backend.client().await, Values::of(&backend).await));
     }
-    let readers = LockClient::cluster(shared_cluster().urls()).await.unwrap();
+    let readers = backend.client().await;
     let stop = Instant::now() + RUN;
     let mut tasks = Vec::new();
-    for client in &refreshers {
+    for (client, values) in refreshers {
         tasks.push(tokio::spawn(refresher(
             client.rwlock(&name),
             cache.clone(),
             seen.clone(),
             stop,
+            values,
         )));
     }
     for _ in 0..READERS {
@@ -172,4 +200,5 @@ async fn racing_refreshers_refresh_once_per_staleness_period_and_never_block_rea
         0,
         "readers were refused while only checks ran ({checks} checks, {reads} reads)"
     );
+}
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use redis_rwlock::{Error, LockOptions};
 use tokio::time::{Instant, timeout};
 
-use common::{LocalRedis, spawn_writer, standalone_client, unique_name, wait_for};
+use common::{LocalRedis, spawn_writer, unique_name, wait_for};
 
 on_both_backends! {
 async fn the_reads_of_one_client_share_one_hold_until_the_last_leaves(backend: Backend) {
@@ -50,10 +50,10 @@ async fn the_reads_of_one_client_share_one_hold_until_the_last_leaves(backend: B
 }
 }
 
-#[tokio::test]
-async fn another_client_and_a_recursive_read_hold_on_their_own() {
-    let client = standalone_client().await;
-    let other = standalone_client().await;
+on_both_backends! {
+async fn another_client_and_a_recursive_read_hold_on_their_own(backend: Backend) {
+    let client = backend.client().await;
+    let other = backend.client().await;
     let name = unique_name("shared-own");
     let lock = client.rwlock(&name);
     let reader = lock.read().await.unwrap();
@@ -73,6 +73,7 @@ async fn another_client_and_a_recursive_read_hold_on_their_own() {
         guard.release().await.unwrap();
     }
     assert!(lock.state().await.unwrap().is_free());
+}
 }
 
 on_both_backends! {
@@ -148,11 +149,11 @@ async fn a_writer_is_not_starved_by_a_process_whose_tasks_keep_reading(backend: 
 }
 }
 
+on_both_backends! {
 /// Every share learns that the hold was lost (here: an operator's forced release),
 /// and a read after that takes a new hold.
-#[tokio::test]
-async fn every_share_learns_that_the_hold_is_lost() {
-    let client = standalone_client().await;
+async fn every_share_learns_that_the_hold_is_lost(backend: Backend) {
+    let client = backend.client().await;
     let lease = Duration::from_secs(1);
     let name = unique_name("shared-lost");
     let lock = client.rwlock_with(&name, LockOptions::default().read_lease(lease));
@@ -174,12 +175,13 @@ async fn every_share_learns_that_the_hold_is_lost() {
     fresh.release().await.unwrap();
     assert!(lock.state().await.unwrap().is_free());
 }
+}
 
+on_both_backends! {
 /// Shares dropped without `release` leave like released ones: the last one's hold
 /// is released in the background.
-#[tokio::test]
-async fn dropped_shares_release_the_hold_with_the_last() {
-    let client = standalone_client().await;
+async fn dropped_shares_release_the_hold_with_the_last(backend: Backend) {
+    let client = backend.client().await;
     let lock = client.rwlock(unique_name("shared-drop"));
     let first = lock.read().await.unwrap();
     let second = lock.read().await.unwrap();
@@ -188,11 +190,12 @@ async fn dropped_shares_release_the_hold_with_the_last() {
     drop(second);
     wait_for(&lock, |s| s.is_free()).await;
 }
+}
 
 /// The client listens on a lock across its holds: the first shared hold subscribes
 /// and looks (one `HMGET`, one `SUBSCRIBE`); a later hold of the lock, within the
 /// few seconds the listening lingers, is shared at once and costs neither. Counted
-/// on a private server.
+/// on a private server. Redis-only: it counts the commands the server ran.
 #[tokio::test]
 async fn a_lock_read_over_and_over_subscribes_and_looks_once() {
     let server = Arc::new(LocalRedis::standalone());
@@ -237,13 +240,13 @@ async fn a_lock_read_over_and_over_subscribes_and_looks_once() {
     assert_eq!(counted("subscribe").await, 1, "one subscription");
 }
 
+on_both_backends! {
 /// A hold granted after a wait in line may have writers queued behind it (a batch
 /// of readers goes ahead of the writers that came after it): the client looks
 /// before a task joins it, also while it already listens on the lock.
-#[tokio::test]
-async fn a_hold_let_in_ahead_of_a_queued_writer_takes_no_share() {
-    let client = standalone_client().await;
-    let other = standalone_client().await;
+async fn a_hold_let_in_ahead_of_a_queued_writer_takes_no_share(backend: Backend) {
+    let client = backend.client().await;
+    let other = backend.client().await;
     let name = unique_name("shared-batch");
     let lock = client.rwlock(&name);
     // A shared hold: the client listens on the lock from now on.
@@ -272,4 +275,5 @@ async fn a_hold_let_in_ahead_of_a_queued_writer_takes_no_share() {
         .unwrap()
         .unwrap();
     writer.release().await.unwrap();
+}
 }

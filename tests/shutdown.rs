@@ -10,7 +10,7 @@ use redis_rwlock::{Error, LockOptions};
 use tokio::runtime::Handle;
 use tokio::time::timeout;
 
-use common::{capture_warnings, cluster_client, unique_name, wait_for, warnings_about};
+use common::{capture_warnings, unique_name, wait_for, warnings_about};
 
 on_both_backends! {
 async fn shutdown_frees_every_hold_and_withdraws_every_wait(backend: Backend) {
@@ -69,22 +69,26 @@ async fn shutdown_frees_every_hold_and_withdraws_every_wait(backend: Backend) {
 }
 }
 
+on_both_backends! {
 /// The pattern the README recommends: shut the client down, then return from `main`
 /// with a guard still in scope. The shutdown released its hold, so the guard's drop
 /// starts no second release (no task), and nothing warns that the runtime stopped
 /// before one ran. The same drop without the shutdown does both (the checks work).
-#[test]
-fn a_guard_dropped_after_shutdown_as_main_returns_sends_and_warns_nothing() {
+/// Each `main` runs on a thread and runtime of its own.
+async fn a_guard_dropped_after_shutdown_as_main_returns_sends_and_warns_nothing(backend: Backend) {
     capture_warnings();
     // As `#[tokio::main]` would: the guard drops at the end of the body, then the
     // runtime stops. Returns how many tasks the drop started.
     let exit_with_guard = |name: &str, shut_down: bool| {
+        let (backend, name) = (backend.clone(), name.to_owned());
+        std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
         runtime.block_on(async {
-            let client = cluster_client().await;
+            let client = backend.client().await;
+            let name = name.as_str();
             let guard = client.rwlock(name).write().await.unwrap();
             if shut_down {
                 client.shutdown(Duration::from_secs(5)).await.unwrap();
@@ -95,6 +99,9 @@ fn a_guard_dropped_after_shutdown_as_main_returns_sends_and_warns_nothing() {
             drop(guard);
             tasks() - before
         })
+        })
+        .join()
+        .unwrap()
     };
     let (clean, abrupt) = (
         unique_name("shutdown-exit"),
@@ -112,6 +119,7 @@ fn a_guard_dropped_after_shutdown_as_main_returns_sends_and_warns_nothing() {
         warnings.len() == 1 && warnings[0].contains("the runtime shut down before"),
         "{warnings:?}"
     );
+}
 }
 
 on_both_backends! {

@@ -18,6 +18,8 @@ async fn client() -> LockClient {
         .unwrap()
 }
 
+// Redis-only: the standalone server deployment (the semantics run on both backends
+// in the other test binaries).
 #[tokio::test]
 async fn readers_share_and_a_writer_excludes_on_a_single_server() {
     let client = client().await;
@@ -33,6 +35,8 @@ async fn readers_share_and_a_writer_excludes_on_a_single_server() {
     w.release().await.unwrap();
 }
 
+// Redis-only: the standalone server deployment (the semantics run on both backends
+// in the other test binaries).
 #[tokio::test]
 async fn a_waiter_on_a_single_server_is_woken_by_the_release() {
     let client = client().await;
@@ -55,6 +59,8 @@ async fn a_waiter_on_a_single_server_is_woken_by_the_release() {
     );
 }
 
+// Redis-only: the standalone server deployment (the semantics run on both backends
+// in the other test binaries).
 #[tokio::test]
 async fn leases_expire_on_a_single_server() {
     let client = client().await;

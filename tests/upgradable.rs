@@ -273,6 +273,7 @@ async fn a_lost_upgradable_hold_cannot_upgrade(backend: Backend) {
 }
 }
 
+/// Redis-only: clients of the original design work on the raw hash.
 #[tokio::test]
 async fn original_clients_see_a_read_hold_then_a_write_hold() {
     let client = cluster_client().await;
@@ -292,6 +293,7 @@ async fn original_clients_see_a_read_hold_then_a_write_hold() {
     writer.release().await.unwrap();
 }
 
+/// Redis-only: a standalone server and the legacy layout (refused in memory).
 #[tokio::test]
 async fn upgradable_reads_work_on_a_server_and_in_the_legacy_layout() {
     let client = standalone_client().await;
@@ -416,6 +418,7 @@ async fn an_upgrade_is_not_held_up_by_a_reader_that_vanished(backend: Backend) {
 /// of the lease after the grant) is sent too; both answers then come back
 /// together, and on two worker threads the renewal's may be read while the
 /// upgrade's is. A few rounds, since that order is up to the scheduler.
+/// Redis-only: CLIENT PAUSE.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_answered_right_after_the_upgrade_is_no_lost_lease() {
     capture_warnings();

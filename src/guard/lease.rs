@@ -93,19 +93,25 @@ impl Hold {
     /// The lease is lost for `cause`: says so once (a `warn` event in the hold's
     /// span), and the hold ends.
     pub(crate) fn mark_lost(&self, cause: LostCause) {
-        if self.lost.send_replace(true) {
-            return;
-        }
-        self.span.in_scope(|| {
-            tracing::warn!(
-                lock = self.lock.name(),
-                mode = self.holding.mode().as_str(),
-                cause = cause.as_str(),
-                "lease lost: {}",
-                cause.describe()
-            );
+        // Logged and counted before anyone waiting on `lost()` wakes (the watch
+        // notifies once the closure returns), so what they read next includes it.
+        self.lost.send_if_modified(|lost| {
+            if *lost {
+                return false;
+            }
+            *lost = true;
+            self.span.in_scope(|| {
+                tracing::warn!(
+                    lock = self.lock.name(),
+                    mode = self.holding.mode().as_str(),
+                    cause = cause.as_str(),
+                    "lease lost: {}",
+                    cause.describe()
+                );
+            });
+            self.holding.lost(cause);
+            true
         });
-        self.holding.lost(cause);
     }
 
     /// The client was shut down: the hold ends here (its release is the client's).

@@ -4,7 +4,7 @@
 
 use redis_rwlock::{LockClient, MemoryStore, RwLock};
 
-use super::{cluster_client, until_counted, until_subscribers};
+use super::{cluster_client, raw_cluster, until_counted, until_subscribers};
 
 /// Where a test's clients connect: each client of a test is a process of its own,
 /// and they all share the test's backend.
@@ -34,6 +34,34 @@ impl Backend {
                 let store = store.clone();
                 until_counted(n, move || store.subscribers(&channel)).await;
             }
+        }
+    }
+
+    /// The value at `key` (what a fenced write left there), if any: `GET` on the
+    /// cluster, [`MemoryStore::value`] in memory.
+    pub async fn value(&self, key: &str) -> Option<Vec<u8>> {
+        match self {
+            Backend::Cluster => {
+                let mut raw = raw_cluster().await;
+                redis::AsyncCommands::get(&mut raw, key)
+                    .await
+                    .expect("GET the value")
+            }
+            Backend::Memory(store) => store.value(key),
+        }
+    }
+
+    /// Deletes `lock`'s state behind its holders' backs, as an operator's `DEL` of
+    /// its key on the cluster would ([`MemoryStore::lose_holds`] in memory).
+    pub async fn delete_lock(&self, lock: &RwLock) {
+        match self {
+            Backend::Cluster => {
+                let mut raw = raw_cluster().await;
+                let _: () = redis::AsyncCommands::del(&mut raw, lock.key().expect("a usable lock"))
+                    .await
+                    .expect("DEL the lock");
+            }
+            Backend::Memory(store) => store.lose_holds(lock.name()),
         }
     }
 
