@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use redis_rwlock::{Error, Fairness, LockClient, LockOptions};
+use redis_rwlock::{Error, Fairness, LockClient, LockOptions, RwLock};
 use tokio::time::{Instant, timeout};
 
 use common::{
@@ -360,12 +360,7 @@ on_both_backends! {
 async fn readers_behind_a_writer_wait_in_line_and_its_release_lets_them_all_in(backend: Backend) {
     let clients = [backend.client().await, backend.client().await];
     let name = unique_name("readers-in-line");
-    // Each reader a hold of its own, as if each were another client's.
-    let unshared = LockOptions::default().share_reads(false);
-    let locks = [
-        clients[0].rwlock_with(&name, unshared.clone()),
-        clients[1].rwlock_with(&name, unshared),
-    ];
+    let locks = unshared_locks(&clients, &name);
     let writer = locks[0].write().await.unwrap();
     let mut readers = spawn_readers(&locks[0], 10);
     readers.extend(spawn_readers(&locks[1], 10));
@@ -429,12 +424,7 @@ async fn readers_in_line_cost_one_acquire_each_and_the_writers_release() {
         LockClient::standalone(server.url()).await.unwrap(),
     ];
     let name = unique_name("readers-in-line");
-    // Each reader a hold of its own, as if each were another client's.
-    let unshared = LockOptions::default().share_reads(false);
-    let locks = [
-        clients[0].rwlock_with(&name, unshared.clone()),
-        clients[1].rwlock_with(&name, unshared),
-    ];
+    let locks = unshared_locks(&clients, &name);
     let writer = locks[0].write().await.unwrap();
     let mut readers = spawn_readers(&locks[0], 1);
     readers.extend(spawn_readers(&locks[1], 1));
@@ -592,4 +582,13 @@ async fn a_nested_read_deadlocks_behind_a_queued_writer_unless_it_is_recursive(b
         .expect("the writer gets in after both reads")
         .unwrap();
 }
+}
+
+/// The lock `name` on each of two clients, each read a hold of its own, as if each
+/// reader were another client's.
+fn unshared_locks(clients: &[LockClient; 2], name: &str) -> [RwLock; 2] {
+    let unshared = LockOptions::default().share_reads(false);
+    clients
+        .each_ref()
+        .map(|client| client.rwlock_with(name, unshared.clone()))
 }
