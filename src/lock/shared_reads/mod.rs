@@ -225,7 +225,9 @@ impl SharedReads {
     fn enter(&self, lock: &RwLock, key: &str, wait: bool, waited_for_write: bool) -> Enter {
         let mut locks = self.locks();
         let entry = locks.entry(key.to_owned()).or_insert_with(Entry::new);
-        if let Some(writing) = entry.writing.as_ref().filter(|_| !waited_for_write) {
+        // A handle of the lock with reader preference does not wait for a writer.
+        let waits_for_writes = !waited_for_write && writer_preferred(lock);
+        if let Some(writing) = entry.writing.as_ref().filter(|_| waits_for_writes) {
             return Enter::AfterWrite(writing.clone());
         }
         match &entry.slot {
