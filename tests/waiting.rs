@@ -188,14 +188,8 @@ async fn a_waiter_is_woken_by_the_release_message_not_a_timer(backend: Backend) 
 
 on_both_backends! {
 async fn a_vanished_holder_is_replaced_soon_after_its_lease_ends(backend: Backend) {
-    let client = backend.client().await;
     let lease = Duration::from_secs(2);
-    let lock = client.rwlock_with(
-        unique_name("vanished"),
-        LockOptions::default().write_lease(lease).auto_renew(false),
-    );
-    let acquired = Instant::now();
-    std::mem::forget(lock.write().await.unwrap()); // no release, no message
+    let (lock, acquired) = vanished_writer(&backend, "vanished", lease).await;
     let next = timeout(lease * 3, lock.write()).await.unwrap().unwrap();
     let waited = acquired.elapsed();
     assert_entered_when_the_lease_ended(waited, lease);
@@ -387,14 +381,8 @@ async fn readers_behind_a_writer_wait_in_line_and_its_release_lets_them_all_in(b
 /// in once its lease ends: the first re-check after it lets the whole batch in,
 /// and tells the others.
 async fn readers_in_line_get_in_once_a_vanished_writers_lease_ends(backend: Backend) {
-    let client = backend.client().await;
     let lease = Duration::from_secs(2);
-    let lock = client.rwlock_with(
-        unique_name("in-line-vanished"),
-        LockOptions::default().write_lease(lease).auto_renew(false),
-    );
-    let acquired = Instant::now();
-    std::mem::forget(lock.write().await.unwrap());
+    let (lock, acquired) = vanished_writer(&backend, "in-line-vanished", lease).await;
     let readers = spawn_readers(&lock, 20);
     let guards = joined(readers, lease * 3).await;
     let waited = acquired.elapsed();
@@ -591,4 +579,21 @@ fn unshared_locks(clients: &[LockClient; 2], name: &str) -> [RwLock; 2] {
     clients
         .each_ref()
         .map(|client| client.rwlock_with(name, unshared.clone()))
+}
+
+/// A lock whose writer took the hold with `lease` and vanished (no renewal, no
+/// release, no message), and when it took it.
+async fn vanished_writer(
+    backend: &common::Backend,
+    name: &str,
+    lease: Duration,
+) -> (RwLock, Instant) {
+    let client = backend.client().await;
+    let lock = client.rwlock_with(
+        unique_name(name),
+        LockOptions::default().write_lease(lease).auto_renew(false),
+    );
+    let acquired = Instant::now();
+    std::mem::forget(lock.write().await.unwrap());
+    (lock, acquired)
 }

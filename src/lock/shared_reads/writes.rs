@@ -104,7 +104,7 @@ impl Drop for LocalWrite {
     }
 }
 
-/// Waits until the write `writing` is about ends: it is released (for a reader
+/// Waits until the write that `writing` follows ends: it is released (for a reader
 /// that came before that), its hold is lost, or it is over.
 pub(super) async fn wait_for(mut writing: Writing) {
     let late = matches!(*writing.borrow(), Phase::Released);
