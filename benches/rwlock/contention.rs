@@ -5,6 +5,9 @@
 //! - `contention_writers`: 2, 16 and 64 tasks take the write lock of one lock in a
 //!   loop;
 //! - `contention_readers`: 8, 64 and 256 tasks on one lock, 98% reads / 2% writes.
+//!   The same tasks also run on two locks with no Redis, to show what the order
+//!   itself allows: `tokio::sync::RwLock` ([`Impl::InProcess`]) and this crate on
+//!   its in-memory store ([`Impl::InMemory`]).
 //!
 //! Each hold is `sleep(1 ms)` (about 2 ms: the timer's tick). The tasks run for
 //! `contention_settle_secs` first (queues, subscriptions and polling reach their
@@ -37,6 +40,16 @@ impl Family {
     pub const ALL: [Family; 2] = [Family::Writers, Family::Readers];
     /// The implementations compared.
     pub const IMPLS: [Impl; 2] = [Impl::Ours, Impl::Original];
+
+    /// The implementations that run: [`Family::IMPLS`], and for the readers the
+    /// two with no Redis.
+    pub fn impls(self) -> Vec<Impl> {
+        let mut impls = Family::IMPLS.to_vec();
+        if self == Family::Readers {
+            impls.extend([Impl::InProcess, Impl::InMemory]);
+        }
+        impls
+    }
 
     /// Its `BENCH_SCENARIOS` name.
     pub fn id(self) -> &'static str {
@@ -132,6 +145,10 @@ impl Bench {
         let mut r = self.results.of(scenario, imp);
         r.put("acquisitions_per_s", "1/s", acquired as f64 / seconds);
         r.put("violations", "count", violations as f64);
+        if matches!(imp, Impl::InProcess | Impl::InMemory) {
+            // No server: nothing to read off the masters.
+            return;
+        }
         let (Ok(before), Ok(after)) = (before, after) else {
             self.note(format!("{scenario}: INFO on a master failed"));
             return;

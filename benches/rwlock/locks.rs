@@ -1,5 +1,7 @@
 //! The four implementations behind one interface: this crate, the original design
-//! (re-implemented here as a baseline), `rslock` (a mutex) and `rds_lock`.
+//! (re-implemented here as a baseline), `rslock` (a mutex) and `rds_lock`; and a
+//! fifth for reference, with no Redis at all: `tokio::sync::RwLock` shared by the
+//! benchmark's tasks, a fair lock whose every step is free.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -8,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis_rwlock::redis::{Script, cluster_async::ClusterConnection};
 use redis_rwlock::{
-    Error, LockClient, LockOptions, RwLock, RwLockReadGuard, RwLockWriteGuard,
+    Error, LockClient, LockOptions, MemoryStore, RwLock, RwLockReadGuard, RwLockWriteGuard,
     cluster_client_builder,
 };
 use tokio::time::{Instant, sleep};
@@ -20,6 +22,14 @@ pub enum Impl {
     Original,
     Rslock,
     RdsLock,
+    /// A reference, not a contender: `tokio::sync::RwLock` in the benchmark's
+    /// process, fair as this crate's default (writers in arrival order, a waiting
+    /// writer holds new readers back) and costing nothing. What it reaches is the
+    /// most any lock with that order can: only the contention scenarios run it.
+    InProcess,
+    /// A reference too: this crate on its in-memory store, the same protocol and
+    /// order with no network and no server. Only the contention scenarios run it.
+    InMemory,
 }
 
 impl Impl {
@@ -33,6 +43,8 @@ impl Impl {
             Impl::Original => "original design (baseline)",
             Impl::Rslock => "rslock 0.10 (mutex)",
             Impl::RdsLock => "rds_lock 1.0.5",
+            Impl::InProcess => "tokio::sync::RwLock (one process, no Redis)",
+            Impl::InMemory => "redis-rwlock on its in-memory store (no Redis)",
         }
     }
 
@@ -42,6 +54,8 @@ impl Impl {
             Impl::Original => "original",
             Impl::Rslock => "rslock",
             Impl::RdsLock => "rds_lock",
+            Impl::InProcess => "in_process",
+            Impl::InMemory => "in_memory",
         }
     }
 }
@@ -86,6 +100,8 @@ pub async fn cluster_connection(nodes: &[String]) -> Result<ClusterConnection, S
 /// Every client the scenarios use, connected once.
 pub struct Clients {
     pub ours: LockClient,
+    /// This crate on an in-memory store of its own ([`Impl::InMemory`]).
+    in_memory: LockClient,
     pub original: Original,
     /// `rslock` with one attempt per `lock()` (its try-lock).
     rslock_try: rslock::LockManager,
@@ -114,6 +130,7 @@ impl Clients {
             .map_err(|e| e.to_string())?;
         Ok(Clients {
             ours,
+            in_memory: LockClient::in_memory(&MemoryStore::new()),
             original,
             rslock_try,
             rslock_wait,
@@ -144,6 +161,8 @@ impl Clients {
             Impl::Original => Lock::Original(format!("orig:{{{name}}}").into()),
             Impl::Rslock => Lock::Rslock(format!("rslock:{{{name}}}").into()),
             Impl::RdsLock => Lock::Rds(format!("rds:{{{name}}}").into()),
+            Impl::InProcess => Lock::InProcess(name.into(), Arc::default()),
+            Impl::InMemory => Lock::Ours(self.in_memory.rwlock_with(name, options)),
         }
     }
 
@@ -161,6 +180,31 @@ impl Clients {
                     Error::Timeout => Refused::Timeout,
                     other => Refused::Failed(other.to_string()),
                 })
+            }
+            Lock::InProcess(_, lock) => {
+                let lock = lock.clone();
+                match (mode, wait) {
+                    (Mode::Read, Wait::Try) => lock
+                        .try_read_owned()
+                        .map(|guard| Held::InProcess(Box::new(guard)))
+                        .map_err(|_| Refused::WouldBlock),
+                    (Mode::Write, Wait::Try) => lock
+                        .try_write_owned()
+                        .map(|guard| Held::InProcess(Box::new(guard)))
+                        .map_err(|_| Refused::WouldBlock),
+                    (Mode::Read, Wait::Upto(limit)) => {
+                        tokio::time::timeout(limit, lock.read_owned())
+                            .await
+                            .map(|guard| Held::InProcess(Box::new(guard)))
+                            .map_err(|_| Refused::Timeout)
+                    }
+                    (Mode::Write, Wait::Upto(limit)) => {
+                        tokio::time::timeout(limit, lock.write_owned())
+                            .await
+                            .map(|guard| Held::InProcess(Box::new(guard)))
+                            .map_err(|_| Refused::Timeout)
+                    }
+                }
             }
             Lock::Original(key) => {
                 let stamp = self.original.acquire(key, mode, wait).await?;
@@ -227,6 +271,10 @@ impl Clients {
                 Ok(())
             }
             Held::Rds(unlock) => unlock.await,
+            Held::InProcess(guard) => {
+                drop(guard);
+                Ok(())
+            }
         }
     }
 }
@@ -242,14 +290,18 @@ pub enum Lock {
     Original(Arc<str>),
     Rslock(Arc<str>),
     Rds(Arc<str>),
+    /// Its name, and the lock.
+    InProcess(Arc<str>, Arc<tokio::sync::RwLock<()>>),
 }
 
 impl Lock {
-    /// The Redis key the lock lives in.
+    /// The Redis key the lock lives in (the in-process lock's name).
     pub fn key(&self) -> &str {
         match self {
             Lock::Ours(lock) => lock.key().expect("the benchmark's lock names are valid"),
-            Lock::Original(key) | Lock::Rslock(key) | Lock::Rds(key) => key,
+            Lock::Original(key) | Lock::Rslock(key) | Lock::Rds(key) | Lock::InProcess(key, _) => {
+                key
+            }
         }
     }
 }
@@ -265,6 +317,8 @@ pub enum Held {
     },
     Rslock(Box<rslock::Lock>),
     Rds(Pin<Box<dyn Future<Output = Result<(), String>> + Send>>),
+    /// Released when dropped.
+    InProcess(Box<dyn Send>),
 }
 
 /// The original design (docs/ORIGINAL_DESIGN.md, cluster version),

@@ -292,8 +292,8 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
         for family in Family::ALL {
             if on(family.id()) {
                 eprintln!("  contention: {}", family.title());
-                // Both implementations at each size before the next size.
-                let impls: Vec<Impl> = rotated(&Family::IMPLS, run)
+                // Every implementation at each size before the next size.
+                let impls: Vec<Impl> = rotated(&family.impls(), run)
                     .into_iter()
                     .filter(|i| use_impl(*i))
                     .collect();

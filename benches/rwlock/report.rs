@@ -1104,6 +1104,8 @@ fn color(imp: Impl) -> RGBColor {
         Impl::Original => RGBColor(0xd6, 0x27, 0x28),
         Impl::Rslock => RGBColor(0x2c, 0xa0, 0x2c),
         Impl::RdsLock => RGBColor(0xff, 0x7f, 0x0e),
+        Impl::InProcess => RGBColor(0x7f, 0x7f, 0x7f),
+        Impl::InMemory => RGBColor(0x94, 0x67, 0xbd),
     }
 }
 

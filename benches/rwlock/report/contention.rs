@@ -10,7 +10,7 @@ use super::{PlotResult, Spread, at, draw_legend, draw_spread, header, ratio_cell
 use crate::contention::{CONTENTION_HOLD, Family};
 use crate::locks::{Impl, Original};
 use crate::scenarios::Bench;
-use crate::stats::percentile;
+use crate::stats::{Results, percentile};
 
 /// One table per family that ran, with its flatness row.
 pub(super) fn tables(o: &mut String, b: &Bench) {
@@ -114,6 +114,50 @@ pub(super) fn tables(o: &mut String, b: &Bench) {
                     flat(original, "cpu_us_per_acq_all_masters")
                 ),
                 "-".into(),
+            ],
+        );
+        ceiling(o, r, family);
+    }
+}
+
+/// The readers' family beside two locks with no Redis, under the same tasks and
+/// holds: `tokio::sync::RwLock` in one process, and this crate on its in-memory
+/// store. What they reach is what the order and the holds allow.
+fn ceiling(o: &mut String, r: &Results, family: Family) {
+    let sizes = family.sizes();
+    let free = [Impl::InProcess, Impl::InMemory];
+    let rate = |s: &'static str, imp: Impl| r.get(s, imp, "acquisitions_per_s");
+    if !(0..sizes.len()).any(|i| {
+        free.iter()
+            .any(|&imp| rate(family.scenario(i), imp).is_some())
+    }) {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "\nThe same tasks and holds on two locks with no Redis, whose steps cost (next to) nothing: `tokio::sync::RwLock` shared in the benchmark's process (strict arrival order, so a waiting writer holds new readers back, as this crate's default does), and this crate on its in-memory store (the same protocol and order, no network). Their throughput is what the order and the holds allow.\n"
+    );
+    header(
+        o,
+        &[
+            "tasks",
+            "tokio::sync::RwLock acq/s",
+            "in-memory store acq/s",
+            "redis-rwlock / tokio::sync::RwLock",
+            "tokio::sync::RwLock / original",
+        ],
+    );
+    let [ours, original] = Family::IMPLS;
+    for (index, tasks) in sizes.iter().enumerate() {
+        let s = family.scenario(index);
+        row(
+            o,
+            &[
+                tasks.to_string(),
+                at(r, s, Impl::InProcess, "acquisitions_per_s"),
+                at(r, s, Impl::InMemory, "acquisitions_per_s"),
+                ratio_cell(ratios(rate(s, ours), rate(s, Impl::InProcess))),
+                ratio_cell(ratios(rate(s, Impl::InProcess), rate(s, original))),
             ],
         );
     }
