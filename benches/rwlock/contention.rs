@@ -46,7 +46,7 @@ impl Family {
     pub fn impls(self) -> Vec<Impl> {
         let mut impls = Family::IMPLS.to_vec();
         if self == Family::Readers {
-            impls.extend([Impl::InProcess, Impl::InMemory]);
+            impls.extend(Impl::REFERENCES);
         }
         impls
     }
@@ -145,7 +145,7 @@ impl Bench {
         let mut r = self.results.of(scenario, imp);
         r.put("acquisitions_per_s", "1/s", acquired as f64 / seconds);
         r.put("violations", "count", violations as f64);
-        if matches!(imp, Impl::InProcess | Impl::InMemory) {
+        if Impl::REFERENCES.contains(&imp) {
             // No server: nothing to read off the masters.
             return;
         }

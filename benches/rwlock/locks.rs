@@ -1,7 +1,7 @@
 //! The four implementations behind one interface: this crate, the original design
-//! (re-implemented here as a baseline), `rslock` (a mutex) and `rds_lock`; and a
-//! fifth for reference, with no Redis at all: `tokio::sync::RwLock` shared by the
-//! benchmark's tasks, a fair lock whose every step is free.
+//! (re-implemented here as a baseline), `rslock` (a mutex) and `rds_lock`; and two
+//! references with no Redis at all ([`Impl::REFERENCES`]): `tokio::sync::RwLock`
+//! shared by the benchmark's tasks, and this crate on its in-memory store.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -23,9 +23,9 @@ pub enum Impl {
     Rslock,
     RdsLock,
     /// A reference, not a contender: `tokio::sync::RwLock` in the benchmark's
-    /// process, fair as this crate's default (writers in arrival order, a waiting
-    /// writer holds new readers back) and costing nothing. What it reaches is the
-    /// most any lock with that order can: only the contention scenarios run it.
+    /// process, in strict arrival order (a waiting writer holds new readers back,
+    /// as this crate's default does), every step free: what that order and the
+    /// holds allow. Only the contention scenarios run it.
     InProcess,
     /// A reference too: this crate on its in-memory store, the same protocol and
     /// order with no network and no server. Only the contention scenarios run it.
@@ -36,6 +36,8 @@ impl Impl {
     pub const ALL: [Impl; 4] = [Impl::Ours, Impl::Original, Impl::Rslock, Impl::RdsLock];
     /// The implementations with a read mode.
     pub const RW: [Impl; 3] = [Impl::Ours, Impl::Original, Impl::RdsLock];
+    /// The references with no Redis.
+    pub const REFERENCES: [Impl; 2] = [Impl::InProcess, Impl::InMemory];
 
     pub fn label(self) -> &'static str {
         match self {
@@ -186,22 +188,22 @@ impl Clients {
                 match (mode, wait) {
                     (Mode::Read, Wait::Try) => lock
                         .try_read_owned()
-                        .map(|guard| Held::InProcess(Box::new(guard)))
+                        .map(Held::in_process)
                         .map_err(|_| Refused::WouldBlock),
                     (Mode::Write, Wait::Try) => lock
                         .try_write_owned()
-                        .map(|guard| Held::InProcess(Box::new(guard)))
+                        .map(Held::in_process)
                         .map_err(|_| Refused::WouldBlock),
                     (Mode::Read, Wait::Upto(limit)) => {
                         tokio::time::timeout(limit, lock.read_owned())
                             .await
-                            .map(|guard| Held::InProcess(Box::new(guard)))
+                            .map(Held::in_process)
                             .map_err(|_| Refused::Timeout)
                     }
                     (Mode::Write, Wait::Upto(limit)) => {
                         tokio::time::timeout(limit, lock.write_owned())
                             .await
-                            .map(|guard| Held::InProcess(Box::new(guard)))
+                            .map(Held::in_process)
                             .map_err(|_| Refused::Timeout)
                     }
                 }
@@ -319,6 +321,12 @@ pub enum Held {
     Rds(Pin<Box<dyn Future<Output = Result<(), String>> + Send>>),
     /// Released when dropped.
     InProcess(Box<dyn Send>),
+}
+
+impl Held {
+    fn in_process(guard: impl Send + 'static) -> Held {
+        Held::InProcess(Box::new(guard))
+    }
 }
 
 /// The original design (docs/ORIGINAL_DESIGN.md, cluster version),

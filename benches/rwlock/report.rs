@@ -1087,7 +1087,7 @@ pub fn json(b: &Bench, machine: &Machine) -> Value {
             "original": {"key_timeout_ms": Original::KEY_TIMEOUT_MS, "read_timeout_ms": Original::READ_TIMEOUT_MS,
                          "write_timeout_ms": Original::WRITE_TIMEOUT_MS, "poll_ms": Original::POLL.as_millis() as u64},
         },
-        "implementations": Impl::ALL.iter().map(|i| json!({"id": i.id(), "label": i.label()})).collect::<Vec<_>>(),
+        "implementations": Impl::ALL.iter().chain(&Impl::REFERENCES).map(|i| json!({"id": i.id(), "label": i.label()})).collect::<Vec<_>>(),
         "metrics": metrics,
         "sweep": sweep,
         "handoff_gap_distribution": gaps,

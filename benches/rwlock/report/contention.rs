@@ -125,10 +125,10 @@ pub(super) fn tables(o: &mut String, b: &Bench) {
 /// store. What they reach is what the order and the holds allow.
 fn ceiling(o: &mut String, r: &Results, family: Family) {
     let sizes = family.sizes();
-    let free = [Impl::InProcess, Impl::InMemory];
     let rate = |s: &'static str, imp: Impl| r.get(s, imp, "acquisitions_per_s");
     if !(0..sizes.len()).any(|i| {
-        free.iter()
+        Impl::REFERENCES
+            .iter()
             .any(|&imp| rate(family.scenario(i), imp).is_some())
     }) {
         return;
