@@ -444,7 +444,8 @@ function fast.renew(argv)
     return 1
   end
   local mine, _, last = fast.plain_reader(v, now, token, false)
-  if not mine or mine <= now or fast.line_in_the_way(v, false) then
+  -- With a line, the full way renews, and says that someone waits.
+  if not mine or mine <= now or v[14] then
     return nil, now, now_us
   end
   local deadline = max(now + lease, mine)

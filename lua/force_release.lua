@@ -1,7 +1,8 @@
 -- force_release.lua: an operator's break-glass: end every hold, whoever owns it.
 -- Queued writers keep their places (the first is handed the lock) and the fencing
--- counter is kept, so tokens still rise. Holders learn of it at their next renewal
--- (their lease is lost).
+-- counter is kept, so tokens still rise. Holders learn of it from the message `x`,
+-- published first (processes that listen on the lock: their shared or kept read
+-- holds), or at their next renewal (their lease is lost).
 -- KEYS[1]  the lock's state hash
 -- ARGV[1..3] common (see helpers.lua)
 -- Returns the number of holds removed (readers, the writer, original-design stamps).
@@ -61,5 +62,6 @@ layout.clear_all(s)
 s.nreaders, s.readers_until, s.gone, s.writer, s.writer_until = 0, 0, 0, nil, nil
 s.original_writer_until, s.original_reader_until = nil, nil
 s.mine, s.leftover, s.grouped = nil, nil, nil
+publish('x')
 settle(s)
 return removed

@@ -7,7 +7,10 @@
 -- ARGV[6]  'write' or 'read': the mode the caller holds in. A hold of the other mode
 --          is not touched (a write renewal that arrives after a downgrade must not
 --          re-lease the read hold with the write lease).
--- Returns 1 renewed, 0 the lease is lost: the hold is gone (expired, released, or
+-- Returns 1 renewed, 2 a read hold renewed while a writer or an upgrade waits (the
+--         lock's line or a pending upgrade exists: the holder's process then lets no
+--         more of its tasks join the hold; unlike a call-back message, this reply is
+--         never lost), 0 the lease is lost: the hold is gone (expired, released, or
 --         now in the other mode), or an original-design client holds beside it (it
 --         judged our stamp stale and entered; renewing would overwrite its stamp).
 bind(KEYS, ARGV)
@@ -29,4 +32,7 @@ elseif not write and reading(s) then
   renewed = 1
 end
 settle(s)
+if renewed == 1 and not write and (s.head or s.upgrade) then
+  renewed = 2
+end
 return renewed

@@ -344,6 +344,7 @@ impl Run<'_> {
                     granted: None,
                     new_grant: false,
                     recalled: false,
+                    evicted: false,
                 };
                 (Some(out), Some(self.call_plain(script, &args)?))
             }
@@ -359,6 +360,7 @@ impl Run<'_> {
                     granted: None,
                     new_grant: false,
                     recalled: false,
+                    evicted: false,
                 };
                 (
                     Some(out),
@@ -566,6 +568,9 @@ fn reached(
     {
         reached.push("a batch reader's share becomes its own hold");
     }
+    if matches!(step, Step::Renew(_, false)) && out.reply == Reply::Int(2) {
+        reached.push("a read renewal says a writer waits");
+    }
     if out.recalled {
         reached.push(match step {
             Step::Upgrade(..) => "readers called back by a waiting upgrade",
@@ -731,6 +736,14 @@ impl Run<'_> {
                 break;
             }
             got.push(payload);
+        }
+        // A forced release's `x` comes before everything else.
+        let evicted = got.first().is_some_and(|first| first == "x");
+        if evicted {
+            got.remove(0);
+        }
+        if evicted != out.evicted {
+            return Err(self.fail(format!("eviction: model {}, real {evicted}", out.evicted)));
         }
         // A batch's grant comes first; a batch seen for the first time pairs here.
         if let Some(batch) = out.granted {
@@ -1094,8 +1107,9 @@ fn step_token(step: Step) -> Option<Tok> {
 }
 
 /// The states the seeds together must reach, or the test proves less than it says.
-const MUST_REACH: [&str; 34] = [
+const MUST_REACH: [&str; 35] = [
     "readers called back by a waiting writer",
+    "a read renewal says a writer waits",
     "readers called back by a waiting upgrade",
     "a reader back in line after its batch's place lapsed",
     "a share whose reader's place lapsed ended by a writer's attempt",

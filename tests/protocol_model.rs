@@ -627,6 +627,92 @@ fn tasks_join_the_read_hold_a_write_leaves_and_a_queued_writer_calls_it_back() {
     check(cfg);
 }
 
+/// Shared reads when the process's subscription goes silent for good (a middlebox
+/// drops what the server sends on it, with no reset), as its tasks keep joining the
+/// read hold: no call-back reaches it, but the hold's renewal answers that a writer
+/// waits (lua/renew.lua), and the process lets no task join afterwards; a process
+/// that does not renew loses the hold at its lease instead. The writer waits at most
+/// WAIT_BEHIND_SILENT ticks. Without the renewal's answer (take out the `called_back`
+/// line in `take_reply`) the writer waits as long as tasks keep joining.
+#[test]
+fn a_silent_subscription_does_not_starve_a_writer() {
+    let mut cfg = base("1R process (4 joins)+1W, a silent subscription, the writer's wait bounded");
+    (cfg.readers, cfg.writers) = (1, 1);
+    cfg.shares = 4;
+    cfg.horizon = 10;
+    cfg.try_ops = false;
+    cfg.downgrade = false;
+    cfg.faults.silenced = 1;
+    cfg.wait_bound = Some(WAIT_BEHIND_SILENT);
+    cfg.bound_writers_only = true;
+    cfg.examples = vec![
+        "a writer waits while a process shares its read hold",
+        "a process whose subscription is silent learns that a writer waits",
+    ];
+    check(cfg);
+}
+
+/// The writer's bound behind a process whose subscription is silent (see above).
+const WAIT_BEHIND_SILENT: i64 = 6;
+
+/// Kept reads with a silent subscription: a reader process keeps its hold idle (up
+/// to 4 ticks from the first time it kept it, however often a task takes it up),
+/// its subscription goes silent, and a writer queues: the renewal's answer ends
+/// the kept hold, and the writer's wait stays within WAIT_BEHIND_SILENT ticks.
+#[test]
+fn a_silent_subscription_does_not_keep_a_writer_behind_a_kept_hold() {
+    let mut cfg =
+        base("1R process (2 joins, kept 4)+1W, a silent subscription, the writer's wait bounded");
+    (cfg.readers, cfg.writers) = (1, 1);
+    cfg.shares = 2;
+    cfg.keep = Some(4);
+    cfg.horizon = 9;
+    cfg.try_ops = false;
+    cfg.downgrade = false;
+    cfg.faults.silenced = 1;
+    cfg.wait_bound = Some(WAIT_BEHIND_SILENT);
+    cfg.bound_writers_only = true;
+    cfg.examples = vec!["a process whose subscription is silent learns that a writer waits"];
+    check(cfg);
+}
+
+/// A forced release while a process's tasks share its read hold: the release's
+/// message (`x`, lost or not) reaches the process, which marks the hold lost and
+/// lets no task join it afterwards (without that, "no task joins a read hold after
+/// its process heard of a forced release" has a counterexample: take out the `lost`
+/// line of `Action::TakeEviction`). A process that missed the message learns at its
+/// next renewal, as any holder does. Exclusion among unevicted holds throughout.
+#[test]
+fn a_forced_release_ends_a_shared_read_hold() {
+    let mut cfg = base("1R process (2 joins)+1W, a forced release, a lost message");
+    (cfg.readers, cfg.writers) = (1, 1);
+    cfg.shares = 2;
+    cfg.horizon = 6;
+    cfg.try_ops = false;
+    cfg.downgrade = false;
+    cfg.faults.forced_releases = 1;
+    cfg.faults.lost_messages = 1;
+    cfg.examples = vec!["a sharing process hears of a forced release"];
+    check(cfg);
+}
+
+/// The application drops every handle of a client that keeps its read hold idle
+/// (for up to 4 ticks): the hold ends before time moves on, so a writer is not kept
+/// waiting for the bound (take out `dropped_at` in `kept_hold_ends` and "a dropped
+/// client's kept read hold ends within a tick" has a counterexample).
+#[test]
+fn a_dropped_client_gives_its_kept_read_hold_back() {
+    let mut cfg = base("1R process (kept 4)+1W, the client dropped");
+    (cfg.readers, cfg.writers) = (1, 1);
+    cfg.keep = Some(4);
+    cfg.horizon = 6;
+    cfg.try_ops = false;
+    cfg.downgrade = false;
+    cfg.faults.dropped_clients = 1;
+    cfg.examples = vec!["the application drops a client that keeps its read hold"];
+    check(cfg);
+}
+
 fn env(name: &str, default: i64) -> i64 {
     std::env::var(name)
         .ok()
@@ -655,6 +741,8 @@ fn explore() {
         late_renewals: env("MODEL_FL", 0) as u8,
         errors: env("MODEL_FE", 0) as u8,
         forced_releases: env("MODEL_FX", 0) as u8,
+        silenced: env("MODEL_FS", 0) as u8,
+        dropped_clients: env("MODEL_FD", 0) as u8,
     };
     cfg.read_lease = env("MODEL_RL", d.read_lease);
     cfg.write_lease = env("MODEL_WL", d.write_lease);

@@ -106,7 +106,7 @@ impl Registration {
         live.entries().insert(
             id,
             Entry {
-                lock: lock.clone(),
+                lock: lock.internal(),
                 token: token.clone(),
                 kind,
             },

@@ -7,7 +7,8 @@ pub(crate) mod builder;
 pub(crate) mod live;
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::task::JoinSet;
@@ -48,6 +49,25 @@ use crate::{Error, LockOptions, RwLock};
 #[derive(Clone)]
 pub struct LockClient {
     pub(crate) inner: Arc<ClientInner>,
+    /// Counts the application's handles (clients, locks); `None` in the crate's own
+    /// copies (holds, registrations, background tasks), which keep the connections
+    /// but not the client's kept read holds (see [`UserHandle`]).
+    handle: Option<Arc<UserHandle>>,
+}
+
+/// The application's handles of a client, counted: when the last one goes, the
+/// client gives back the read holds it keeps idle ([`LockOptions::keep_reads`]),
+/// which nothing else would end before their bound. Guards need no handle: a held
+/// guard ends its own hold.
+pub(crate) struct UserHandle(Weak<ClientInner>);
+
+impl Drop for UserHandle {
+    fn drop(&mut self) {
+        if let Some(inner) = self.0.upgrade() {
+            inner.abandoned.store(true, Ordering::Relaxed);
+            inner.shared_reads.abandon();
+        }
+    }
 }
 
 pub(crate) struct ClientInner {
@@ -62,6 +82,8 @@ pub(crate) struct ClientInner {
     pub(crate) renewals: Renewals,
     /// The read holds this client's tasks share.
     pub(crate) shared_reads: SharedReads,
+    /// The application dropped its last handle ([`UserHandle`]).
+    abandoned: AtomicBool,
 }
 
 impl LockClient {
@@ -199,16 +221,36 @@ impl LockClient {
     }
 
     pub(crate) fn from_parts(conn: Connection, wakeups: Wakeups, limits: Limits) -> Self {
+        let inner = Arc::new(ClientInner {
+            conn: ScriptConnection::new(conn),
+            wakeups,
+            limits,
+            live: Live::new(),
+            renewals: Renewals::new(),
+            shared_reads: SharedReads::default(),
+            abandoned: AtomicBool::new(false),
+        });
+        let handle = Some(Arc::new(UserHandle(Arc::downgrade(&inner))));
+        LockClient { inner, handle }
+    }
+
+    /// A copy for the crate's own use, which does not count as the application's
+    /// handle ([`UserHandle`]).
+    pub(crate) fn internal(&self) -> LockClient {
         LockClient {
-            inner: Arc::new(ClientInner {
-                conn: ScriptConnection::new(conn),
-                wakeups,
-                limits,
-                live: Live::new(),
-                renewals: Renewals::new(),
-                shared_reads: SharedReads::default(),
-            }),
+            inner: self.inner.clone(),
+            handle: None,
         }
+    }
+
+    /// The application's handle, for a lock made from this client to carry.
+    pub(crate) fn handle(&self) -> Option<Arc<UserHandle>> {
+        self.handle.clone()
+    }
+
+    /// Whether the application dropped its last handle of the client.
+    pub(crate) fn is_abandoned(&self) -> bool {
+        self.inner.abandoned.load(Ordering::Relaxed)
     }
 
     /// The lock called `name`, with default options. No I/O.

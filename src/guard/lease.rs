@@ -22,7 +22,7 @@ use crate::guard::renewals::Renewal;
 use crate::lock::waiting::upgrade;
 use crate::metrics::{self, Holding, LostCause, Mode};
 use crate::protocol::token::Token;
-use crate::protocol::{Access, LockMode};
+use crate::protocol::{Access, LockMode, Renewed};
 use crate::{Error, FencedWrites, RwLock};
 
 /// A hold on the lock: its token, renewed from the client's renewal queue.
@@ -48,6 +48,13 @@ pub(crate) struct Hold {
     pub(crate) runtime: Handle,
     /// Turns true, once, when the lease is known lost.
     lost: watch::Sender<bool>,
+    /// Turns true, once, when a renewal of this read hold found a writer or an
+    /// upgrade waiting for the lock (the call-back no lost message can take away:
+    /// a shared hold then takes no new share, a kept one goes).
+    recalled: watch::Sender<bool>,
+    /// The last renewal failed (no answer, an error): until one succeeds, the
+    /// client cannot be sure the server still has the hold.
+    doubted: AtomicBool,
     /// The client's shutdown ended the hold and sent its release: the guard has
     /// nothing left to release.
     shut_down: AtomicBool,
@@ -149,6 +156,27 @@ impl Hold {
         !*self.lost.borrow() && Instant::now() < self.deadline()
     }
 
+    /// Whether the client is sure the server has the hold, as far as a client can
+    /// be without asking: held, its last renewal answered, and renewed within the
+    /// last half of the time it counts (renewals come every third of it).
+    pub(crate) fn is_confirmed(&self) -> bool {
+        let counts = self.lock.held_for(self.mode);
+        self.is_held()
+            && !self.doubted.load(Ordering::Relaxed)
+            && Instant::now() + counts / 2 < self.deadline()
+    }
+
+    /// Whether a renewal found a writer or an upgrade waiting (see `recalled`).
+    pub(crate) fn is_recalled(&self) -> bool {
+        *self.recalled.borrow()
+    }
+
+    /// Turns true once a renewal finds a writer or an upgrade waiting (and closes
+    /// when the hold goes); it keeps nothing of the hold alive.
+    pub(crate) fn recall_signal(&self) -> watch::Receiver<bool> {
+        self.recalled.subscribe()
+    }
+
     /// Resolves once the lease is known lost.
     pub(crate) async fn lost(&self) {
         let mut lost = self.lost.subscribe();
@@ -180,14 +208,23 @@ impl Hold {
         if sent >= deadline {
             return lost(LostCause::Unreachable);
         }
-        match timeout(deadline - sent, lock.renew_token(&self.token, mode)).await {
-            Ok(Ok(true)) => {
+        let renewed = timeout(deadline - sent, lock.renew_token(&self.token, mode)).await;
+        if !matches!(renewed, Ok(Ok(Renewed::Held | Renewed::WriterWaits))) {
+            self.doubted.store(true, Ordering::Relaxed);
+        }
+        match renewed {
+            Ok(Ok(renewed @ (Renewed::Held | Renewed::WriterWaits))) => {
                 self.extend(sent + lock.held_for(mode));
+                self.doubted.store(false, Ordering::Relaxed);
+                if renewed == Renewed::WriterWaits {
+                    self.recalled
+                        .send_if_modified(|recalled| !std::mem::replace(recalled, true));
+                }
                 metrics::renewal(label, metrics::Renewal::Renewed);
-                tracing::trace!(lock = lock.name(), ?mode, "renewed");
+                tracing::trace!(lock = lock.name(), ?mode, ?renewed, "renewed");
                 Ok(())
             }
-            Ok(Ok(false)) => {
+            Ok(Ok(Renewed::Lost)) => {
                 let mut moving = self.moving();
                 match *moving {
                     Moving::Staying => {
@@ -244,12 +281,15 @@ impl Lease {
             deadline: Mutex::new(sent + lasts),
             moving: Mutex::new(Moving::Staying),
             lost: watch::channel(false).0,
+            recalled: watch::channel(false).0,
+            doubted: AtomicBool::new(false),
             shut_down: AtomicBool::new(false),
             runtime: Handle::current(),
             holding: Holding::start(lock.metrics_label(), kind),
             span,
             mode: access.mode(),
-            lock,
+            // The crate's own copy: a hold keeps no handle of the application's.
+            lock: lock.internal(),
             token,
         });
         // A hold that counts less than usual (handed over) renews sooner the first time.
@@ -361,12 +401,7 @@ impl Lease {
             Err(_) => {
                 span.in_scope(|| tracing::debug!(lock = hold.lock.name(), mode = ?hold.mode, ?limit, "release unconfirmed; going on in the background"));
                 held.release_in_background();
-                Err(Error::Redis(redis::RedisError::from(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!(
-                        "the release was not confirmed within {limit:?}; it goes on in the background until the lease ends"
-                    ),
-                ))))
+                Err(release_unconfirmed(limit))
             }
         }
     }
@@ -460,6 +495,17 @@ impl Lease {
         hold.span.record("mode", Mode::Read.as_str());
         Ok(())
     }
+}
+
+/// What `release()` returns when the release was not confirmed within `limit`
+/// (`LockOptions::release_timeout`): it goes on in the background.
+pub(crate) fn release_unconfirmed(limit: Duration) -> Error {
+    Error::Redis(redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!(
+            "the release was not confirmed within {limit:?}; it goes on in the background until the lease ends"
+        ),
+    )))
 }
 
 /// An upgrade on its way. A renewal that finds the read hold gone meanwhile leaves

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use sync_wrapper::SyncFuture;
 
-use crate::client::LockClient;
+use crate::client::{LockClient, UserHandle};
 use crate::guard::lease::Lease;
 use crate::lock::options::check_name;
 use crate::lock::waiting::acquire;
@@ -92,9 +92,13 @@ pub struct RwLock {
     inner: Arc<LockInner>,
     /// The `lock` label of this handle's metrics (see [`RwLock::with_metrics_name`]).
     metrics: LockLabel,
+    /// The application's handle of the client; `None` in the crate's own copies
+    /// ([`RwLock::internal`]).
+    _handle: Option<Arc<UserHandle>>,
 }
 
 struct LockInner {
+    /// The crate's own copy: it does not count as the application's handle.
     client: LockClient,
     name: String,
     options: LockOptions,
@@ -162,8 +166,9 @@ impl RwLock {
         target: Result<Target, Error>,
     ) -> Self {
         RwLock {
+            _handle: client.handle(),
             inner: Arc::new(LockInner {
-                client,
+                client: client.internal(),
                 name,
                 options,
                 target: target.map_err(Unusable::from),
@@ -634,9 +639,19 @@ impl RwLock {
         &self.inner.client.inner.conn
     }
 
-    /// The client the lock was made by.
+    /// The client the lock was made by (the crate's own copy).
     pub(crate) fn client(&self) -> &LockClient {
         &self.inner.client
+    }
+
+    /// A copy for the crate's own use (a hold, a background task): it does not keep
+    /// the client's kept read holds alive once the application's handles are gone.
+    pub(crate) fn internal(&self) -> RwLock {
+        RwLock {
+            inner: self.inner.clone(),
+            metrics: self.metrics.clone(),
+            _handle: None,
+        }
     }
 
     /// The `lock` label of this handle's metrics (none unless opted in).

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use crate::error::ErrorChain;
 use crate::lock::waiting::intent_ttl;
 use crate::protocol::token::Token;
-use crate::protocol::{Access, Acquired, LockMode, Replicas};
+use crate::protocol::{Access, Acquired, LockMode, Renewed, Replicas};
 use crate::redis_backend::wakeups::{Interest, Listener};
 use crate::{Error, Fairness, FencedWrites, RwLock};
 
@@ -145,7 +145,11 @@ impl RwLock {
     }
 
     /// Renews `token`'s hold in `mode` for a full lease.
-    pub(crate) async fn renew_token(&self, token: &Token, mode: LockMode) -> Result<bool, Error> {
+    pub(crate) async fn renew_token(
+        &self,
+        token: &Token,
+        mode: LockMode,
+    ) -> Result<Renewed, Error> {
         let lease = self.lease(mode);
         self.target()?.renew(self.conn(), token, mode, lease).await
     }

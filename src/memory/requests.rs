@@ -12,7 +12,7 @@ use super::{MemoryStore, Pushes, State, micros};
 use crate::Error;
 use crate::protocol::engine::{self, Field, Outcome, Reply, Time, Tok, Val};
 use crate::protocol::token::Token;
-use crate::protocol::{Access, Acquired, LockMode, RawState, Replicas, Write};
+use crate::protocol::{Access, Acquired, LockMode, RawState, Renewed, Replicas, Write};
 
 /// A client's way to the store: its lock side, or its subscription side.
 #[derive(Clone)]
@@ -165,7 +165,7 @@ impl MemoryLink {
         token: &Token,
         mode: LockMode,
         lease: Duration,
-    ) -> Result<bool, Error> {
+    ) -> Result<Renewed, Error> {
         let token = tok(token);
         let write = mode == LockMode::Write;
         let out = self
@@ -173,7 +173,10 @@ impl MemoryLink {
                 engine::renew(h, p, now, token, micros(lease), write)
             })
             .await?;
-        Ok(out.reply == Reply::Int(1))
+        Ok(match out.reply {
+            Reply::Int(n) => Renewed::from_reply(n),
+            _ => Renewed::Lost,
+        })
     }
 
     pub(crate) async fn downgrade(
@@ -371,6 +374,9 @@ fn operate(
     if hash.fields.is_empty() {
         state.hashes.remove(key.hash);
         state.kept.remove(key.hash);
+    }
+    if out.evicted {
+        state.publish(key.channel, crate::redis_backend::wakeups::EVICTED);
     }
     if let Some(batch) = out.granted {
         state.publish(key.channel, &batch.to_string());

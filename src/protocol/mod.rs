@@ -35,6 +35,31 @@ pub(crate) enum Acquired {
     Lost,
 }
 
+/// The answer of a renewal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Renewed {
+    /// The hold is gone (or an original-design client holds beside it): the lease
+    /// is lost.
+    Lost,
+    /// Renewed.
+    Held,
+    /// A read hold renewed while a writer or an upgrade waits for the lock (its
+    /// line or a pending upgrade exists): the call-back that no lost message can
+    /// take away (`lock/shared_reads/`).
+    WriterWaits,
+}
+
+impl Renewed {
+    /// From the script's reply: 0, 1 or 2 (lua/renew.lua).
+    pub(crate) fn from_reply(reply: i64) -> Self {
+        match reply {
+            2 => Renewed::WriterWaits,
+            1 => Renewed::Held,
+            _ => Renewed::Lost,
+        }
+    }
+}
+
 /// What an acquisition asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Access {

@@ -11,8 +11,9 @@
 //!
 //! Messages are hints: pub/sub is at-most-once, so waiters also keep a re-check timer.
 //!
-//! The same channel carries writers' call-backs (`w`) to the processes whose tasks
-//! share a read hold ([`crate::lock::shared_reads`]); no waiter wants them.
+//! The same channel carries writers' call-backs (`w`) and forced releases (`x`) to
+//! the processes whose tasks share a read hold ([`crate::lock::shared_reads`]); no
+//! waiter wants them.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,6 +36,10 @@ pub(crate) const RESUBSCRIBED: &str = "~resubscribed";
 /// A waiting writer or upgrade calls back the readers that hold (lua/acquire_write.lua).
 pub(crate) const CALL_BACK: &str = "w";
 
+/// An operator's forced release ended every hold of the lock (lua/force_release.lua):
+/// the processes that listen on it lose their shared and kept read holds at once.
+pub(crate) const EVICTED: &str = "x";
+
 /// How long a channel stays subscribed after its last listener left.
 const LINGER: Duration = Duration::from_secs(5);
 
@@ -53,7 +58,7 @@ impl Interest {
     /// one it names (readers that do not defer to writers try on every message). A
     /// reader that waits in line then looks only for its own batch's grant.
     fn wants(&self, payload: &str) -> bool {
-        if payload == CALL_BACK {
+        if payload == CALL_BACK || payload == EVICTED {
             return false;
         }
         let named =
@@ -151,14 +156,17 @@ impl Wakeups {
         self.subscribe(channel, Some(interest)).await
     }
 
-    /// Starts listening on `channel` for writers' call-backs only, as
-    /// [`listen`](Self::listen) does.
+    /// Starts listening on `channel` for writers' call-backs (`w`), forced
+    /// releases (`x`) and [`RESUBSCRIBED`] only, as [`listen`](Self::listen) does.
     ///
     /// # Errors
     ///
-    /// As [`listen`](Self::listen).
+    /// [`Error::Redis`] when the channel could not be subscribed: unlike a waiter,
+    /// which has its re-check timer, the caller would not hear a call-back.
     pub(crate) async fn listen_for_call_backs(&self, channel: &str) -> Result<Listener, Error> {
-        self.subscribe(channel, None).await
+        let listener = self.hub.register(&self.hub, channel, None);
+        self.hub.sync(channel).await?;
+        Ok(listener)
     }
 
     async fn subscribe(
@@ -206,7 +214,9 @@ impl Hub {
             for mailbox in channel.listeners.values() {
                 let wanted = match &mailbox.interest {
                     Some(interest) => payload.as_ref() == RESUBSCRIBED || interest.wants(&payload),
-                    None => payload.as_ref() == CALL_BACK,
+                    // Listening for call-backs: also forced releases, and that
+                    // messages may have been lost.
+                    None => [CALL_BACK, EVICTED, RESUBSCRIBED].contains(&payload.as_ref()),
                 };
                 if wanted {
                     let _ = mailbox.sender.send(payload.clone());

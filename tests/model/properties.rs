@@ -5,9 +5,9 @@ use stateright::Property;
 
 use super::lua::{self, Reply, Tok};
 use super::system::{
-    Access, EVICTED_CAME_BACK, FENCE_NOT_RISING, FENCED_WRITE_WENT_BACK, HANDED_PAST_PLACE, Lock,
-    Mode, Phase, READER_PASSED_WAITING_WRITER, STRAY_RELEASE_CHANGED, State, WRITER_BEFORE_UPGRADE,
-    WRITER_JUMPED_QUEUE,
+    Access, EVICTED_CAME_BACK, FENCE_NOT_RISING, FENCED_WRITE_WENT_BACK, HANDED_PAST_PLACE,
+    JOINED_AFTER_EVICTION, Lock, Mode, Phase, READER_PASSED_WAITING_WRITER, STRAY_RELEASE_CHANGED,
+    State, WRITER_BEFORE_UPGRADE, WRITER_JUMPED_QUEUE,
 };
 
 impl Lock {
@@ -57,6 +57,19 @@ impl Lock {
             Property::always(
                 "a hold ended by a forced release is never renewed, upgraded or downgraded",
                 |_: &Lock, s: &State| s.violations & EVICTED_CAME_BACK == 0,
+            ),
+            Property::always(
+                "no task joins a read hold after its process heard of a forced release",
+                |_: &Lock, s: &State| s.violations & JOINED_AFTER_EVICTION == 0,
+            ),
+            Property::always(
+                "a dropped client's kept read hold ends within a tick",
+                |_: &Lock, s: &State| {
+                    s.clients.iter().all(|c| {
+                        c.dropped_at
+                            .is_none_or(|at| s.now <= at + 1 || c.kept_until.is_none())
+                    })
+                },
             ),
             Property::always(
                 "the readers' and the queue's summaries bound their entries",
@@ -228,6 +241,18 @@ impl Lock {
                     .iter()
                     .any(|c| c.kept_until.is_some() && c.called_back)
             }),
+            Property::sometimes(
+                "a process whose subscription is silent learns that a writer waits",
+                |_: &Lock, s: &State| s.clients.iter().any(|c| c.silent && c.called_back),
+            ),
+            Property::sometimes(
+                "a sharing process hears of a forced release",
+                |_: &Lock, s: &State| s.clients.iter().any(|c| c.told_evicted),
+            ),
+            Property::sometimes(
+                "the application drops a client that keeps its read hold",
+                |_: &Lock, s: &State| s.clients.iter().any(|c| c.dropped_at.is_some()),
+            ),
         ]
     }
 

@@ -7,8 +7,9 @@ use super::ModelTok as _;
 use super::lua::{self, Outcome, Reply, Time, Tok, Wake};
 use super::system::{
     Access, Action, Client, EVICTED_CAME_BACK, FENCE_NOT_RISING, FENCED_WRITE_WENT_BACK,
-    HANDED_PAST_PLACE, Inflight, Late, Lock, Mode, Op, Phase, READER_PASSED_WAITING_WRITER,
-    STRAY_RELEASE_CHANGED, State, Upgradable, WRITER_BEFORE_UPGRADE, WRITER_JUMPED_QUEUE, Wait,
+    HANDED_PAST_PLACE, Inflight, JOINED_AFTER_EVICTION, Late, Lock, Mode, Op, Phase,
+    READER_PASSED_WAITING_WRITER, STRAY_RELEASE_CHANGED, State, Upgradable, WRITER_BEFORE_UPGRADE,
+    WRITER_JUMPED_QUEUE, Wait,
 };
 use super::traces::describe;
 
@@ -18,8 +19,9 @@ impl Lock {
         if c.paused_until > s.now || c.phase == Phase::Crashed {
             return false;
         }
-        // Taking a call-back sends nothing: no turn needed.
-        if c.recall {
+        // Taking a call-back or a forced release's message sends nothing: no turn
+        // needed.
+        if c.recall || c.eviction_notice {
             return true;
         }
         if c.acted {
@@ -44,9 +46,10 @@ impl Lock {
         }
     }
 
-    /// A kept read hold goes when a writer called it back or its bound passed.
+    /// A kept read hold goes when a writer called it back (by a message or the
+    /// renewal's reply), its bound passed, or the application dropped the client.
     fn kept_hold_ends(&self, s: &State, c: &Client) -> bool {
-        c.called_back || c.kept_until.is_some_and(|until| s.now >= until)
+        c.called_back || c.dropped_at.is_some() || c.kept_until.is_some_and(|until| s.now >= until)
     }
 
     /// A plain read hold of a reader process (`Config::shares`), believed held; or,
@@ -77,7 +80,11 @@ impl Lock {
             return false;
         };
         let live = c.kept_until.is_some() || s.now < since + self.cfg.max_hold;
-        c.joins < self.cfg.shares && !c.called_back && live && self.shareable(s, i)
+        c.joins < self.cfg.shares
+            && !c.called_back
+            && c.dropped_at.is_none()
+            && live
+            && self.shareable(s, i)
     }
 
     /// The process's last share ended: it may keep the hold idle instead of
@@ -89,6 +96,7 @@ impl Lock {
         };
         self.cfg.keep.is_some()
             && c.kept_until.is_none()
+            && c.dropped_at.is_none()
             && s.now >= since + self.cfg.max_hold
             && !c.called_back
             && c.inflight.is_none()
@@ -311,7 +319,7 @@ impl Lock {
         if out.recalled {
             // Reaches the processes that listen: their read holds were shared or kept.
             for c in &mut s.clients {
-                if c.listening {
+                if c.listening && !c.silent {
                     c.recall = true;
                 }
             }
@@ -338,7 +346,7 @@ impl Lock {
     /// writer preference); a hand-over reaches the writer or upgrade it names. An
     /// upgrade waits for nothing else.
     fn deliver(&self, s: &mut State, wake: Wake) {
-        for c in &mut s.clients {
+        for c in s.clients.iter_mut().filter(|c| !c.silent) {
             let (token, access) = match c.phase {
                 Phase::Waiting { token, access, .. } => (token, access),
                 Phase::Holding { token, .. } if c.wait().is_some() => (token, Access::Upgrade),
@@ -585,6 +593,11 @@ impl Lock {
                     lost: !ok,
                     upgradable,
                 };
+                // A read renewal that says a writer waits calls the hold back, as
+                // a call-back message does, but cannot be lost (lua/renew.lua).
+                if op == Op::Renew && reply == Reply::Int(2) && mode == Mode::Read {
+                    c.called_back = true;
+                }
             }
             _ => {}
         }
@@ -719,6 +732,26 @@ impl Lock {
                 s.budget.lost_messages -= 1;
                 let c = &mut s.clients[i as usize];
                 (c.woken, c.handed, c.recall) = (false, None, false);
+                c.eviction_notice = false;
+            }
+            Action::Silence(i) => {
+                s.budget.silenced -= 1;
+                let c = &mut s.clients[i as usize];
+                (c.silent, c.woken, c.handed, c.recall) = (true, false, None, false);
+                c.eviction_notice = false;
+            }
+            Action::TakeEviction(i) => {
+                let c = &mut s.clients[i as usize];
+                c.eviction_notice = false;
+                if let Phase::Holding { lost, .. } = &mut c.phase {
+                    // The process marks its shared or kept read hold lost.
+                    c.told_evicted = true;
+                    *lost = true;
+                }
+            }
+            Action::DropClient(i) => {
+                s.budget.dropped_clients -= 1;
+                s.clients[i as usize].dropped_at = Some(now);
             }
             Action::TakeHanded(i) => self.take_handed(&mut s, i)?,
             Action::TakeRecall(i) => {
@@ -726,6 +759,9 @@ impl Lock {
                 (c.recall, c.called_back) = (false, true);
             }
             Action::Join(i) => {
+                if s.clients[i as usize].told_evicted {
+                    s.violations |= JOINED_AFTER_EVICTION;
+                }
                 let c = &mut s.clients[i as usize];
                 if let Phase::Holding { since, .. } = &mut c.phase {
                     *since = now;
@@ -756,6 +792,7 @@ impl Lock {
             );
             if !read {
                 (c.listening, c.recall, c.called_back, c.kept_until) = (false, false, false, None);
+                (c.eviction_notice, c.told_evicted) = (false, false);
             }
         }
         self.note_grantable(&mut s);
@@ -887,6 +924,10 @@ impl Lock {
         for c in &mut s.clients {
             if matches!(c.phase, Phase::Holding { .. }) || c.handed.is_some() {
                 c.evicted = true;
+            }
+            // `x`, published first, reaches the processes that listen on the lock.
+            if out.evicted && c.listening && !c.silent {
+                c.eviction_notice = true;
             }
         }
         if let Some(note) = note {

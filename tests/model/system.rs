@@ -84,6 +84,13 @@ pub struct Faults {
     /// slow node): at any later tick, also after the guard moved on (downgraded,
     /// released) and its renewal task was stopped.
     pub late_renewals: u8,
+    /// A listening process's subscription goes silent for good (a middlebox drops
+    /// what the server sends on it, with no reset): every later message to it is
+    /// lost, while its scripts' replies still arrive.
+    pub silenced: u8,
+    /// The application drops every handle of a process that keeps its read hold
+    /// idle (`LockClient`'s last handle).
+    pub dropped_clients: u8,
 }
 
 /// What the checker explores.
@@ -368,17 +375,27 @@ pub struct Client {
     pub called_back: bool,
     /// Its read hold is kept idle (no share) until this tick.
     pub kept_until: Option<Time>,
+    /// Its subscription is silent (`Faults::silenced`): no message reaches it.
+    pub silent: bool,
+    /// A forced release's message (`x`) arrived and was not taken yet.
+    pub eviction_notice: bool,
+    /// It took a forced release's message while it held.
+    pub told_evicted: bool,
+    /// The application dropped its last handle of the process at this tick.
+    pub dropped_at: Option<Time>,
 }
 
 /// Violations recorded when they happen (bits of `State::violations`).
-pub const FENCE_NOT_RISING: u8 = 1;
-pub const STRAY_RELEASE_CHANGED: u8 = 2;
-pub const FENCED_WRITE_WENT_BACK: u8 = 4;
-pub const WRITER_JUMPED_QUEUE: u8 = 8;
-pub const READER_PASSED_WAITING_WRITER: u8 = 16;
-pub const WRITER_BEFORE_UPGRADE: u8 = 32;
-pub const HANDED_PAST_PLACE: u8 = 64;
-pub const EVICTED_CAME_BACK: u8 = 128;
+pub const FENCE_NOT_RISING: u16 = 1;
+pub const STRAY_RELEASE_CHANGED: u16 = 2;
+pub const FENCED_WRITE_WENT_BACK: u16 = 4;
+pub const WRITER_JUMPED_QUEUE: u16 = 8;
+pub const READER_PASSED_WAITING_WRITER: u16 = 16;
+pub const WRITER_BEFORE_UPGRADE: u16 = 32;
+pub const HANDED_PAST_PLACE: u16 = 64;
+pub const EVICTED_CAME_BACK: u16 = 128;
+/// A task joined a read hold after its process took the forced release's message.
+pub const JOINED_AFTER_EVICTION: u16 = 256;
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct State {
@@ -392,7 +409,7 @@ pub struct State {
     pub max_fence: i64,
     /// Largest fence a fenced write was accepted with.
     pub max_written: i64,
-    pub violations: u8,
+    pub violations: u16,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -420,6 +437,12 @@ pub enum Action {
     Join(u8),
     /// A reader process whose last share ended keeps its hold idle.
     Keep(u8),
+    /// A listening process's subscription goes silent for good.
+    Silence(u8),
+    /// A process takes the forced release's message that arrived for it.
+    TakeEviction(u8),
+    /// The application drops every handle of a process that keeps its hold idle.
+    DropClient(u8),
     Failover,
     /// An original-design client acquires (when idle) or releases.
     Original(u8),
@@ -556,6 +579,10 @@ impl Model for Lock {
             recall: false,
             called_back: false,
             kept_until: None,
+            silent: false,
+            eviction_notice: false,
+            told_evicted: false,
+            dropped_at: None,
         };
         vec![State {
             now: 0,
@@ -620,12 +647,22 @@ impl Model for Lock {
             if s.budget.pauses > 0 && busy && c.paused_until <= s.now {
                 actions.push(Action::Pause(id));
             }
-            if s.budget.lost_messages > 0 && (c.woken || c.handed.is_some() || c.recall) {
+            let message = c.woken || c.handed.is_some() || c.recall || c.eviction_notice;
+            if s.budget.lost_messages > 0 && message {
                 actions.push(Action::LoseWakeup(id));
+            }
+            if s.budget.silenced > 0 && c.listening && !c.silent {
+                actions.push(Action::Silence(id));
+            }
+            if s.budget.dropped_clients > 0 && c.kept_until.is_some() && c.dropped_at.is_none() {
+                actions.push(Action::DropClient(id));
             }
             if c.paused_until <= s.now {
                 if c.recall {
                     actions.push(Action::TakeRecall(id));
+                }
+                if c.eviction_notice {
+                    actions.push(Action::TakeEviction(id));
                 }
                 if self.may_join(s, i) {
                     actions.push(Action::Join(id));

@@ -38,6 +38,9 @@ impl Lock {
                 Action::TakeRecall(i) => Action::TakeRecall(map(i)),
                 Action::Join(i) => Action::Join(map(i)),
                 Action::Keep(i) => Action::Keep(map(i)),
+                Action::Silence(i) => Action::Silence(map(i)),
+                Action::TakeEviction(i) => Action::TakeEviction(map(i)),
+                Action::DropClient(i) => Action::DropClient(map(i)),
                 Action::Original(i) => Action::Original(map(i)),
                 Action::SendLateRenewal(i) => Action::SendLateRenewal(map(i)),
                 Action::LateRenewalArrives(i) => Action::LateRenewalArrives(map(i)),
@@ -97,6 +100,9 @@ impl Lock {
             Action::TakeRecall(i) => format!("{} takes a writer's call-back", who(i)),
             Action::Join(i) => format!("another task of {} shares its read hold", who(i)),
             Action::Keep(i) => format!("{} keeps its read hold, idle", who(i)),
+            Action::Silence(i) => format!("{}'s subscription goes silent", who(i)),
+            Action::TakeEviction(i) => format!("{} takes the forced release's message", who(i)),
+            Action::DropClient(i) => format!("the application drops {}'s client", who(i)),
             Action::Failover => "failover: the last script's writes are lost".into(),
             Action::Original(i) => who(i),
             Action::SendLateRenewal(i) => format!(
@@ -236,6 +242,15 @@ impl Lock {
             }
             if c.called_back {
                 extra.push_str(", called back");
+            }
+            if c.silent {
+                extra.push_str(", its subscription silent");
+            }
+            if c.eviction_notice {
+                extra.push_str(", a forced release's message arrived");
+            }
+            if let Some(at) = c.dropped_at {
+                let _ = write!(extra, ", its client dropped at t={at}");
             }
             if let Some(f) = c.inflight {
                 let _ = write!(extra, ", awaiting a resend of {}", op_name(f.op));

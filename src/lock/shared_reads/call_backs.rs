@@ -19,13 +19,28 @@
 //! kept hold is released at once. A call-back that is lost is sent again at the
 //! writer's next attempt, within a re-check period (about a second). A lone reader
 //! pays nothing for this: no subscription, no look.
+//!
+//! Messages can fail silently (a middlebox that drops what the server sends on an
+//! idle subscription, with no reset), so they are only the fast path. The hold's
+//! renewal, every third of its lease, answers whether a writer or an upgrade waits
+//! (lua/renew.lua), and that answer calls the hold back as a message does
+//! (`Hold::is_recalled`): a writer waits for a process's shares at most one renewal
+//! period after it queued, plus the shares that joined before. When the
+//! subscription was restored after a break ([`RESUBSCRIBED`]) a call-back may have
+//! been lost, so the hold is called back too; a subscription that cannot be made
+//! calls the hold back at once.
+//!
+//! The same subscription hears an operator's forced release (`x`, published before
+//! anything else the release sends): the hold is marked lost at once (every share's
+//! `lost()` fires) and no task joins it.
 
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use super::{Entry, SharedReads, Slot};
 use crate::error::ErrorChain;
-use crate::redis_backend::wakeups::CALL_BACK;
+use crate::metrics::LostCause;
+use crate::redis_backend::wakeups::{CALL_BACK, EVICTED, RESUBSCRIBED};
 use crate::{Error, RwLock};
 
 /// Whether the client hears writers' call-backs for a lock.
@@ -64,7 +79,7 @@ impl Starting {
         let (done, started) = watch::channel(());
         entry.listening = Listening::Starting(started.clone());
         Starting {
-            lock: lock.clone(),
+            lock: lock.internal(),
             key: key.to_owned(),
             started,
             _done: done,
@@ -105,12 +120,29 @@ impl Starting {
         let channel = &lock.target()?.channel;
         let wakeups = &lock.client().inner.wakeups;
         let mut listener = wakeups.listen_for_call_backs(channel).await?;
-        let (lock, key) = (lock.clone(), self.key.clone());
+        let (lock, key) = (lock.internal(), self.key.clone());
         let task = tokio::spawn(async move {
+            let reads = &lock.client().inner.shared_reads;
             loop {
-                if *listener.recv().await == *CALL_BACK {
-                    tracing::debug!(lock = lock.name(), "a writer called the read hold back");
-                    lock.client().inner.shared_reads.call_back(&key);
+                let message = listener.recv().await;
+                match &*message {
+                    CALL_BACK => {
+                        tracing::debug!(lock = lock.name(), "a writer called the read hold back");
+                        reads.call_back(&key);
+                    }
+                    // The subscription lapsed: a call-back may have been lost.
+                    RESUBSCRIBED => {
+                        tracing::debug!(
+                            lock = lock.name(),
+                            "call-backs may have been lost; the read hold takes no more shares"
+                        );
+                        reads.call_back(&key);
+                    }
+                    EVICTED => {
+                        tracing::debug!(lock = lock.name(), "a forced release ended the read hold");
+                        reads.evicted(&key);
+                    }
+                    _ => {}
                 }
             }
         });
@@ -154,6 +186,26 @@ impl SharedReads {
                     );
                     drop(self.give_back(&mut locks, &shared, &mut state));
                 }
+            }
+            Some(Slot::Asking(_)) => entry.recalled = true,
+            None => {}
+        }
+    }
+
+    /// An operator's forced release ended every hold of the lock: the hold new
+    /// readers would join is lost (every share's `lost()` fires, and no new share
+    /// joins it), and the one a task is asking for is called back.
+    pub(super) fn evicted(&self, key: &str) {
+        let mut locks = self.locks();
+        let Some(entry) = locks.get_mut(key) else {
+            return;
+        };
+        match &entry.slot {
+            Some(Slot::Held(shared)) => {
+                let shared = shared.clone();
+                shared.hold.mark_lost(LostCause::Gone);
+                let mut state = shared.state();
+                drop(self.give_back(&mut locks, &shared, &mut state));
             }
             Some(Slot::Asking(_)) => entry.recalled = true,
             None => {}

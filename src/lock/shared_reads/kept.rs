@@ -4,9 +4,12 @@
 //!
 //! A kept hold listens for call-backs (`call_backs.rs`: it subscribes and looks
 //! once, in the background, unless the client listens on the lock already) and is
-//! released at once when a writer calls it back, or at the bound, whichever comes
-//! first; a `write()` (or upgrade) on this client gives it back before asking
-//! (`call_backs::make_way`). To everyone else it is a hold like any other.
+//! released at once when a writer calls it back (by a message, or by the answer of
+//! the hold's renewal), or at the bound, whichever comes first; the bound counts
+//! from the first time the hold was kept, however often reads take it up and leave
+//! it again. A `write()` (or upgrade) on this client gives it back before asking
+//! (`call_backs::make_way`), and so does dropping the client's last handle
+//! (`SharedReads::abandon`). To everyone else it is a hold like any other.
 //!
 //! A kept hold that stays idle for a tenth of a second is marked so in the lock's
 //! hash, for people and tools (`state()`, the CLI): a `k:<token>` field, set with
@@ -33,7 +36,7 @@ use super::call_backs::{Listening, Starting, writer_waits};
 use super::writes::LocalWrite;
 use super::{Entry, Share, Shared, Slot, State, shareable};
 use crate::error::ErrorChain;
-use crate::guard::lease::Lease;
+use crate::guard::lease::{Lease, release_unconfirmed};
 use crate::{Error, RwLock};
 
 /// How long a kept hold is idle before its `k:` field marks it so.
@@ -55,24 +58,34 @@ impl Shared {
         let Some(entry) = locks.get_mut(key).filter(|entry| entry.holds(self)) else {
             return false;
         };
-        let closed = lock.client().inner.live.is_closed();
-        if state.lease.is_none() || state.called_back || !self.hold.is_held() || closed {
+        let client = lock.client();
+        let closed = client.inner.live.is_closed() || client.is_abandoned();
+        if state.lease.is_none() || self.called_back(state) || !self.hold.is_confirmed() || closed {
             return false;
         }
         let since = Instant::now();
+        let ends = *state.first_kept.get_or_insert(since) + bound;
+        if ends <= since {
+            return false;
+        }
         state.kept = Some(since);
         let shared = Arc::downgrade(self);
+        let mut recalled = self.hold.recall_signal();
         self.hold.runtime.spawn(async move {
-            if bound > MARK_AFTER {
+            if ends > since + MARK_AFTER {
                 tokio::time::sleep_until(since + MARK_AFTER).await;
                 let Some(held) = shared.upgrade() else {
                     return;
                 };
                 held.mark(since).await;
             }
-            tokio::time::sleep_until(since + bound).await;
+            // At the bound, or when a renewal finds a writer waiting.
+            tokio::select! {
+                () = tokio::time::sleep_until(ends) => {}
+                _ = recalled.wait_for(|recalled| *recalled) => {}
+            }
             if let Some(shared) = shared.upgrade() {
-                shared.kept_too_long(since);
+                shared.stop_keeping(since);
             }
         });
         if matches!(entry.listening, Listening::No) {
@@ -108,9 +121,9 @@ impl Shared {
         }
     }
 
-    /// The hold kept since `since` reached its bound: released, unless a read took
-    /// it up meanwhile.
-    fn kept_too_long(self: &Arc<Self>, since: Instant) {
+    /// The hold kept since `since` reached its bound, or was called back by its
+    /// renewal: released, unless a read took it up meanwhile.
+    fn stop_keeping(self: &Arc<Self>, since: Instant) {
         let reads = &self.hold.lock.client().inner.shared_reads;
         let mut locks = reads.locks();
         let mut state = self.state();
@@ -146,6 +159,18 @@ pub(crate) async fn release_keeping(
     lease: Lease,
     writing: Option<LocalWrite>,
 ) -> Result<(), Error> {
+    // Bounded as any release: past the limit, what is left goes on in the
+    // background (a downgrade not known done releases the hold as it drops; a kept
+    // share, as it leaves).
+    let Some(limit) = lease.hold().map(|hold| hold.lock.options().release_timeout) else {
+        return Ok(());
+    };
+    tokio::time::timeout(limit, keeping(lease, writing))
+        .await
+        .unwrap_or_else(|_| Err(release_unconfirmed(limit)))
+}
+
+async fn keeping(lease: Lease, writing: Option<LocalWrite>) -> Result<(), Error> {
     let read = match lease.downgrade().await {
         Ok(read) => read,
         // Released on the way out.

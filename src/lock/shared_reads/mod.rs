@@ -11,7 +11,10 @@
 //!
 //! Writers are never starved by a process's readers: a writer that waits calls the
 //! holds back, and a hold called back admits no new share under writer preference
-//! (`call_backs.rs`). A read that comes while a task of this client writes the lock
+//! (`call_backs.rs`); the hold's renewal says so too, where a message can be lost.
+//! No task joins a hold the client cannot be sure the server still has: its last
+//! renewal failed or is overdue (`Hold::is_confirmed`), or a forced release was
+//! heard; such a reader asks the server, as a lone reader does. A read that comes while a task of this client writes the lock
 //! waits for that write here and joins the read hold its release keeps, when the
 //! client keeps reads (`writes.rs`, `kept.rs`).
 //!
@@ -65,6 +68,9 @@ struct Entry {
     recalled: bool,
     /// When the slot emptied: the entry goes `LINGER` later unless used again.
     idle_since: Option<Instant>,
+    /// A task waits to remove the entry once it has been idle for `LINGER` (one
+    /// per entry, however often its slot empties).
+    lingering: bool,
     /// A task of this client writes the lock: new readers wait for it (`writes.rs`).
     writing: Option<writes::Writing>,
 }
@@ -93,6 +99,9 @@ struct State {
     called_back: bool,
     /// No share lives, and the process keeps the hold (since then).
     kept: Option<Instant>,
+    /// When the hold was first kept: it is kept no longer than the bound from then,
+    /// however often reads take it up and leave it again.
+    first_kept: Option<Instant>,
     /// The hold's `k:` field says it is kept idle (`kept.rs`).
     marked: bool,
 }
@@ -227,7 +236,11 @@ impl SharedReads {
         let entry = locks.entry(key.to_owned()).or_insert_with(Entry::new);
         // A handle of the lock with reader preference does not wait for a writer.
         let waits_for_writes = !waited_for_write && writer_preferred(lock);
-        if let Some(writing) = entry.writing.as_ref().filter(|_| waits_for_writes) {
+        if let Some(writing) = entry
+            .writing
+            .as_ref()
+            .filter(|writing| waits_for_writes && writes::under_way(writing))
+        {
             return Enter::AfterWrite(writing.clone());
         }
         match &entry.slot {
@@ -236,7 +249,11 @@ impl SharedReads {
             }
             Some(Slot::Held(shared)) if shared.joinable(lock) => {
                 let shared = shared.clone();
-                if writer_preferred(lock) {
+                // A read that waited for the client's write joins the hold its
+                // release kept as a reader in line behind the write would be let
+                // in: before any writer that queued after it (the release looks
+                // for those itself, `kept.rs`).
+                if writer_preferred(lock) && !waited_for_write {
                     match &entry.listening {
                         Listening::Yes { .. } => {}
                         Listening::Starting(started) if wait => {
@@ -257,7 +274,7 @@ impl SharedReads {
         entry.slot = Some(Slot::Asking(asked.clone()));
         entry.idle_since = None;
         Enter::Ask(Asking {
-            lock: lock.clone(),
+            lock: lock.internal(),
             key: key.to_owned(),
             asked,
             _answer: answer,
@@ -295,24 +312,65 @@ impl SharedReads {
             locks.remove(key);
             return;
         }
-        let since = Instant::now();
-        entry.idle_since = Some(since);
-        let (lock, key) = (lock.clone(), key.to_owned());
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            locks.remove(&key);
+        entry.idle_since = Some(Instant::now());
+        if entry.lingering {
+            return;
+        }
+        let runtime = tokio::runtime::Handle::try_current();
+        let (Ok(runtime), false) = (runtime, lock.client().is_abandoned()) else {
+            locks.remove(key);
             return;
         };
+        entry.lingering = true;
+        // The client, weakly: a lingering entry keeps no dropped client alive.
+        let (client, key) = (Arc::downgrade(&lock.client().inner), key.to_owned());
         runtime.spawn(async move {
-            tokio::time::sleep(LINGER).await;
-            let reads = &lock.client().inner.shared_reads;
-            let mut locks = reads.locks();
-            if locks
-                .get(&key)
-                .is_some_and(|entry| entry.is_unused_but_listening(since))
-            {
-                locks.remove(&key);
+            let mut idle_since = Instant::now();
+            loop {
+                tokio::time::sleep_until(idle_since + LINGER).await;
+                let Some(client) = client.upgrade() else {
+                    return;
+                };
+                let mut locks = client.shared_reads.locks();
+                let Some(entry) = locks.get_mut(&key) else {
+                    return;
+                };
+                match entry.idle() {
+                    // Used again: the slot's next emptying starts another wait.
+                    None => {
+                        entry.lingering = false;
+                        return;
+                    }
+                    Some(since) if since + LINGER <= Instant::now() => {
+                        locks.remove(&key);
+                        return;
+                    }
+                    // Emptied again meanwhile: wait from then.
+                    Some(since) => idle_since = since,
+                }
             }
         });
+    }
+
+    /// The client's last handle went (`LockClient`'s docs): every kept hold is
+    /// released, and every entry goes with its listening (the holds that shares
+    /// still use end with their last share, and are not kept).
+    pub(crate) fn abandon(&self) {
+        let mut locks = self.locks();
+        let held: Vec<Arc<Shared>> = locks
+            .values()
+            .filter_map(|entry| match &entry.slot {
+                Some(Slot::Held(shared)) => Some(shared.clone()),
+                _ => None,
+            })
+            .collect();
+        for shared in held {
+            let mut state = shared.state();
+            if state.kept.is_some() {
+                drop(self.give_back(&mut locks, &shared, &mut state));
+            }
+        }
+        locks.clear();
     }
 }
 
@@ -323,6 +381,7 @@ impl Entry {
             listening: Listening::No,
             recalled: false,
             idle_since: None,
+            lingering: false,
             writing: None,
         }
     }
@@ -332,9 +391,10 @@ impl Entry {
         self.slot.is_none() && matches!(self.listening, Listening::No) && self.writing.is_none()
     }
 
-    /// Whether the entry serves no one but its listening, idle since `since`.
-    fn is_unused_but_listening(&self, since: Instant) -> bool {
-        self.slot.is_none() && self.writing.is_none() && self.idle_since == Some(since)
+    /// Since when the entry has served no one but its listening, if it has not.
+    fn idle(&self) -> Option<Instant> {
+        self.idle_since
+            .filter(|_| self.slot.is_none() && self.writing.is_none())
     }
 
     /// Whether `shared` is the hold new readers of the lock find.
@@ -398,17 +458,25 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether a reader of `lock` may join the hold: it is held, a share lives or
-    /// the process keeps it, and no writer called it back (under writer
-    /// preference).
+    /// Whether a reader of `lock` may join the hold: a share lives or the process
+    /// keeps it, the client is sure the server still has it (its renewals answer
+    /// in time, no forced release was heard), and no writer called it back (under
+    /// writer preference).
     fn joinable(&self, lock: &RwLock) -> bool {
         let state = self.state();
         let closed = lock.client().inner.live.is_closed();
         (state.shares > 0 || state.kept.is_some())
             && state.lease.is_some()
             && !closed
-            && self.hold.is_held()
-            && !(writer_preferred(lock) && state.called_back)
+            && self.hold.is_confirmed()
+            && !(writer_preferred(lock) && self.called_back(&state))
+    }
+
+    /// Whether a writer or an upgrade called the hold back: by a message
+    /// (`call_backs.rs`), or by its renewal's reply, which no lost message can
+    /// take away.
+    fn called_back(&self, state: &State) -> bool {
+        state.called_back || self.hold.is_recalled()
     }
 
     /// Another share; `Local::Kept` if it takes up a kept hold.
@@ -458,6 +526,7 @@ impl Share {
                     lease: Some(lease),
                     called_back: false,
                     kept: None,
+                    first_kept: None,
                     marked: false,
                 }),
             }),

@@ -63,7 +63,7 @@ pub(crate) fn start(lock: &RwLock) -> Option<LocalWrite> {
         .or_insert_with(Entry::new)
         .writing = Some(writing);
     Some(LocalWrite {
-        lock: lock.clone(),
+        lock: lock.internal(),
         key: key.to_owned(),
         phase,
     })
@@ -102,6 +102,13 @@ impl Drop for LocalWrite {
             }
         }
     }
+}
+
+/// Whether the write that `writing` follows may still hold: a `try_read` is refused
+/// only while it may, as the server refuses a read only while a writer holds or
+/// waits (a lost write hold holds nothing).
+pub(super) fn under_way(writing: &Writing) -> bool {
+    !matches!(&*writing.borrow(), Phase::Held(hold) if !hold.is_held())
 }
 
 /// Waits until the write that `writing` follows ends: it is released (for a reader

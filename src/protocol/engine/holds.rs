@@ -667,6 +667,7 @@ pub(super) fn done(reply: Reply, published: Published) -> Outcome {
         granted: published.granted,
         new_grant: false,
         recalled: false,
+        evicted: false,
     }
 }
 
@@ -678,5 +679,6 @@ pub(super) fn new_grant(fence: i64, published: Published) -> Outcome {
         granted: published.granted,
         new_grant: true,
         recalled: false,
+        evicted: false,
     }
 }

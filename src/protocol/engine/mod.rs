@@ -225,6 +225,9 @@ pub struct Outcome {
     /// A waiting writer or upgrade, refused while other readers hold, called them
     /// back: `w`, published last.
     pub recalled: bool,
+    /// force_release ended every hold: `x`, published first, tells the processes
+    /// that listen on the lock (their shared and kept read holds are lost).
+    pub evicted: bool,
 }
 
 /// Who holds and waits, as the scripts judge it (what a release by a stranger must

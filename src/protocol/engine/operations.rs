@@ -221,7 +221,10 @@ pub fn force_release(h: &mut Hash, p: &Params, now: Time) -> Outcome {
     (s.mine, s.leftover, s.grouped) = (None, false, None);
     (s.original_writer_until, s.original_reader_until) = (None, None);
     let published = settle(h, &mut s, p);
-    done(Reply::Int(removed), published)
+    Outcome {
+        evicted: true,
+        ..done(Reply::Int(removed), published)
+    }
 }
 
 /// renew.lua; `write`: the mode of the hold the caller renews.
@@ -238,6 +241,9 @@ pub fn renew(h: &mut Hash, p: &Params, now: Time, token: Tok, lease: Time, write
         renewed = 1;
     }
     let published = settle(h, &mut s, p);
+    if renewed == 1 && !write && (s.head.is_some() || s.upgrade.is_some()) {
+        renewed = 2;
+    }
     done(Reply::Int(renewed), published)
 }
 

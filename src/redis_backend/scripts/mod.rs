@@ -13,7 +13,7 @@ use crate::Error;
 use crate::error::ErrorChain;
 use crate::memory::requests::{MemoryKey, MemoryLink};
 use crate::protocol::token::Token;
-use crate::protocol::{Access, Acquired, LockMode, RawState, Replicas, Write, millis};
+use crate::protocol::{Access, Acquired, LockMode, RawState, Renewed, Replicas, Write, millis};
 
 /// The operations, one file each in `lua/` (after the [`prelude`]).
 #[derive(Clone, Copy)]
@@ -509,16 +509,16 @@ impl Target {
         Ok(removed == 1)
     }
 
-    /// Extends `token`'s hold in `mode` to `lease` from now; false when the lease is
-    /// lost (the hold is gone or in the other mode, or an original-design client holds
-    /// beside it).
+    /// Extends `token`'s hold in `mode` to `lease` from now; [`Renewed::Lost`] when
+    /// the lease is lost (the hold is gone or in the other mode, or an
+    /// original-design client holds beside it).
     pub(crate) async fn renew(
         &self,
         conn: &ScriptConnection,
         token: &Token,
         mode: LockMode,
         lease: Duration,
-    ) -> Result<bool, Error> {
+    ) -> Result<Renewed, Error> {
         if let Some(memory) = conn.memory() {
             return memory.renew(&self.memory_key()?, token, mode, lease).await;
         }
@@ -529,7 +529,7 @@ impl Target {
                 args::renew(token, lease, mode),
             )
             .await?;
-        Ok(renewed == 1)
+        Ok(Renewed::from_reply(renewed))
     }
 
     /// Turns `token`'s write hold (`from` write) into a read hold of `lease`, or
@@ -783,7 +783,8 @@ mod reply {
             Self::from_redis_value_ref(&v)
         }
     }
-    /// `release`, `renew`, `downgrade`: 1 done, 0 not.
+    /// `release`, `downgrade`: 1 done, 0 not; `renew`: also 2, renewed while a
+    /// writer waits.
     pub(super) type Done = i64;
     /// `fenced_write`: the hold's fence, 0 when nothing was written.
     pub(super) type Fence = u64;
