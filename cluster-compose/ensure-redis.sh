@@ -61,9 +61,11 @@ install_redis() {
     fi
 
     log "redis-server/redis-cli not found; installing redis-server and redis-tools with apt-get"
-    "${sudo[@]}" apt-get update \
+    # apt-get's progress goes to stderr: stdout carries only the two export lines
+    # (`eval "$(bash ensure-redis.sh)"` would run apt-get's output as commands).
+    "${sudo[@]}" apt-get update >&2 \
         || die "apt-get update failed; install redis-server and redis-tools by hand"
-    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y redis-server redis-tools \
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y redis-server redis-tools >&2 \
         || die "apt-get install redis-server redis-tools failed; install them by hand"
     hash -r
 }

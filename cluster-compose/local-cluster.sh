@@ -2,7 +2,7 @@
 # local-cluster.sh - run a throw-away Redis Cluster (or one plain server) on
 # loopback, straight from the server binary (Redis or Valkey). No docker needed.
 #
-#   bash cluster-compose/local-cluster.sh [--standalone] [--tls] [--node-timeout MS] [--server redis|valkey]
+#   bash cluster-compose/local-cluster.sh [--standalone] [--tls] [--node-timeout MS] [--server redis|valkey] [--ports BASE|LOW-HIGH]
 #
 #   --standalone       start one plain (non-cluster) server instead of a cluster
 #   --tls              TLS only (port 0 + tls-port; cluster bus and replication
@@ -17,13 +17,20 @@
 #   --server redis     the default: REDIS_SERVER / REDIS_CLI when set (path or
 #                      command name), else redis-server / redis-cli on PATH,
 #                      else valkey-server / valkey-cli on PATH
+#   --ports BASE       the nodes listen on BASE, BASE+1, ... (6 ports for a
+#                      cluster, 1 with --standalone; the cluster bus on each
+#                      port + 10000); the launcher fails if one is taken
+#   --ports LOW-HIGH   the nodes' ports are picked at random within LOW-HIGH
+#                      (all of them; the bus ports + 10000 may lie outside)
+#                      The environment variable LOCAL_CLUSTER_PORTS takes the
+#                      same values; --ports wins. Ports from 1024 to 55535.
 #
 # The server must be Redis >= 7.0 or Valkey (checked with --version).
 #
-# A cluster has 6 nodes: 3 masters, each with 1 replica. Ports are picked at
-# random among free ones (base in 20000-45000, cluster bus = port + 10000), so
-# several launchers can run side by side and nothing else on the machine (for
-# example a cluster on 7000-7005) is disturbed.
+# A cluster has 6 nodes: 3 masters, each with 1 replica. Without --ports,
+# ports are picked at random among free ones (base in 20000-45000, cluster bus
+# = port + 10000), so several launchers can run side by side and nothing else
+# on the machine (for example a cluster on 7000-7005) is disturbed.
 #
 # When everything is up, stdout gets exactly these lines:
 #
@@ -58,7 +65,7 @@ log() { echo "$PROG: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 usage() {
-    sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,47p' "$0" | sed 's/^# \{0,1\}//' >&2
 }
 
 # shellcheck source=servers.sh
@@ -71,6 +78,7 @@ standalone=0
 tls=0
 node_timeout=2000
 server_kind=redis
+ports=${LOCAL_CLUSTER_PORTS:-}
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --standalone) standalone=1 ;;
@@ -87,6 +95,12 @@ while [[ $# -gt 0 ]]; do
             shift
             ;;
         --server=*) server_kind=${1#*=} ;;
+        --ports)
+            [[ $# -ge 2 ]] || die "--ports needs a value: a base port (7000) or a range (30000-30999)"
+            ports=$2
+            shift
+            ;;
+        --ports=*) ports=${1#*=} ;;
         -h | --help) usage; exit 0 ;;
         *) usage; die "unknown option: $1" ;;
     esac
@@ -96,6 +110,28 @@ done
     || die "--node-timeout must be a positive number of milliseconds, got '$node_timeout'"
 [[ "$server_kind" == redis || "$server_kind" == valkey ]] \
     || die "--server must be redis or valkey, got '$server_kind'"
+if ((standalone)); then num_ports=1; else num_ports=$NUM_NODES; fi
+# The ports the nodes may use: [port_low, port_high]; a fixed base when equal
+# to the base's last port minus the nodes less one. Without --ports: random.
+port_low=20000
+port_high=$((45000 + num_ports - 1))
+fixed_ports=0
+if [[ -n "$ports" ]]; then
+    if [[ "$ports" =~ ^([0-9]+)$ ]]; then
+        port_low=$ports
+        port_high=$((ports + num_ports - 1))
+        fixed_ports=1
+    elif [[ "$ports" =~ ^([0-9]+)-([0-9]+)$ ]]; then
+        port_low=${BASH_REMATCH[1]}
+        port_high=${BASH_REMATCH[2]}
+    else
+        die "--ports (or LOCAL_CLUSTER_PORTS) must be a base port (7000) or a range (30000-30999), got '$ports'"
+    fi
+    ((port_low >= 1024 && port_high <= 55535)) \
+        || die "--ports '$ports': the nodes' ports must lie within 1024-55535 (each node's cluster bus is its port + 10000)"
+    ((port_high - port_low + 1 >= num_ports)) \
+        || die "--ports '$ports' holds $((port_high - port_low + 1)) port(s); $num_ports node(s) need $num_ports"
+fi
 
 # --------------------------------------------------------------------------
 # Prerequisites
@@ -214,12 +250,14 @@ port_busy() {
     return 1
 }
 
-# Choose a random base port so that base..base+count-1 and the matching
-# cluster bus ports (+10000) are all free. Prints the base.
+# Choose a random base port within port_low..port_high so that
+# base..base+count-1 and the matching cluster bus ports (+10000) are all free.
+# Prints the base. With a fixed base (--ports BASE), that one or nothing.
 pick_base_port() {
     local count=$1 tries base p used ok
+    local bases=$((port_high - port_low - count + 2))
     for ((tries = 0; tries < 200; tries++)); do
-        base=$((20000 + (RANDOM * 32768 + RANDOM) % 25001))
+        base=$((port_low + (RANDOM * 32768 + RANDOM) % bases))
         used=$(used_ports)
         ok=1
         for ((p = base; p < base + count; p++)); do
@@ -232,6 +270,7 @@ pick_base_port() {
             echo "$base"
             return 0
         fi
+        ((fixed_ports == 0)) || return 1
     done
     return 1
 }
@@ -310,7 +349,7 @@ start_all() {
     shift
     local attempt base i rc
     for ((attempt = 1; attempt <= MAX_PORT_ATTEMPTS; attempt++)); do
-        base=$(pick_base_port "$num") || die "could not find $num free ports (and bus ports) in 20000-55005"
+        base=$(pick_base_port "$num") || die "could not find $num free ports (and bus ports, + 10000) in $port_low-$port_high"
         PORTS=()
         for ((i = 0; i < num; i++)); do
             PORTS+=($((base + i)))

@@ -5,7 +5,7 @@ use redis::RedisError;
 /// Everything a lock operation can fail with.
 ///
 /// Messages are lowercase and never repeat their source; the underlying
-/// [`RedisError`] is reachable through [`std::error::Error::source`].
+/// [`RedisError`](https://docs.rs/redis/1/redis/struct.RedisError.html) is reachable through [`std::error::Error::source`].
 ///
 /// # Examples
 ///

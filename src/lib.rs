@@ -1,90 +1,61 @@
-//! An async read-write lock for Redis Cluster and single Redis servers, for Rust
-//! services.
-//!
-//! Many instances of a service read a shared cache under a read lock; one of them
-//! refreshes it under the write lock. The lock is safe (never a writer beside anyone
-//! while both leases are valid), fast (one round trip per uncontended acquire), fair
-//! (writers queue, so a refresher is never starved by readers, and readers that wait
-//! behind a writer enter together when it leaves) and honest about what Redis can and
-//! cannot promise: holds are leases, renewed in the background, and a guard says when
-//! its lease is lost.
-//!
-//! ```rust,no_run
-//! use std::time::Duration;
-//! use redis_rwlock::{Error, LockClient, LockOptions};
-//!
-//! # async fn run() -> Result<(), Error> {
-//! let client = LockClient::cluster(["redis://127.0.0.1:7000"]).await?;
-//! let lock = client.rwlock_with(
-//!     "inventory",
-//!     LockOptions::default().wait_timeout(Duration::from_secs(5)),
-//! );
-//!
-//! // Many readers at once, across every process that names the lock.
-//! let reader = lock.read().await?;
-//! // ... read the cache ...
-//! reader.release().await?;
-//!
-//! // One writer alone; its fencing token orders writes at the resource.
-//! let writer = lock.write().await?;
-//! let fence = writer.fencing_token();
-//! // ... rebuild the cache, passing `fence` along ...
-//! writer.release().await?;
-//!
-//! // On the way out (a redeploy): free every lock this process holds or waits for.
-//! client.shutdown(Duration::from_secs(5)).await?;
-//! # Ok(()) }
-//! ```
-//!
-//! [`LockClient::standalone`] does the same on one server (Redis 7.0 or newer, or
-//! Valkey). Start with [`RwLock`]: its page states the priority policy, upgradable
-//! reads and the drop contract; each guard ([`RwLockReadGuard`],
-//! [`RwLockWriteGuard`], [`RwLockUpgradableReadGuard`]) renews its lease while it
-//! lives, reports a lost one ([`RwLockWriteGuard::lost`]) and is ended by
-//! `release()`, which returns errors. Every failure is one [`Error`]; its `Redis`
-//! variant keeps the driver's error in [`source()`](std::error::Error::source), so
-//! print the whole chain ([`ErrorChain`]), not only `{err}`.
-//!
-//! # Guides
-//!
-//! The [README](https://docs.rs/crate/redis-rwlock/latest/source/README.md) (also shown on the crate's
-//! [docs.rs page](https://docs.rs/crate/redis-rwlock/latest)) is the user's guide,
-//! one section per topic: *Servers* (what the crate needs of Redis or Valkey), *How it
-//! works*, *Reads that cost nothing* (the tasks of one client share its read hold),
-//! *Guarantees and non-guarantees*, *Leases and failover* (choosing leases for
-//! your failover time), *Fenced writes*, *Refresh once* (upgradable reads), *Testing
-//! your code without Redis* (the in-memory backend), *Coming from other Redis locks*, *Options*, *Migrating from the original design*,
-//! *Errors*, *Command line* (the `redis-rwlock` tool), *Bad input and failures*,
-//! *Fleet view* and *Observability* (spans and metrics).
-//!
-//! Beside it: [`docs/PROTOCOL.md`](https://docs.rs/crate/redis-rwlock/latest/source/docs/PROTOCOL.md) (the scripts' protocol and
-//! how it is model-checked), [`docs/DECISIONS.md`](https://docs.rs/crate/redis-rwlock/latest/source/docs/DECISIONS.md) (why it is
-//! built this way), [`docs/ORIGINAL_DESIGN.md`](https://docs.rs/crate/redis-rwlock/latest/source/docs/ORIGINAL_DESIGN.md) (the
-//! design it replaces and interoperates with), [`BENCHMARKS.md`](https://docs.rs/crate/redis-rwlock/latest/source/BENCHMARKS.md)
-//! (speed, fairness and cost against other locks), the scripts in
-//! [`lua/`](https://docs.rs/crate/redis-rwlock/latest/source/lua/) and the examples in [`examples/`](https://docs.rs/crate/redis-rwlock/latest/source/examples/).
-//!
-//! # Feature flags
-//!
-//! All off by default, and additive: none changes what the lock does.
-//!
-//! - `metrics`: counters, gauges and histograms through the
-//!   [`metrics`](https://docs.rs/metrics) facade, for the recorder your application
-//!   installs; [`describe_metrics`] gives their units and help texts (README,
-//!   *Observability*). Without it nothing is recorded and the calls compile to
-//!   nothing.
-//! - `tls-rustls`: `rediss://` URLs through rustls with the ring crypto provider and
-//!   the system's root certificates; `tls-rustls-webpki-roots`: the same with the
-//!   Mozilla root certificates compiled in.
-//! - `cli`: the `redis-rwlock` command-line tool (`cargo install --path . --features
-//!   cli` in a clone of the repository): `status`, `exec` (like `flock(1)`), `list`, `watch`,
-//!   `release --force`, `libraries`.
-#![cfg_attr(docsrs, feature(doc_cfg))]
+// The crate page is the README (below): what the lock is, how to try and use it,
+// what it guarantees, its options and errors, testing without Redis, operations.
+//
+// The README links to other files of the repository by reference (`[protocol]`...)
+// and defines those references at its end as relative paths, for a Markdown
+// viewer. The definitions here come first, so they win on the crate page: on
+// docs.rs they name the file in the published crate's source, in a local `cargo
+// doc` the file in this checkout (`tests`: `the_crate_page_links_every_file_the_readme_links`).
+#![cfg_attr(
+    docsrs,
+    doc = concat!(
+    "[benchmarks]: https://docs.rs/crate/redis-rwlock/", env!("CARGO_PKG_VERSION"), "/source/BENCHMARKS.md\n",
+    "[bench-libraries]: https://docs.rs/crate/redis-rwlock/", env!("CARGO_PKG_VERSION"), "/source/BENCHMARKS.md#libraries-left-behind-fcalls-floor\n",
+    "[bench-metrics]: https://docs.rs/crate/redis-rwlock/", env!("CARGO_PKG_VERSION"), "/source/BENCHMARKS.md#metrics-overhead\n",
+    "[changelog]: https://docs.rs/crate/redis-rwlock/", env!("CARGO_PKG_VERSION"), "/source/CHANGELOG.md\n",
+    "[coming-from]: https://docs.rs/crate/redis-rwlock/", env!("CARGO_PKG_VERSION"), "/source/docs/COMING_FROM_OTHER_LOCKS.md\n",
+    "[decisions]: https://docs.rs/crate/redis-rwlock/", env!("CARGO_PKG_VERSION"), "/source/docs/DECISIONS.md\n",
+    "[guarantees-measured]: https://docs.rs/crate/redis-rwlock/", env!("CARGO_PKG_VERSION"), "/source/docs/GUARANTEES.md\n",
+    "[internals]: https://docs.rs/crate/redis-rwlock/", env!("CARGO_PKG_VERSION"), "/source/docs/INTERNALS.md\n",
+    "[license-apache]: https://docs.rs/crate/redis-rwlock/", env!("CARGO_PKG_VERSION"), "/source/LICENSE-APACHE\n",
+    "[license-mit]: https://docs.rs/crate/redis-rwlock/", env!("CARGO_PKG_VERSION"), "/source/LICENSE-MIT\n",
+    "[metrics-example]: https://docs.rs/crate/redis-rwlock/", env!("CARGO_PKG_VERSION"), "/source/examples/metrics_service.rs\n",
+    "[migration]: https://docs.rs/crate/redis-rwlock/", env!("CARGO_PKG_VERSION"), "/source/docs/MIGRATION.md\n",
+    "[original]: https://docs.rs/crate/redis-rwlock/", env!("CARGO_PKG_VERSION"), "/source/docs/ORIGINAL_DESIGN.md\n",
+    "[protocol]: https://docs.rs/crate/redis-rwlock/", env!("CARGO_PKG_VERSION"), "/source/docs/PROTOCOL.md\n",
+    )
+)]
+#![cfg_attr(
+    not(docsrs),
+    doc = concat!(
+    "[benchmarks]: file://", env!("CARGO_MANIFEST_DIR"), "/BENCHMARKS.md\n",
+    "[bench-libraries]: file://", env!("CARGO_MANIFEST_DIR"), "/BENCHMARKS.md#libraries-left-behind-fcalls-floor\n",
+    "[bench-metrics]: file://", env!("CARGO_MANIFEST_DIR"), "/BENCHMARKS.md#metrics-overhead\n",
+    "[changelog]: file://", env!("CARGO_MANIFEST_DIR"), "/CHANGELOG.md\n",
+    "[coming-from]: file://", env!("CARGO_MANIFEST_DIR"), "/docs/COMING_FROM_OTHER_LOCKS.md\n",
+    "[decisions]: file://", env!("CARGO_MANIFEST_DIR"), "/docs/DECISIONS.md\n",
+    "[guarantees-measured]: file://", env!("CARGO_MANIFEST_DIR"), "/docs/GUARANTEES.md\n",
+    "[internals]: file://", env!("CARGO_MANIFEST_DIR"), "/docs/INTERNALS.md\n",
+    "[license-apache]: file://", env!("CARGO_MANIFEST_DIR"), "/LICENSE-APACHE\n",
+    "[license-mit]: file://", env!("CARGO_MANIFEST_DIR"), "/LICENSE-MIT\n",
+    "[metrics-example]: file://", env!("CARGO_MANIFEST_DIR"), "/examples/metrics_service.rs\n",
+    "[migration]: file://", env!("CARGO_MANIFEST_DIR"), "/docs/MIGRATION.md\n",
+    "[original]: file://", env!("CARGO_MANIFEST_DIR"), "/docs/ORIGINAL_DESIGN.md\n",
+    "[protocol]: file://", env!("CARGO_MANIFEST_DIR"), "/docs/PROTOCOL.md\n",
+    )
+)]
+#![doc = include_str!("../README.md")]
+#![doc = "
+## The API at a glance
 
-// The README's examples compile and run as doc tests, though it is not the crate page.
-#[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-struct ReadmeDoctests;
+Start with [`RwLock`]: its page states the priority policy, upgradable reads and
+the drop contract. Each guard ([`RwLockReadGuard`], [`RwLockWriteGuard`],
+[`RwLockUpgradableReadGuard`]) renews its lease while it lives, reports a lost one
+([`RwLockWriteGuard::lost`]) and is ended by `release()`, which returns errors.
+[`LockClient`] connects ([`LockClient::cluster`], [`LockClient::standalone`],
+[`LockClient::builder`], [`LockClient::in_memory`]) and names locks; [`LockOptions`]
+tunes them; every failure is one [`Error`]."]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod client;
 mod error;
@@ -112,3 +83,36 @@ pub use protocol::{Holder, LockMode, LockState};
 pub use redis;
 pub use redis_backend::connection::cluster_client_builder;
 pub use redis_backend::library::library_name;
+
+#[cfg(test)]
+mod tests {
+    /// Every file the README links by reference has a definition on the crate page,
+    /// for docs.rs and for a local `cargo doc` (else rustdoc would show the README's
+    /// relative path, which leads nowhere there).
+    #[test]
+    fn the_crate_page_links_every_file_the_readme_links() {
+        let readme = include_str!("../README.md");
+        let lib = include_str!("lib.rs");
+        let mut names = 0;
+        for line in readme.lines() {
+            let Some((name, path)) = line
+                .strip_prefix('[')
+                .and_then(|rest| rest.split_once("]: "))
+            else {
+                continue;
+            };
+            names += 1;
+            let defined = format!("\"[{name}]: ");
+            assert_eq!(
+                lib.matches(&defined).count(),
+                2,
+                "src/lib.rs must define [{name}] once for docs.rs and once for local docs"
+            );
+            assert!(
+                lib.contains(&format!("/{path}\\n\"")),
+                "src/lib.rs's [{name}] must lead to {path}"
+            );
+        }
+        assert!(names > 0, "no link definitions found in the README");
+    }
+}

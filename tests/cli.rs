@@ -714,6 +714,8 @@ async fn a_bad_url_or_an_overlong_name_is_64_with_the_reason() {
             stderr.contains(&format!("invalid options: {reason}")),
             "{stderr}"
         );
+        // The name is shortened, not echoed whole.
+        assert!(!stderr.contains(&"n".repeat(65)), "{stderr}");
     }
 }
 
@@ -942,6 +944,79 @@ async fn list_shows_the_matching_locks_as_a_table_and_as_json() {
         reader.release().await.unwrap();
     }
     queued.await.unwrap();
+}
+
+/// More locks than `--limit`: the table shows the first found, sorted, and its last
+/// line says exactly that (not "the first by name", which they are not), and how to
+/// see them all; `--limit` above their number shows them all. Then the JSON of all of
+/// them, more than a pipe holds, to a reader that takes one line and goes: the tool
+/// stops and exits 141, as the README and `--help` promise for output that does not
+/// fit in the pipe (`list | head -1`).
+#[tokio::test]
+async fn a_long_list_says_what_it_shows_and_stops_with_141_when_its_reader_goes() {
+    const LOCKS: usize = 300;
+    const OUTPUT_CLOSED: i32 = 141;
+    let client = cluster_client().await;
+    let group = unique_name("cli-bulk");
+    // Released write holds with a long lease: each key stays, listed as free.
+    let long = LockOptions::default().write_lease(Duration::from_secs(120));
+    let mut made = tokio::task::JoinSet::new();
+    for i in 1..=LOCKS {
+        let lock = client.rwlock_with(format!("{group}-{i}"), long.clone());
+        made.spawn(async move { lock.write().await.unwrap().release().await.unwrap() });
+    }
+    made.join_all().await;
+    let pattern = format!("{group}-*");
+
+    let (code, stdout, stderr) = run(cli(&["list", &pattern])).await;
+    assert_eq!(code, 0, "{stderr}");
+    let names: Vec<&str> = stdout
+        .lines()
+        .skip(1)
+        .take(100)
+        .map(|line| line.split_whitespace().next().unwrap())
+        .collect();
+    assert!(names.is_sorted(), "{names:?}");
+    assert_eq!(stdout.lines().count(), 1 + 100 + 1, "{stdout}");
+    assert_eq!(
+        stdout.lines().last(),
+        Some(
+            format!(
+                "100 locks shown of more that match {pattern:?}: the first 100 found, not \
+                 the first by name; raise --limit (now 100) above their number to see them all"
+            )
+            .as_str()
+        )
+    );
+
+    let all = LOCKS.to_string();
+    let (code, stdout, stderr) = run(cli(&["list", &pattern, "--json", "--limit", &all])).await;
+    assert_eq!(code, 0, "{stderr}");
+    let view = json(&stdout);
+    assert_eq!(view["truncated"], false);
+    let mut expected: Vec<String> = (1..=LOCKS).map(|i| format!("{group}-{i}")).collect();
+    expected.sort();
+    let listed: Vec<&str> = view["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["lock"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, expected);
+    // More than a Linux pipe holds (64 KiB), with room to spare.
+    assert!(stdout.len() > 128 * 1024, "{} bytes", stdout.len());
+
+    let mut child = cli(&["list", &pattern, "--json", "--limit", &all])
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).await.unwrap();
+    assert_eq!(line, "{\n");
+    drop(stdout);
+    let (code, _, stderr) = finish(child).await;
+    assert_eq!(code, OUTPUT_CLOSED, "{stderr}");
+    assert_eq!(stderr, "");
 }
 
 /// Reads lines of a running `watch` until one satisfies `pred`; returns how many

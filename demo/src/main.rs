@@ -109,8 +109,8 @@ async fn run() -> Result<bool, BoxError> {
     }
 
     println!(
-        "{} readers and a refresher on each of 2 clients; the value is stale after \
-         {STALE_AFTER:?}; for {seconds} s",
+        "{READERS_PER_CLIENT} readers and a refresher on each of 2 clients ({} readers \
+         in all); the value is stale after {STALE_AFTER:?}; for {seconds} s",
         2 * READERS_PER_CLIENT
     );
     let mut tick = interval(Duration::from_secs(1));

@@ -27,14 +27,14 @@ use crate::redis_backend::wakeups::Wakeups;
 /// sender of the lock's own. redis-rs cannot change a built client's protocol, so
 /// the lock takes your configuration before it is built:
 ///
-/// * a cluster as a [`ClusterClientBuilder`] ([`cluster_client`](Self::cluster_client)):
+/// * a cluster as a [`ClusterClientBuilder`](https://docs.rs/redis/1/redis/cluster/struct.ClusterClientBuilder.html) ([`cluster_client`](Self::cluster_client)):
 ///   the lock sets the three limits below and RESP3 on it, builds it once and opens
 ///   both connections from that client (the subscription one with the lock's push
 ///   sender). Everything else you set stays: TLS (`ClusterClientBuilder::certs`,
 ///   `rediss://`), username and password, retries, DNS, TCP settings. A builder
 ///   that reads from replicas (`read_routing_strategy`, `read_from_replicas`) is
 ///   refused: replication is asynchronous, so lock state is read from masters only.
-/// * one server as a [`redis::Client`] ([`client`](Self::client)): the lock
+/// * one server as a [`redis::Client`](https://docs.rs/redis/1/redis/struct.Client.html) ([`client`](Self::client)): the lock
 ///   connection uses it as it is; the subscription connection is opened from the
 ///   same connection info (address, TLS certificates of `Client::build_with_tls`,
 ///   credentials, database) with RESP3.
@@ -157,7 +157,7 @@ impl LockClientBuilder {
         self
     }
 
-    /// Connect to one server with your own [`redis::Client`] (for example one made
+    /// Connect to one server with your own [`redis::Client`](https://docs.rs/redis/1/redis/struct.Client.html) (for example one made
     /// with `Client::build_with_tls`); the subscription connection is opened from
     /// its connection info with RESP3. Replaces any server given before.
     ///

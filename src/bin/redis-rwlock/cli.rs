@@ -29,8 +29,10 @@ Exit codes (exec passes the command's own status through):
  127  exec: the command was not found
  128+N  exec: the command died of signal N, or redis-rwlock was stopped by signal N
         while waiting for the lock
- 141  the output was closed by its reader (`list | head -1`): stopped quietly, as a
-      tool killed by SIGPIPE (128+13)";
+ 141  the output was closed by its reader before all of it was written: stopped
+      quietly, as a tool killed by SIGPIPE (128+13). Output that fits in the pipe
+      (64 KiB on Linux) is written whole before `| head -1` can close it: the
+      exit code is then the command's own, as for `seq 10 | head -1`";
 
 /// Inspect and use redis-rwlock read-write locks from the shell.
 #[derive(Debug, Parser)]
@@ -125,8 +127,9 @@ pub enum Command {
     ///
     /// Scans each master with SCAN (keys PREFIX:{NAME} holding hashes; legacy
     /// two-key locks are not listed) and reads each lock found as `status` does, a
-    /// page at a time: at most --limit locks are shown, sorted by name, and the last
-    /// line says when more match. Exits 0 if a lock matched and 1 if none did. It
+    /// page at a time: at most --limit locks are shown, sorted by name. When more
+    /// match, the last line says so: those shown are the first --limit that SCAN
+    /// found, which are not the first by name; raise --limit to see them all. Exits 0 if a lock matched and 1 if none did. It
     /// only reads: a user that may run `status` and also SCAN and (on a cluster)
     /// DBSIZE is enough; +@read has both.
     #[command(after_help = AFTER_HELP)]
@@ -212,7 +215,7 @@ pub struct ListArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Show at most this many locks.
+    /// Show at most this many locks: the first found (SCAN's order), sorted by name.
     #[arg(long, value_name = "N", default_value_t = 100,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub limit: u32,

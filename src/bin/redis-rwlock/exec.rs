@@ -79,9 +79,9 @@ pub async fn run(
     }
     let lock = client.rwlock_with(args.name.as_str(), options);
     let hold = format!(
-        "{} lock on {:?}",
+        "{} lock on {}",
         if write { "write" } else { "read" },
-        lock.name()
+        crate::output::quoted(lock.name())
     );
 
     // From here on, SIGINT/SIGTERM/SIGHUP never kill the tool silently.

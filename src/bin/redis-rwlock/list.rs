@@ -26,7 +26,10 @@ pub async fn run(client: &LockClient, prefix: &str, args: ListArgs) -> Result<Ex
     let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
     let cannot = |err| {
         Failure::lock(
-            format!("cannot list the locks matching {:?}", args.pattern),
+            format!(
+                "cannot list the locks matching {}",
+                output::quoted(&args.pattern)
+            ),
             err,
         )
     };
@@ -78,7 +81,8 @@ pub async fn run(client: &LockClient, prefix: &str, args: ListArgs) -> Result<Ex
 struct ListView<'a> {
     pattern: &'a str,
     prefix: &'a str,
-    /// More locks match than `--limit` let through.
+    /// More locks match than `--limit` let through: `locks` are then the first
+    /// `--limit` that SCAN found, sorted by name, not the first by name of all.
     truncated: bool,
     /// Sorted by name.
     locks: Vec<Row<'a>>,
@@ -183,9 +187,12 @@ fn table(rows: &[Row], pattern: &str, limit: usize, truncated: bool) -> String {
         n => format!("{n} locks"),
     };
     if truncated {
+        // The page holds the first locks SCAN found (its order is the keys' hash
+        // order), sorted here: not the first by name of all that match.
         let _ = writeln!(
             out,
-            "{count} shown, the first by name of more that match {pattern:?} (raise --limit, now {limit})"
+            "{count} shown of more that match {pattern:?}: the first {limit} found, not the \
+             first by name; raise --limit (now {limit}) above their number to see them all"
         );
     } else {
         let _ = writeln!(out, "{count} match {pattern:?}");

@@ -26,8 +26,9 @@
 //! type, 69 Redis unreachable or failed, 70 internal, 71 OS error, 75 lock not
 //! acquired (busy or `--wait` ran out), 79 lease lost while the command ran (it was
 //! terminated), 126 command not runnable, 127 command not found, 128 + N interrupted
-//! by signal N while waiting, 141 the output closed by its reader (a quiet stop, as
-//! a tool killed by `SIGPIPE`). `redis-rwlock --help` prints the same table.
+//! by signal N while waiting, 141 the output closed by its reader before all of it
+//! was written (a quiet stop, as a tool killed by `SIGPIPE`; output that fits in the
+//! pipe is written whole first, so `list | head -1` of a short list exits 0). `redis-rwlock --help` prints the same table.
 //!
 //! Built with the `cli` feature: `cargo install redis-rwlock --features cli`. Unix
 //! only: it supervises the command with unix signals and process groups. Elsewhere

@@ -21,6 +21,16 @@ pub fn print(text: &str) -> Result<(), Failure> {
         })
 }
 
+/// A lock name (or pattern) quoted for a message, shortened past 64 characters: an
+/// overlong name is refused, and repeating all of it would bury the reason.
+pub fn quoted(name: &str) -> String {
+    const SHOWN: usize = 64;
+    match name.char_indices().nth(SHOWN) {
+        None => format!("{name:?}"),
+        Some((cut, _)) => format!("{:?}... ({} bytes)", &name[..cut], name.len()),
+    }
+}
+
 /// Prints `view` as pretty JSON on stdout.
 pub fn print_json(view: &impl Serialize) -> Result<(), Failure> {
     let text = serde_json::to_string_pretty(view)
@@ -55,6 +65,21 @@ pub fn table<const N: usize>(headers: [&str; N], rows: &[[String; N]]) -> String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_name_is_shortened_in_messages() {
+        assert_eq!(quoted("inventory"), "\"inventory\"");
+        let long = "n".repeat(1100);
+        assert_eq!(
+            quoted(&long),
+            format!("{:?}... (1100 bytes)", "n".repeat(64))
+        );
+        let wide = "ü".repeat(70);
+        assert_eq!(
+            quoted(&wide),
+            format!("{:?}... (140 bytes)", "ü".repeat(64))
+        );
+    }
 
     #[test]
     fn columns_are_as_wide_as_their_widest_cell() {

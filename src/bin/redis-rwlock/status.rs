@@ -9,7 +9,7 @@ use redis_rwlock::{Holder, LockMode, LockState, RwLock};
 use serde::Serialize;
 
 use crate::failure::Failure;
-use crate::output::{print, print_json};
+use crate::output::{self, print, print_json};
 
 /// The exit code of `status` for a lock that is held (for read or write).
 pub const HELD: u8 = 0;
@@ -23,7 +23,10 @@ pub const FREE: u8 = 1;
 pub async fn run(lock: &RwLock, json: bool) -> Result<ExitCode, Failure> {
     let cannot = |err| {
         Failure::lock(
-            format!("cannot read the state of lock {:?}", lock.name()),
+            format!(
+                "cannot read the state of lock {}",
+                output::quoted(lock.name())
+            ),
             err,
         )
     };

@@ -9,7 +9,7 @@ use redis_rwlock::RwLock;
 use tokio::time::{MissedTickBehavior, interval};
 
 use crate::failure::Failure;
-use crate::output::print;
+use crate::output::{self, print};
 use crate::signals::Incoming;
 use crate::status;
 
@@ -20,8 +20,12 @@ const CLEAR: &str = "\x1b[H\x1b[2J";
 /// exits 0 then (or quietly once the output is closed). A failed read is shown in its view and tried again at the next
 /// tick; only an unusable lock name fails, before anything is read.
 pub async fn run(lock: &RwLock, every: Duration) -> Result<ExitCode, Failure> {
-    lock.key()
-        .map_err(|err| Failure::lock(format!("cannot watch lock {:?}", lock.name()), err))?;
+    lock.key().map_err(|err| {
+        Failure::lock(
+            format!("cannot watch lock {}", output::quoted(lock.name())),
+            err,
+        )
+    })?;
     let mut signals = Incoming::listen()?;
     let terminal = std::io::stdout().is_terminal();
     let every_text = humantime::format_duration(every).to_string();
