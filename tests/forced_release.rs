@@ -176,3 +176,121 @@ async fn a_reader_after_a_forced_release_holds_renews_and_releases_like_any_othe
     );
 }
 }
+
+/// How the evicted client's hold ended, behind its back.
+#[derive(Clone, Copy, Debug)]
+enum Eviction {
+    /// An operator's `force_release` (which the holders can be told of).
+    ForceRelease,
+    /// The lock's key deleted by hand (`DEL`; `lose_holds` in memory): no signal at
+    /// all, so the client may go on believing for one renewal period.
+    KeyDeleted,
+}
+
+/// The evicted client's lease: it renews every second.
+const SHARED_LEASE: Duration = Duration::from_secs(3);
+/// How long the next writer holds while the evicted client keeps trying to read:
+/// longer than two of the evicted hold's renewal periods.
+const NEXT_WRITER_HOLDS: Duration = Duration::from_millis(2500);
+
+/// Two tasks of client A share a read hold; it ends behind A's back (`eviction`);
+/// a writer on client B is granted and holds for [`NEXT_WRITER_HOLDS`], while A
+/// calls `try_read()` every 10 ms. Returns when each granted read of A came (after
+/// B's grant, while B held), and checks that A's two evicted guards learn it.
+async fn reads_of_an_evicted_client_beside_the_next_writer(
+    backend: &Backend,
+    eviction: Eviction,
+) -> Vec<Duration> {
+    let (a, b) = (backend.client().await, backend.client().await);
+    let name = unique_name("evicted-shared");
+    let lock_a = a.rwlock_with(&name, LockOptions::default().read_lease(SHARED_LEASE));
+    let first = lock_a.read().await.unwrap();
+    let second = lock_a.read().await.unwrap();
+    let state = lock_a.state().await.unwrap();
+    assert_eq!(state.readers.len(), 1, "one shared hold: {state:?}");
+    match eviction {
+        Eviction::ForceRelease => {
+            let operator = backend.client().await;
+            assert_eq!(
+                operator.rwlock(&name).force_release().await.unwrap(),
+                1,
+                "A's hold ended"
+            );
+        }
+        Eviction::KeyDeleted => backend.delete_lock(&lock_a).await,
+    }
+    let writer = timeout(Duration::from_secs(5), b.rwlock(&name).write())
+        .await
+        .expect("the lock is free: B's writer is granted")
+        .unwrap();
+    let granted = Instant::now();
+    let mut joined = Vec::new();
+    let mut refused = 0u32;
+    while granted.elapsed() < NEXT_WRITER_HOLDS {
+        match lock_a.try_read().await {
+            Ok(read) => {
+                joined.push(granted.elapsed());
+                assert!(writer.is_held(), "B lost its write hold");
+                drop(read);
+            }
+            Err(_) => refused += 1,
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let b_still_held = writer.is_held();
+    writer.release().await.unwrap();
+    println!(
+        "{eviction:?}: {} of A's try_read() calls granted while B held (the first {:?}, the \
+         last {:?} after B's grant), {refused} refused",
+        joined.len(),
+        joined.first(),
+        joined.last()
+    );
+    assert!(b_still_held, "B's write hold was lost");
+    for share in [&first, &second] {
+        timeout(SHARED_LEASE * 2, share.lost())
+            .await
+            .expect("an evicted share learns that its hold is gone");
+        assert!(!share.is_held(), "an evicted share still reports is_held()");
+    }
+    // A reader of A after all that holds like any other.
+    let fresh = lock_a.try_read().await.expect("the lock is free again");
+    assert!(fresh.is_held());
+    fresh.release().await.unwrap();
+    joined
+}
+
+on_both_backends! {
+/// After an operator's `force_release` and another client's writer being granted,
+/// no read of the evicted client joins its old hold: every `try_read()` while the
+/// writer holds is refused, and the evicted shares learn that their hold is gone.
+async fn no_read_of_a_client_evicted_by_force_release_joins_its_old_hold_beside_the_next_writer(backend: Backend) {
+    let joined = reads_of_an_evicted_client_beside_the_next_writer(&backend, Eviction::ForceRelease).await;
+    assert!(
+        joined.is_empty(),
+        "{} reads of the evicted client were granted while the next writer held, the last \
+         {:?} after its grant",
+        joined.len(),
+        joined.last().unwrap()
+    );
+}
+}
+
+on_both_backends! {
+/// The lock's key deleted by hand tells nobody: the evicted client may let reads
+/// join its old hold until its next renewal finds the hold gone (one renewal
+/// period, a third of the lease), never later.
+async fn reads_of_a_client_whose_hold_was_deleted_join_it_for_at_most_one_renewal_period(backend: Backend) {
+    let joined = reads_of_an_evicted_client_beside_the_next_writer(&backend, Eviction::KeyDeleted).await;
+    // One renewal period, and a second of margin for a loaded machine.
+    let bound = SHARED_LEASE / 3 + Duration::from_secs(1);
+    if let Some(last) = joined.last() {
+        assert!(
+            *last < bound,
+            "a read of the evicted client joined its deleted hold {last:?} after the next \
+             writer's grant (bound {bound:?}; {} in all)",
+            joined.len()
+        );
+    }
+}
+}

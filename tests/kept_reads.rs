@@ -295,3 +295,59 @@ async fn a_read_waiting_for_the_clients_write_does_not_keep_a_queued_writer_out(
     assert!(reader.await.unwrap().expect("the read gets in"));
 }
 }
+
+on_both_backends! {
+/// A client that keeps an idle read hold (with a long bound) and is then dropped,
+/// every handle of it (the client, its lock, its guards), gives the hold back: a
+/// writer elsewhere gets the lock with `try_write` within a second of the drop,
+/// not at the bound.
+async fn a_dropped_client_gives_its_kept_read_hold_back(backend: Backend) {
+    const WITHIN: Duration = Duration::from_secs(1);
+    /// How long the test looks before it reports the hold as kept.
+    const LOOK_FOR: Duration = Duration::from_secs(5);
+    let client = backend.client().await;
+    let other = backend.client().await;
+    let name = unique_name("kept-dropped-client");
+    let lock = keeping(&client, &name, LONG);
+    lock.read().await.unwrap().release().await.unwrap();
+    only_reader(&lock).await;
+    // The hold is idle and kept (marked so after a tenth of a second), as a client
+    // that went quiet leaves it.
+    wait_for(&lock, |state| {
+        state.readers.len() == 1 && state.readers[0].kept_idle
+    })
+    .await;
+
+    let writer = other.rwlock(&name);
+    drop(lock);
+    drop(client);
+    let dropped = Instant::now();
+    let mut refused = 0u32;
+    let granted = loop {
+        match writer.try_write().await {
+            Ok(guard) => {
+                let at = dropped.elapsed();
+                guard.release().await.unwrap();
+                break Some(at);
+            }
+            Err(Error::WouldBlock) => refused += 1,
+            Err(err) => panic!("try_write failed: {err:?}"),
+        }
+        if dropped.elapsed() > LOOK_FOR {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    println!("try_write after the drop: granted at {granted:?}, {refused} refused before");
+    let granted = granted.unwrap_or_else(|| {
+        panic!(
+            "the dropped client's kept hold was still there {LOOK_FOR:?} after the drop \
+             ({refused} try_write refused)"
+        )
+    });
+    assert!(
+        granted < WITHIN,
+        "the dropped client's kept hold went only {granted:?} after the drop (within {WITHIN:?} asked)"
+    );
+}
+}

@@ -2,7 +2,9 @@
 //! and write holds and write registers beside the locks (fenced and plain) while the
 //! network splits or a process stalls; a checker reads the whole history and
 //! measures what held (see docs/GUARANTEES.md for the table and what each number
-//! means).
+//! means). Of the worker processes, two are plain (one task each, half reads) and
+//! two share: several tasks on one client that mostly read the same locks, so their
+//! reads share holds, one of them keeping its holds between reads (`keep_reads`).
 //!
 //! Every link runs through the relays of [`common::Network`]; faults:
 //!
@@ -16,6 +18,10 @@
 //!   over, then resumed;
 //! * `PausedClient`: a client stopped while it holds the write lock, for longer
 //!   than its lease, then resumed;
+//! * `SilencedSubscriptions`: the sharing workers' subscribed connections silenced
+//!   (what the nodes send on them swallowed, no reset; their other connections go
+//!   on), so writers' call-backs to their shared and kept holds are lost, for about
+//!   a lease, then healed (the silenced connections that lost something reset);
 //! * `KilledMaster`: the lock's master killed (SIGKILL) under load, started again
 //!   once its replica took over (it rejoins as a replica);
 //! * `KilledAfterHandOver`, `KilledAfterBatchGrant`, `KilledAfterUpgrade`: the same,
@@ -56,6 +62,13 @@ const LEASE: Duration = Duration::from_secs(3);
 const DEFAULT_LEASE: Duration = Duration::from_secs(10);
 /// Worker processes per trial.
 const WORKERS: u32 = 4;
+/// Of which sharing ones (the last ids; the others are plain): each runs
+/// [`SHARING_TASKS`] tasks on one client, [`SHARING_READS`] of their holds reads.
+const SHARING_WORKERS: u32 = 2;
+const SHARING_TASKS: u32 = 3;
+const SHARING_READS: f64 = 0.8;
+/// The `keep_reads` bound of the second sharing worker (the first keeps nothing).
+const KEPT: Duration = Duration::from_secs(2);
 /// How long a failover may take on a loaded 2-core machine before the test gives up.
 const FAILOVER_LIMIT: Duration = Duration::from_secs(30);
 /// How long the cluster may take to settle (every node ok and agreeing) after a heal.
@@ -74,10 +87,11 @@ enum Fault {
     KilledAfterHandOver,
     KilledAfterBatchGrant,
     KilledAfterUpgrade,
+    SilencedSubscriptions,
 }
 
 impl Fault {
-    const ALL: [Fault; 10] = [
+    const ALL: [Fault; 11] = [
         Fault::IsolatedMaster,
         Fault::SplitBrain,
         Fault::SplitBrainDefaultLease,
@@ -88,14 +102,15 @@ impl Fault {
         Fault::KilledAfterHandOver,
         Fault::KilledAfterBatchGrant,
         Fault::KilledAfterUpgrade,
+        Fault::SilencedSubscriptions,
     ];
 
     /// What `every_fault_once` runs (CI): every fault the guarantees table lists,
-    /// once. The split brain runs with the short lease (the default lease's trial
+    /// and the silenced subscriptions, once. The split brain runs with the short lease (the default lease's trial
     /// takes longer) and the kill at a random moment is left to `random_faults`
     /// (the targeted kills after a grant cover it, and the failover tests kill
     /// masters at random).
-    const CI: [Fault; 8] = [
+    const CI: [Fault; 9] = [
         Fault::IsolatedMaster,
         Fault::SplitBrain,
         Fault::ClientCutOff,
@@ -104,6 +119,7 @@ impl Fault {
         Fault::KilledAfterHandOver,
         Fault::KilledAfterBatchGrant,
         Fault::KilledAfterUpgrade,
+        Fault::SilencedSubscriptions,
     ];
 
     /// Whether the fault fails the lock's master over (exclusion is not claimed
@@ -282,14 +298,21 @@ fn trial(network: &Network, fault: Fault, seed: u64, long: bool) -> Vec<LockRepo
     ];
     let workers: Vec<Worker> = (0..WORKERS)
         .map(|id| {
-            let worker = Worker::start(&WorkerSpec {
+            let mut spec = WorkerSpec::plain(
                 id,
-                urls: network.urls(),
-                locks: locks.to_vec(),
-                seed: rng.random(),
-                lease: fault.lease(),
-                upgrades: fault.upgrades(),
-            });
+                network.urls(),
+                locks.to_vec(),
+                rng.random(),
+                fault.lease(),
+                fault.upgrades(),
+            );
+            if is_sharing(id) {
+                spec.tasks = SHARING_TASKS;
+                spec.reads = SHARING_READS;
+                // The last one keeps its read holds.
+                spec.keep_reads = (id == WORKERS - 1).then_some(KEPT);
+            }
+            let worker = Worker::start(&spec);
             network.add_client(worker.pid);
             worker
         })
@@ -442,7 +465,45 @@ fn inject(
             }
             format!("worker {} for {length:.1?}", worker.id)
         }
+        Fault::SilencedSubscriptions => {
+            let sharing: Vec<&Worker> = workers.iter().filter(|w| is_sharing(w.id)).collect();
+            // A sharing worker's subscription is there to silence once one of its
+            // holds was shared or kept (it listens for call-backs then).
+            let subscribed = poll_until(Duration::from_secs(20), || {
+                sharing
+                    .iter()
+                    .any(|w| network.subscribed(Peer::Client(w.pid)) > 0)
+            });
+            let swallowed = network.swallowed();
+            for worker in &sharing {
+                network.silence_subscriptions(Peer::Client(worker.pid));
+            }
+            // Past a renewal period and the kept bound, about a lease.
+            let length = LEASE.mul_f64(rng.random_range(1.0..1.4));
+            std::thread::sleep(length);
+            let connections: usize = sharing
+                .iter()
+                .map(|w| network.subscribed(Peer::Client(w.pid)))
+                .sum();
+            network.heal();
+            format!(
+                "workers {:?}: {connections} subscribed connections silenced for {length:.1?} \
+                 ({} reads swallowed{})",
+                sharing.iter().map(|w| w.id).collect::<Vec<_>>(),
+                network.swallowed() - swallowed,
+                if subscribed {
+                    ""
+                } else {
+                    "; no sharing worker had subscribed within 20 s"
+                }
+            )
+        }
     }
+}
+
+/// Whether worker `id` is a sharing one.
+fn is_sharing(id: u32) -> bool {
+    id >= WORKERS - SHARING_WORKERS
 }
 
 /// A worker that has just checked `is_held()` on a write hold and is preparing its

@@ -29,11 +29,14 @@
 //! * `process.rs`: pausing, resuming and killing processes by pid;
 //! * `network.rs`: [`Network`], a cluster with every link (client to node, node to
 //!   node on the data port and the bus) behind relays that cut, hold, delay and heal
-//!   links one way or both; `workload.rs`: the partition tests' clients, each in a
-//!   process of its own; `history.rs`: the checker of what they recorded;
+//!   links one way or both, and silence a client's subscribed connections;
+//!   `workload.rs`: the partition tests' clients, each in a process of its own (some
+//!   with several tasks sharing reads); `history.rs`: the checker of what they
+//!   recorded;
 //! * `proxy.rs`: [`Proxy`], a loopback relay that loses a chosen reply and resets
-//!   the connection (or holds a request to deliver it late), and [`Proxied`]
-//!   servers (a relay in front of every node);
+//!   the connection (or holds a request to deliver it late, or silences the
+//!   connections a client subscribed on), and [`Proxied`] servers (a relay in front
+//!   of every node);
 //! * `monitor.rs`: [`Monitor`], the commands a node runs, in order (`MONITOR`);
 //! * `panics.rs`: counting panics in background tasks;
 //! * `locks.rs`: clients, unique names and an exclusion checker for lock tests;

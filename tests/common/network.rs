@@ -36,6 +36,14 @@
 //!   and TCP's retransmissions after it heals); the other way still flows;
 //! * [`LinkState::Delay`]: every chunk that way waits that long first.
 //!
+//! One fault is per connection rather than per direction:
+//! [`Network::silence_subscriptions`] silences a client's subscribed connections (it
+//! sent `SUBSCRIBE`, `SSUBSCRIBE` or `PSUBSCRIBE` on them): they stay open, but what
+//! the nodes send on them is swallowed, with no reset (a NAT or firewall that forgot
+//! an idle pub/sub flow), while the client's other connections (its commands) go on.
+//! [`Network::heal`] ends it and resets the silenced connections that lost something
+//! (their streams have a gap), so the client reconnects and subscribes again.
+//!
 //! Processes too: [`Network::kill`] and [`Network::restart`] kill a node with SIGKILL
 //! and start it again on its port and files (it rejoins, as a replica if its shard
 //! failed over), announcing the relays from its first breath; pause one with
@@ -45,9 +53,10 @@
 //! under any test runtime; dropping the [`Network`] stops them, the nodes it restarted
 //! and the cluster.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use redis::Value;
@@ -96,6 +105,21 @@ struct Rules {
     changed: watch::Sender<u64>,
     /// Live relayed connections per (from, to): setup waits for the bus links.
     live: Mutex<HashMap<(Peer, Peer), u64>>,
+    /// Clients whose subscribed connections are silenced ([`Peer::Clients`]: all).
+    silenced: Mutex<HashSet<Peer>>,
+    /// Reads of a node's stream swallowed on silenced connections so far.
+    swallowed: AtomicU64,
+    /// Every relayed client connection, to count the subscribed ones.
+    connections: Mutex<Vec<Weak<Connection>>>,
+}
+
+/// What a relay knows of one client connection.
+struct Connection {
+    source: Source,
+    /// The client subscribed on it.
+    subscribed: AtomicBool,
+    /// The relay swallowed some of what the node sent on it (silenced).
+    swallowed: AtomicBool,
 }
 
 impl Rules {
@@ -123,6 +147,13 @@ impl Rules {
             }
         }
         self.changed.send_modify(|generation| *generation += 1);
+    }
+
+    /// Whether `client`'s subscribed connections are silenced.
+    fn silences(&self, client: Peer) -> bool {
+        let silenced = self.silenced.lock().unwrap();
+        matches!(client, Peer::Client(_) | Peer::Clients)
+            && (silenced.contains(&client) || silenced.contains(&Peer::Clients))
     }
 
     fn dropped(&self, a: Peer, b: Peer) -> bool {
@@ -165,6 +196,9 @@ impl Network {
             clients: Mutex::new(Vec::new()),
             changed: watch::channel(0).0,
             live: Mutex::new(HashMap::new()),
+            silenced: Mutex::new(HashSet::new()),
+            swallowed: AtomicU64::new(0),
+            connections: Mutex::new(Vec::new()),
         });
         let relays = (0..redis.nodes.len())
             .map(|i| {
@@ -245,9 +279,43 @@ impl Network {
         self.cut_from_nodes(node);
     }
 
-    /// Lifts every rule: every link is open again.
+    /// Silences the subscribed connections of `client` (a [`Peer::Client`], or
+    /// [`Peer::Clients`]): everything the nodes send on them is swallowed, with no
+    /// reset, until [`Network::heal`]; what the client sends still arrives, and its
+    /// other connections are untouched.
+    pub fn silence_subscriptions(&self, client: Peer) {
+        self.rules.silenced.lock().unwrap().insert(client);
+        self.rules
+            .changed
+            .send_modify(|generation| *generation += 1);
+    }
+
+    /// How many reads of the nodes' streams were swallowed on silenced connections
+    /// so far (a message or a reply each, or a few together).
+    pub fn swallowed(&self) -> u64 {
+        self.rules.swallowed.load(Ordering::Relaxed)
+    }
+
+    /// How many of `client`'s live connections have subscribed (a
+    /// [`Peer::Client`], or [`Peer::Clients`] for every client's).
+    pub fn subscribed(&self, client: Peer) -> usize {
+        let mut connections = self.rules.connections.lock().unwrap();
+        connections.retain(|c| c.strong_count() > 0);
+        connections
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|c| {
+                c.subscribed.load(Ordering::Relaxed)
+                    && (client == Peer::Clients || c.source.peer() == client)
+            })
+            .count()
+    }
+
+    /// Lifts every rule: every link is open again, and silenced connections that lost
+    /// something are reset.
     pub fn heal(&self) {
         self.rules.links.lock().unwrap().clear();
+        self.rules.silenced.lock().unwrap().clear();
         self.rules
             .changed
             .send_modify(|generation| *generation += 1);
@@ -710,6 +778,16 @@ async fn relay(mut conn: TcpStream, from: Source, to: Peer, upstream: u16, rules
     // Counted under the source known at once (a client's pid comes later).
     let counted = (from.peer(), to);
     Rules::count(&rules.live, counted, 1);
+    let connection = Arc::new(Connection {
+        source: from.clone(),
+        subscribed: AtomicBool::new(false),
+        swallowed: AtomicBool::new(false),
+    });
+    if !matches!(counted.0, Peer::Node(_)) {
+        let mut connections = rules.connections.lock().unwrap();
+        connections.retain(|c| c.strong_count() > 0);
+        connections.push(Arc::downgrade(&connection));
+    }
     let reset = {
         let (mut conn_read, mut conn_write) = conn.split();
         let (mut server_read, mut server_write) = server.split();
@@ -717,7 +795,7 @@ async fn relay(mut conn: TcpStream, from: Source, to: Peer, upstream: u16, rules
             &mut conn_read,
             &mut server_write,
             Direction::Up,
-            &from,
+            &connection,
             to,
             &rules,
         );
@@ -725,12 +803,17 @@ async fn relay(mut conn: TcpStream, from: Source, to: Peer, upstream: u16, rules
             &mut server_read,
             &mut conn_write,
             Direction::Down,
-            &from,
+            &connection,
             to,
             &rules,
         );
         let mut changed = rules.changed.subscribe();
-        let dropped = changed.wait_for(|_| rules.dropped(from.peer(), to));
+        // Reset when the link is dropped, or when a silence that swallowed some of
+        // the stream ends (the client must not read on from a gap).
+        let dropped = changed.wait_for(|_| {
+            rules.dropped(from.peer(), to)
+                || (connection.swallowed.load(Ordering::Relaxed) && !rules.silences(from.peer()))
+        });
         tokio::select! {
             () = up => false,
             () = down => false,
@@ -752,25 +835,48 @@ enum Direction {
     Down,
 }
 
-/// Forwards bytes one way (`direction`) between `source` and `node` as the rules
-/// say, until either side closes.
+/// Forwards bytes one way (`direction`) between `connection`'s source and `node` as
+/// the rules say, until either side closes. Up, it notes whether the client
+/// subscribed; down, it swallows what a silenced subscribed connection would get.
 async fn pump<R, W>(
     read: &mut R,
     write: &mut W,
     direction: Direction,
-    source: &Source,
+    connection: &Connection,
     node: Peer,
     rules: &Rules,
 ) where
     R: AsyncReadExt + Unpin,
     W: AsyncWriteExt + Unpin,
 {
+    let source = &connection.source;
     let mut buf = vec![0u8; 64 * 1024];
+    // The end of the client's stream so far (a command's name split across reads).
+    let mut window: Vec<u8> = Vec::new();
     loop {
         let n = match read.read(&mut buf).await {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
+        match direction {
+            Direction::Up if !connection.subscribed.load(Ordering::Relaxed) => {
+                window.extend_from_slice(&buf[..n]);
+                if super::proxy::subscribes(&window, n) {
+                    // Known before the request goes on: its reply is silenced too.
+                    connection.subscribed.store(true, Ordering::Relaxed);
+                }
+                window.drain(..window.len().saturating_sub(64));
+            }
+            Direction::Down
+                if connection.subscribed.load(Ordering::Relaxed)
+                    && rules.silences(source.peer()) =>
+            {
+                connection.swallowed.store(true, Ordering::Relaxed);
+                rules.swallowed.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            _ => {}
+        }
         let mut changed = rules.changed.subscribe();
         loop {
             let (from, to) = match direction {

@@ -29,6 +29,15 @@
 //!
 //! * [`Proxy::sever`]: the relay closes every connection and refuses new ones, for
 //!   good: to the server, the client's process died.
+//! * [`Proxy::silence_subscriptions`]: a connection on which the client subscribed
+//!   (it sent `SUBSCRIBE`, `SSUBSCRIBE` or `PSUBSCRIBE`, before or after) stays
+//!   open, but everything the server sends on it is swallowed: no message, no reply,
+//!   no reset, what a NAT or firewall does to an idle pub/sub flow it forgot. What
+//!   the client sends still reaches the server, and its other connections (its
+//!   commands: renewals, acquires) go on as before. [`Proxy::silenced`] counts what
+//!   was swallowed, [`Proxy::subscribed`] the subscribed connections;
+//!   [`Proxy::unsilence`] resets the connections that lost something (their
+//!   streams have a gap) and lets the others talk again.
 //!
 //! Each relay runs on a runtime of its own (one worker thread), so it works under any
 //! test runtime, also one blocked in harness code; dropping the [`Proxy`] stops it
@@ -107,6 +116,13 @@ struct Shared {
     /// Local ports of the relay's live connections to the node (what the node sees
     /// as its clients' addresses).
     upstream_ports: Mutex<HashSet<u16>>,
+    /// True while subscribed connections are silenced
+    /// ([`Proxy::silence_subscriptions`]).
+    silence: watch::Sender<bool>,
+    /// Reads of a server's stream swallowed on silenced connections so far.
+    silenced: watch::Sender<u64>,
+    /// Connections on which the client subscribed, so far.
+    subscribed: watch::Sender<u64>,
 }
 
 /// `action` on the next `remaining` requests that contain `needle`.
@@ -179,6 +195,9 @@ impl Proxy {
             resets: watch::channel(true).0,
             accepted: AtomicU64::new(0),
             upstream_ports: Mutex::new(HashSet::new()),
+            silence: watch::channel(false).0,
+            silenced: watch::channel(0).0,
+            subscribed: watch::channel(0).0,
         });
         let listener = {
             let _entered = runtime.enter();
@@ -352,6 +371,44 @@ impl Proxy {
         self.shared.upstream_ports.lock().unwrap().clone()
     }
 
+    /// Silences every connection on which the client subscribed (already, or from
+    /// now on): it stays open, what the client sends still reaches the server, but
+    /// everything the server sends on it (messages, replies, pushes) is swallowed,
+    /// with no reset. On a connection that subscribes from now on, the reply to the
+    /// subscription is swallowed too. The client's other connections are untouched.
+    pub fn silence_subscriptions(&self) {
+        self.shared.silence.send_replace(true);
+    }
+
+    /// Ends [`Proxy::silence_subscriptions`]: a silenced connection that lost
+    /// something is reset (its stream has a gap), the others talk again.
+    pub fn unsilence(&self) {
+        self.shared.silence.send_replace(false);
+    }
+
+    /// How many reads of the server's stream were swallowed on silenced
+    /// connections so far (a message or a reply each, or a few together).
+    pub fn silenced(&self) -> u64 {
+        *self.shared.silenced.borrow()
+    }
+
+    /// Waits until `n` reads in all were swallowed on silenced connections; false if
+    /// `limit` passed first.
+    pub async fn until_silenced(&self, n: u64, limit: Duration) -> bool {
+        Shared::until(&self.shared.silenced, n, limit).await
+    }
+
+    /// How many relayed connections have subscribed so far.
+    pub fn subscribed(&self) -> u64 {
+        *self.shared.subscribed.borrow()
+    }
+
+    /// Waits until `n` relayed connections in all have subscribed; false if `limit`
+    /// passed first.
+    pub async fn until_subscribed(&self, n: u64, limit: Duration) -> bool {
+        Shared::until(&self.shared.subscribed, n, limit).await
+    }
+
     /// Cuts the relay off for good, as a crash of the client's host would: every
     /// relayed connection closes and the port refuses new ones, so nothing the
     /// client sends from now on reaches the server.
@@ -404,6 +461,10 @@ async fn relay(mut client: TcpStream, upstream: u16, shared: Arc<Shared>) {
     let mut window: Vec<u8> = Vec::new();
     let mut from_client = vec![0u8; 64 * 1024];
     let mut from_server = vec![0u8; 64 * 1024];
+    // The client subscribed on this connection; the relay swallowed some of what
+    // the server sent on it.
+    let (mut subscribed, mut swallowed) = (false, false);
+    let mut silence = shared.silence.subscribe();
     loop {
         tokio::select! {
             read = client.read(&mut from_client) => {
@@ -415,6 +476,11 @@ async fn relay(mut client: TcpStream, upstream: u16, shared: Arc<Shared>) {
                 requests.feed(chunk, false);
                 window.extend_from_slice(chunk);
                 let action = shared.take_arm(&window, n);
+                if !subscribed && subscribes(&window, n) {
+                    // Known before the request goes on, so its reply is swallowed too.
+                    subscribed = true;
+                    shared.subscribed.send_modify(|count| *count += 1);
+                }
                 if window.len() > MAX_NEEDLE {
                     window.drain(..window.len() - MAX_NEEDLE);
                 }
@@ -439,7 +505,19 @@ async fn relay(mut client: TcpStream, upstream: u16, shared: Arc<Shared>) {
                     Ok(n) => n,
                 };
                 replies.feed(&from_server[..n], true);
+                if subscribed && *shared.silence.borrow() {
+                    swallowed = true;
+                    shared.silenced.send_modify(|count| *count += 1);
+                    continue;
+                }
                 if client.write_all(&from_server[..n]).await.is_err() {
+                    return;
+                }
+            }
+            changed = silence.changed(), if swallowed => {
+                if changed.is_err() || !*silence.borrow_and_update() {
+                    // The stream lost bytes: the client must not read on from a gap.
+                    let _ = client.set_zero_linger();
                     return;
                 }
             }
@@ -703,6 +781,23 @@ fn skip_value(b: &[u8]) -> Result<Option<usize>, ()> {
         }
         _ => Err(()),
     }
+}
+
+/// Whether a subscribing command (`SUBSCRIBE`, `SSUBSCRIBE`, `PSUBSCRIBE`, any case,
+/// as the bulk string that names the command) ends within the last `new` bytes of
+/// `window`.
+pub(super) fn subscribes(window: &[u8], new: usize) -> bool {
+    const NAMES: [&[u8]; 3] = [
+        b"$9\r\nSUBSCRIBE\r\n",
+        b"$10\r\nSSUBSCRIBE\r\n",
+        b"$10\r\nPSUBSCRIBE\r\n",
+    ];
+    NAMES.iter().any(|name| {
+        let from = window.len().saturating_sub(new + name.len() - 1);
+        window[from..]
+            .windows(name.len())
+            .any(|w| w.eq_ignore_ascii_case(name))
+    })
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {

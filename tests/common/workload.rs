@@ -18,8 +18,16 @@
 //! the request, or a pause landing there); write. So a worker stopped past its lease
 //! between the check and the write wakes up and writes as if it held, as in the
 //! classic critique of lease-based locks. Every write also sets a key of its own
-//! (`ack:{lock}:<worker>:<seq>`) in the same step, so a write acknowledged and then
-//! lost in a failover is found missing afterwards.
+//! (`ack:{lock}:<w>:<seq>`, `w` the holder number below) in the same step, so a
+//! write acknowledged and then lost in a failover is found missing afterwards.
+//!
+//! A sharing worker ([`WorkerSpec::tasks`] > 1) runs several such loops on one
+//! client, mostly reading ([`WorkerSpec::reads`]) the same few locks, so its tasks'
+//! reads share one hold of a lock, and with [`WorkerSpec::keep_reads`] its client
+//! keeps that hold between reads. Each task records under a holder number of its own
+//! (`w`: `id * 100 + task`; a plain worker's is its `id`), so the checker holds the
+//! tasks of one process to the same exclusion as different processes (a task's
+//! write beside another task's read is as wrong as across processes).
 
 use std::io::{BufRead, BufReader, Write as _};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -49,6 +57,14 @@ pub struct WorkerSpec {
     /// The share of write holds taken by way of an upgrade (the rest are plain
     /// writes).
     pub upgrades: f64,
+    /// Tasks on the worker's one client, each running the workload's loop (1: a
+    /// plain worker, recorded as `w: id`; more: recorded as `w: id * 100 + task`,
+    /// so a sharing worker's `id` must be at least 1).
+    pub tasks: u32,
+    /// The share of holds that are reads.
+    pub reads: f64,
+    /// `LockOptions::keep_reads` for the worker's locks.
+    pub keep_reads: Option<Duration>,
 }
 
 impl WorkerSpec {
@@ -60,6 +76,9 @@ impl WorkerSpec {
             "seed": self.seed,
             "lease_ms": self.lease.as_millis() as u64,
             "upgrades": self.upgrades,
+            "tasks": self.tasks,
+            "reads": self.reads,
+            "keep_reads_ms": self.keep_reads.map(|bound| bound.as_millis() as u64),
         })
         .to_string()
     }
@@ -88,6 +107,31 @@ impl WorkerSpec {
             seed: v["seed"].as_u64().unwrap(),
             lease: Duration::from_millis(v["lease_ms"].as_u64().unwrap()),
             upgrades: v["upgrades"].as_f64().unwrap(),
+            tasks: v["tasks"].as_u64().unwrap() as u32,
+            reads: v["reads"].as_f64().unwrap(),
+            keep_reads: v["keep_reads_ms"].as_u64().map(Duration::from_millis),
+        }
+    }
+
+    /// A plain worker: one task, half reads, nothing kept.
+    pub fn plain(
+        id: u32,
+        urls: Vec<String>,
+        locks: Vec<(String, u32)>,
+        seed: u64,
+        lease: Duration,
+        upgrades: f64,
+    ) -> WorkerSpec {
+        WorkerSpec {
+            id,
+            urls,
+            locks,
+            seed,
+            lease,
+            upgrades,
+            tasks: 1,
+            reads: 0.5,
+            keep_reads: None,
         }
     }
 }
@@ -293,7 +337,7 @@ pub async fn run_worker() {
     });
     // A loaded machine (two cores, builds beside the tests) can miss the driver's
     // connect limit: try again for a while, as a service starting up would.
-    let (client, mut raw) = {
+    let (client, raw) = {
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -326,15 +370,47 @@ pub async fn run_worker() {
                     .min_replicas(*replicas)
                     .replica_timeout(Duration::from_millis(500));
             }
+            if let Some(bound) = spec.keep_reads {
+                options = options.keep_reads(bound);
+            }
             (name.clone(), client.rwlock_with(name, options))
         })
         .collect();
-    let mut rng = StdRng::seed_from_u64(spec.seed);
+    let spec = Arc::new(spec);
+    let locks = Arc::new(locks);
+    let tasks: Vec<_> = (0..spec.tasks)
+        .map(|task| {
+            let (spec, locks, stop, raw) = (spec.clone(), locks.clone(), stop.clone(), raw.clone());
+            tokio::spawn(async move { run_task(&spec, task, &locks, &stop, raw).await })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("a worker task");
+    }
+    // Gives kept holds back rather than leave them to their leases.
+    let _ = client.shutdown(Duration::from_secs(5)).await;
+}
+
+/// One task of a worker: the workload's loop on `locks` until `stop`.
+async fn run_task(
+    spec: &WorkerSpec,
+    task: u32,
+    locks: &[(String, RwLock)],
+    stop: &AtomicBool,
+    mut raw: redis::cluster_async::ClusterConnection,
+) {
+    // The holder number the checker knows this task by.
+    let w = if spec.tasks == 1 {
+        spec.id
+    } else {
+        spec.id * 100 + task
+    };
+    let mut rng = StdRng::seed_from_u64(spec.seed.wrapping_add(u64::from(task)));
     let mut seq = 0u64;
     let op_limit = Duration::from_secs(10);
     while !stop.load(Ordering::SeqCst) {
         let (name, lock) = &locks[rng.random_range(0..locks.len())];
-        let write = rng.random_bool(0.5);
+        let write = rng.random_bool(1.0 - spec.reads);
         let mode = if write { "write" } else { "read" };
         let start = now_us();
         enum Guard {
@@ -345,7 +421,7 @@ pub async fn run_worker() {
         // a look, then `upgrade()`.
         let acquired = if write && rng.random_bool(spec.upgrades) {
             let look = Duration::from_millis(rng.random_range(20..100));
-            upgraded(spec.id, name, lock, look, op_limit)
+            upgraded(w, name, lock, look, op_limit)
                 .await
                 .map(|r| r.map(Guard::Write))
         } else if write {
@@ -366,7 +442,7 @@ pub async fn run_worker() {
                     _ => "hung".to_owned(),
                 };
                 emit(
-                    json!({"w": spec.id, "kind": "acquire", "lock": name, "mode": mode,
+                    json!({"w": w, "kind": "acquire", "lock": name, "mode": mode,
                     "start": start, "end": end, "ok": false, "err": err}),
                 );
                 tokio::time::sleep(Duration::from_millis(rng.random_range(20..100))).await;
@@ -378,7 +454,7 @@ pub async fn run_worker() {
             Guard::Read(_) => 0,
         };
         emit(
-            json!({"w": spec.id, "kind": "acquire", "lock": name, "mode": mode,
+            json!({"w": w, "kind": "acquire", "lock": name, "mode": mode,
             "start": start, "end": end, "ok": true, "fence": fence}),
         );
         let held = |guard: &Guard| match guard {
@@ -411,16 +487,14 @@ pub async fn run_worker() {
             }
             last_check = checked;
             // Said as it happens, so a test can stop the process right after it.
-            emit(
-                json!({"w": spec.id, "kind": "check", "lock": name, "mode": mode,
-                "at": checked}),
-            );
+            emit(json!({"w": w, "kind": "check", "lock": name, "mode": mode,
+                "at": checked}));
             // Preparing the write: the pause that matters lands here.
             tokio::time::sleep(Duration::from_millis(rng.random_range(20..100))).await;
             match &guard {
                 Guard::Write(g) => {
                     seq += 1;
-                    let ack = format!("ack:{{{name}}}:{}:{seq}", spec.id);
+                    let ack = format!("ack:{{{name}}}:{w}:{seq}");
                     let start = now_us();
                     let writes = FencedWrites::new()
                         .set(fenced_register(name), fence.to_string())
@@ -431,12 +505,12 @@ pub async fn run_worker() {
                         believed = end;
                     }
                     emit(
-                        json!({"w": spec.id, "kind": "write", "reg": "fenced", "lock": name,
+                        json!({"w": w, "kind": "write", "reg": "fenced", "lock": name,
                         "start": start, "end": end, "ok": ok, "err": err, "token": fence,
                         "ack": ack}),
                     );
                     seq += 1;
-                    let ack = format!("pack:{{{name}}}:{}:{seq}", spec.id);
+                    let ack = format!("pack:{{{name}}}:{w}:{seq}");
                     let start = now_us();
                     let plain = async {
                         redis::cmd("MSET")
@@ -453,7 +527,7 @@ pub async fn run_worker() {
                         believed = end;
                     }
                     emit(
-                        json!({"w": spec.id, "kind": "write", "reg": "plain", "lock": name,
+                        json!({"w": w, "kind": "write", "reg": "plain", "lock": name,
                         "start": start, "end": end, "ok": ok, "err": err, "token": fence,
                         "ack": ack}),
                     );
@@ -475,10 +549,8 @@ pub async fn run_worker() {
                         }
                         _ => Value::Null,
                     };
-                    emit(
-                        json!({"w": spec.id, "kind": "read", "lock": name, "start": start,
-                        "end": end, "value": value}),
-                    );
+                    emit(json!({"w": w, "kind": "read", "lock": name, "start": start,
+                        "end": end, "value": value}));
                 }
             }
         }
@@ -497,7 +569,7 @@ pub async fn run_worker() {
             Err(_) => "hung".to_owned(),
         };
         emit(
-            json!({"w": spec.id, "kind": "hold", "lock": name, "mode": mode, "fence": fence,
+            json!({"w": w, "kind": "hold", "lock": name, "mode": mode, "fence": fence,
             "from": end, "to": believed, "checked": last_check, "release_start": start, "release_end": now_us(),
             "released": released}),
         );
