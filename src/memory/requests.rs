@@ -14,6 +14,13 @@ use crate::protocol::engine::{self, Field, Outcome, Reply, Time, Tok, Val};
 use crate::protocol::token::Token;
 use crate::protocol::{Access, Acquired, LockMode, RawState, Renewed, Replicas, Write};
 
+/// How long a forced release waits before it returns: on a server its `x` message
+/// is on its way to the subscribers before the reply reaches the operator, and here
+/// it takes two task hops in each subscribing client (its dispatch, then the
+/// listener) to be heard, which this covers on any runtime that is not starved (and
+/// exactly under tokio's paused clock, which moves on only when every task waits).
+const EVICTION_LEAD: Duration = Duration::from_millis(5);
+
 /// A client's way to the store: its lock side, or its subscription side.
 #[derive(Clone)]
 pub(crate) struct MemoryLink {
@@ -233,6 +240,8 @@ impl MemoryLink {
 
     pub(crate) async fn force_release(&self, key: &MemoryKey<'_>) -> Result<u64, Error> {
         let out = self.run(key, engine::force_release).await?;
+        // The subscribers hear of the eviction before anyone acts on the reply.
+        tokio::time::sleep(EVICTION_LEAD).await;
         Ok(match out.reply {
             Reply::Int(n) => u64::try_from(n).unwrap_or(0),
             _ => 0,
