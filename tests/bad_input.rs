@@ -45,6 +45,20 @@ fn bad_options() -> Vec<(&'static str, LockOptions)> {
         ("empty prefix", d().key_prefix("")),
         ("braced prefix", d().key_prefix("{x}")),
         ("long prefix", d().key_prefix(&"p".repeat(1025))),
+        // Kept reads would keep nothing: refused rather than ignored.
+        (
+            "kept reads without shared reads",
+            d().keep_reads(Duration::from_secs(1)).share_reads(false),
+        ),
+        (
+            "kept reads without renewals",
+            d().keep_reads(Duration::from_secs(1)).auto_renew(false),
+        ),
+        (
+            "kept reads beside original clients",
+            d().keep_reads(Duration::from_secs(1))
+                .original_timeouts(Duration::from_secs(3), Duration::from_secs(3)),
+        ),
     ]
 }
 
@@ -203,6 +217,16 @@ async fn legacy_keys_that_are_equal_empty_or_of_another_type_are_refused() {
             matches!(result, Err(Error::InvalidOptions(_))),
             "{read:?}/{write:?}: {result:?}"
         );
+    }
+    // A legacy lock never shares its reads, so it would keep nothing: refused.
+    let keeping = LockOptions::default().keep_reads(Duration::from_secs(1));
+    let result = client
+        .legacy_rwlock_with("kr", "kw", keeping)
+        .try_read()
+        .await;
+    match result {
+        Err(Error::InvalidOptions(message)) => assert!(message.contains("keep_reads"), "{message}"),
+        other => panic!("keep_reads on a legacy lock: {other:?}"),
     }
     let mut raw = redis::Client::open(server.url())
         .unwrap()

@@ -155,6 +155,14 @@ impl RwLock {
     ) -> Self {
         let target = check_legacy_keys(&client, &read_key, &write_key)
             .and_then(|()| options.validate())
+            .and_then(|()| match options.keep_reads {
+                // A legacy lock's reads are never shared, so nothing would be kept.
+                Some(_) => Err(Error::InvalidOptions(
+                    "keep_reads needs shared reads, which a legacy two-key lock does not have"
+                        .to_owned(),
+                )),
+                None => Ok(()),
+            })
             .map(|()| Target::legacy(&read_key, &write_key, options.original_timeouts_in_force()));
         Self::with_target(client, read_key, options, target)
     }

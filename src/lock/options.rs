@@ -197,12 +197,20 @@ impl LockOptions {
     /// `bound` after the last task left it (default: released at once). A `read`
     /// in that window joins the kept hold with no request. A writer or upgrade that
     /// waits elsewhere calls the hold back and the client releases it at once; if
-    /// that call-back is lost, the hold ends within `bound` all the same, so
-    /// `bound` is the longest a writer waits for an idle kept hold (1 ms to 10
+    /// that call-back is lost, the hold's next renewal (a third of the read lease)
+    /// or `bound`, whichever comes first, ends it all the same (`bound` counts from
+    /// the first time the hold was kept, however often reads take it up; 1 ms to 10
     /// minutes). A `write()` on this client gives the client's idle kept hold back
     /// before it asks, and the release of its write hold keeps a read hold in its
-    /// place (unless a writer waits behind it). Needs
-    /// [`share_reads`](Self::share_reads) (README, "Kept reads").
+    /// place (unless a writer waits behind it); dropping the client's last handle
+    /// gives every kept hold back.
+    ///
+    /// Keeping needs shared reads: with [`share_reads(false)`](Self::share_reads),
+    /// [`auto_renew(false)`](Self::auto_renew) or
+    /// [`original_timeouts`](Self::original_timeouts), and on a legacy two-key
+    /// lock, every operation of the lock fails with
+    /// [`Error::InvalidOptions`](crate::Error::InvalidOptions) before any I/O,
+    /// rather than keep nothing unseen (README, "Kept reads").
     ///
     /// # Examples
     ///
@@ -335,6 +343,17 @@ impl LockOptions {
         }
         if let Some(bound) = self.keep_reads {
             check_span("keep_reads", bound, MAX_KEEP)?;
+            // Only a shared hold is kept: refused, rather than ignored.
+            let unshared = [
+                (!self.share_reads, "share_reads(false)"),
+                (!self.auto_renew, "auto_renew(false)"),
+                (self.original_timeouts.is_some(), "original_timeouts"),
+            ];
+            if let Some((_, why)) = unshared.iter().find(|(off, _)| *off) {
+                return Err(invalid(format!(
+                    "keep_reads needs shared reads, which {why} turns off"
+                )));
+            }
         }
         if let Some((read, write)) = self.original_timeouts {
             check_span("original read timeout", read, MAX_LEASE)?;
@@ -509,6 +528,12 @@ mod tests {
             LockOptions::default().release_timeout(Duration::ZERO),
             LockOptions::default().keep_reads(Duration::ZERO),
             LockOptions::default().keep_reads(Duration::from_secs(3600)),
+            LockOptions::default()
+                .keep_reads(Duration::from_secs(1))
+                .share_reads(false),
+            LockOptions::default()
+                .keep_reads(Duration::from_secs(1))
+                .auto_renew(false),
             LockOptions::default().key_prefix(""),
             LockOptions::default().key_prefix("a{b"),
         ];
