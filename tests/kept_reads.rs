@@ -351,3 +351,113 @@ async fn a_dropped_client_gives_its_kept_read_hold_back(backend: Backend) {
     );
 }
 }
+
+on_both_backends! {
+/// A read that came while its client wrote goes before a writer of another client
+/// that queued after it, as a reader in line behind the write would: it joins the
+/// read hold the write's release keeps at once, and that writer waits for it. (It
+/// used to come back as a new joiner, start listening, find the writer and queue
+/// behind it: the writer's whole hold, 2 s here.)
+async fn a_read_that_waited_for_its_clients_write_goes_before_a_writer_that_queued_after_it(backend: Backend) {
+    const OTHER_HOLDS: Duration = Duration::from_secs(2);
+    let client = backend.client().await;
+    let other = backend.client().await;
+    let name = unique_name("kept-read-before-later-writer");
+    let lock = keeping(&client, &name, LONG);
+    let writer = lock.write().await.unwrap();
+
+    let (came, arrived) = tokio::sync::oneshot::channel();
+    let reader = tokio::spawn({
+        let lock = lock.clone();
+        async move {
+            let mut read = Box::pin(lock.read());
+            let pending = std::future::poll_fn(|cx| {
+                std::task::Poll::Ready(read.as_mut().poll(cx).is_pending())
+            })
+            .await;
+            came.send(pending).unwrap();
+            let guard = read.await?;
+            let granted = Instant::now();
+            guard.release().await?;
+            Ok::<_, Error>(granted)
+        }
+    });
+    assert!(arrived.await.unwrap(), "a read beside the client's write hold");
+
+    // Another client's writer queues after the read came.
+    let elsewhere = other.rwlock(&name);
+    let later_writer = tokio::spawn(async move {
+        let guard = elsewhere.write().await?;
+        tokio::time::sleep(OTHER_HOLDS).await;
+        guard.release().await
+    });
+    wait_for(&lock, |state| state.queued_writers.len() == 1).await;
+
+    let released = Instant::now();
+    writer.release().await.unwrap();
+    let granted = reader.await.unwrap().expect("the read gets in");
+    let waited = granted - released;
+    assert!(
+        waited < OTHER_HOLDS / 2,
+        "the read that came first waited {waited:?} after its client's write, behind the \
+         writer that queued after it"
+    );
+    later_writer.await.unwrap().expect("the later writer gets in");
+}
+}
+
+on_both_backends! {
+/// A lost write guard of the client holds nothing: a `try_read` of the same client
+/// meanwhile is not refused for it (the lock is free), while the guard still lives.
+async fn a_lost_write_of_the_client_does_not_refuse_its_reads(backend: Backend) {
+    let client = backend.client().await;
+    let name = unique_name("kept-lost-write");
+    let lock = client.rwlock_with(
+        &name,
+        LockOptions::default()
+            .keep_reads(LONG)
+            .write_lease(Duration::from_millis(1500)),
+    );
+    let writer = lock.write().await.unwrap();
+    backend.delete_lock(&lock).await;
+    tokio::time::timeout(Duration::from_secs(10), writer.lost())
+        .await
+        .expect("the write guard learns at its next renewal that its hold is gone");
+    let read = lock.try_read().await;
+    assert!(
+        read.is_ok(),
+        "try_read refused beside a lost write guard of its own client: {read:?}"
+    );
+    drop(writer);
+}
+}
+
+/// A keeping write's `release()` is bounded by `release_timeout`, as any release:
+/// with the store not answering it returns an error in time, and the hold goes on
+/// being released in the background (it used to wait for the client's request
+/// limit, 4 s). In memory: the store's silence is what is tested.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keeping_write_release_is_bounded_by_release_timeout() {
+    const LIMIT: Duration = Duration::from_millis(300);
+    let store = redis_rwlock::MemoryStore::new();
+    let client = LockClient::in_memory(&store);
+    let lock = client.rwlock_with(
+        unique_name("kept-release-bounded"),
+        LockOptions::default()
+            .keep_reads(LONG)
+            .release_timeout(LIMIT),
+    );
+    let writer = lock.write().await.unwrap();
+    store.stop_answering(Duration::from_secs(10));
+    let asked = Instant::now();
+    let released = writer.release().await;
+    let took = asked.elapsed();
+    assert!(
+        released.is_err(),
+        "an unconfirmed release says so: {released:?}"
+    );
+    assert!(
+        took < LIMIT + Duration::from_millis(700),
+        "release() took {took:?} with release_timeout {LIMIT:?}"
+    );
+}

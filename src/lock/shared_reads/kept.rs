@@ -191,6 +191,7 @@ async fn keeping(lease: Lease, writing: Option<LocalWrite>) -> Result<(), Error>
     }
     if let Some(writing) = &writing {
         writing.released();
+        writing.readers_joined().await;
     }
     if writer_waits(&lock).await {
         share.shared.state().called_back = true;

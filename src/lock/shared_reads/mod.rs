@@ -149,8 +149,10 @@ pub(crate) async fn read(lock: &RwLock, wait: bool) -> Result<Share, Error> {
         .filter(|_| wait)
         .map(|limit| Instant::now() + limit);
     // A reader waits for one write of its own client at most: the one under way
-    // when it came.
+    // when it came. Its ticket, kept until it returns, lets that write's release
+    // wait for it to join (`writes.rs`).
     let mut waited_for_write = false;
+    let mut _ticket = None;
     loop {
         match reads.enter(lock, key, wait, waited_for_write) {
             Enter::Joined(share, how) => {
@@ -184,6 +186,7 @@ pub(crate) async fn read(lock: &RwLock, wait: bool) -> Result<Share, Error> {
             }
             Enter::AfterWrite(writing) => {
                 waited_for_write = true;
+                _ticket = writing.ticket();
                 within(deadline, async {
                     writes::wait_for(writing).await;
                     Ok(())
@@ -247,7 +250,7 @@ impl SharedReads {
             Some(Slot::Held(shared)) if shared.hold.lock.options() != lock.options() => {
                 return Enter::Alone;
             }
-            Some(Slot::Held(shared)) if shared.joinable(lock) => {
+            Some(Slot::Held(shared)) if shared.joinable(lock, waited_for_write) => {
                 let shared = shared.clone();
                 // A read that waited for the client's write joins the hold its
                 // release kept as a reader in line behind the write would be let
@@ -461,15 +464,17 @@ impl Shared {
     /// Whether a reader of `lock` may join the hold: a share lives or the process
     /// keeps it, the client is sure the server still has it (its renewals answer
     /// in time, no forced release was heard), and no writer called it back (under
-    /// writer preference).
-    fn joinable(&self, lock: &RwLock) -> bool {
+    /// writer preference). A reader that waited for its client's write (`after_write`)
+    /// joins a called-back hold too: the readers that came during a write phase
+    /// enter when it ends, before the next writer (phase-fair, `writes.rs`).
+    fn joinable(&self, lock: &RwLock, after_write: bool) -> bool {
         let state = self.state();
         let closed = lock.client().inner.live.is_closed();
         (state.shares > 0 || state.kept.is_some())
             && state.lease.is_some()
             && !closed
             && self.hold.is_confirmed()
-            && !(writer_preferred(lock) && self.called_back(&state))
+            && !(writer_preferred(lock) && !after_write && self.called_back(&state))
     }
 
     /// Whether a writer or an upgrade called the hold back: by a message

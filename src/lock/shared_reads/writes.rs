@@ -12,12 +12,23 @@
 //! line behind the write at the server anyway, and it waits for no more than that
 //! one write (the one under way when it came, until its hold ends or is lost); a
 //! write that comes while it waits is not waited for again. A `try_read` meanwhile
-//! is refused, as the server refuses a read while a writer waits. With reader
-//! preference, or without kept reads, reads go on to the server as before.
+//! is refused, as the server refuses a read while a writer waits (and not once the
+//! write's hold is lost: it holds nothing then). With reader preference, or without
+//! kept reads, reads go on to the server as before.
+//!
+//! The readers that came during the write enter when it ends, together, before the
+//! next writer: the write's release wakes them and waits (briefly) for them to join
+//! the read hold it keeps before it looks whether a writer waits and lets the hold
+//! go with them. That is phase-fair, as a lock in one process would be: a writer of
+//! another client that queued during the write waits for those reads, also for
+//! those that came after it queued (the client cannot tell when it queued); it
+//! waits for no read that came after the write ended.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use super::{Entry, shareable, writer_preferred};
 use crate::RwLock;
@@ -29,7 +40,22 @@ pub(crate) struct LocalWrite {
     lock: RwLock,
     key: String,
     phase: watch::Sender<Phase>,
+    early: Arc<Early>,
 }
+
+/// The readers that came while the write was under way and still wait for it, or
+/// are joining the read hold its release keeps: the release lets them join before
+/// it lets that hold go with its own share.
+#[derive(Default)]
+struct Early {
+    count: AtomicUsize,
+    /// Notified when the count falls to zero.
+    done: Notify,
+}
+
+/// How long a release that keeps a read waits for the readers that waited for the
+/// write to join it (they are woken at once; this only bounds a starved task).
+const JOIN_WAIT: Duration = Duration::from_millis(100);
 
 /// How far a write of this client has come, as the readers waiting for it see it.
 #[derive(Clone)]
@@ -45,7 +71,36 @@ pub(super) enum Phase {
 }
 
 /// What a reader that found a write under way waits on.
-pub(super) type Writing = watch::Receiver<Phase>;
+#[derive(Clone)]
+pub(super) struct Writing {
+    phase: watch::Receiver<Phase>,
+    early: Arc<Early>,
+}
+
+/// A reader that came while the write was under way, until its read returns: the
+/// write's release waits for it to join (`LocalWrite::readers_joined`).
+pub(super) struct Ticket(Arc<Early>);
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.done.notify_waiters();
+        }
+    }
+}
+
+impl Writing {
+    /// A ticket for a reader that comes while the write is still under way (none
+    /// once it was released: such a reader waits until the client has looked
+    /// whether a writer waits behind it).
+    pub(super) fn ticket(&self) -> Option<Ticket> {
+        if matches!(*self.phase.borrow(), Phase::Released) {
+            return None;
+        }
+        self.early.count.fetch_add(1, Ordering::AcqRel);
+        Some(Ticket(self.early.clone()))
+    }
+}
 
 /// A write of `lock` starts: the readers of it that come from now on wait for it,
 /// if the client keeps reads of the lock under writer preference (see the module's
@@ -56,16 +111,21 @@ pub(crate) fn start(lock: &RwLock) -> Option<LocalWrite> {
     }
     let key = lock.key().ok()?;
     let (phase, writing) = watch::channel(Phase::Asking);
+    let early = Arc::new(Early::default());
     let reads = &lock.client().inner.shared_reads;
     reads
         .locks()
         .entry(key.to_owned())
         .or_insert_with(Entry::new)
-        .writing = Some(writing);
+        .writing = Some(Writing {
+        phase: writing,
+        early: early.clone(),
+    });
     Some(LocalWrite {
         lock: lock.internal(),
         key: key.to_owned(),
         phase,
+        early,
     })
 }
 
@@ -82,6 +142,21 @@ impl LocalWrite {
     pub(super) fn released(&self) {
         self.phase.send_replace(Phase::Released);
     }
+
+    /// Resolves once the readers that waited for the write have joined (or gave
+    /// up), or after [`JOIN_WAIT`].
+    pub(super) async fn readers_joined(&self) {
+        let joined = async {
+            loop {
+                let done = self.early.done.notified();
+                if self.early.count.load(Ordering::Acquire) == 0 {
+                    return;
+                }
+                done.await;
+            }
+        };
+        let _ = tokio::time::timeout(JOIN_WAIT, joined).await;
+    }
 }
 
 impl Drop for LocalWrite {
@@ -94,7 +169,7 @@ impl Drop for LocalWrite {
         if entry
             .writing
             .as_ref()
-            .is_some_and(|writing| writing.same_channel(&self.phase.subscribe()))
+            .is_some_and(|writing| writing.phase.same_channel(&self.phase.subscribe()))
         {
             entry.writing = None;
             if entry.slot.is_none() {
@@ -108,12 +183,13 @@ impl Drop for LocalWrite {
 /// only while it may, as the server refuses a read only while a writer holds or
 /// waits (a lost write hold holds nothing).
 pub(super) fn under_way(writing: &Writing) -> bool {
-    !matches!(&*writing.borrow(), Phase::Held(hold) if !hold.is_held())
+    !matches!(&*writing.phase.borrow(), Phase::Held(hold) if !hold.is_held())
 }
 
 /// Waits until the write that `writing` follows ends: it is released (for a reader
 /// that came before that), its hold is lost, or it is over.
-pub(super) async fn wait_for(mut writing: Writing) {
+pub(super) async fn wait_for(writing: Writing) {
+    let mut writing = writing.phase;
     let late = matches!(*writing.borrow(), Phase::Released);
     loop {
         let phase = writing.borrow_and_update().clone();
