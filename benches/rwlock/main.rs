@@ -35,6 +35,7 @@ mod reader_behind_writers;
 mod report;
 mod scenarios;
 mod shared_reads;
+mod sharing_cost;
 mod stats;
 mod upgradable;
 
@@ -247,6 +248,10 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
         if on("shared_reads") && use_impl(Impl::Ours) {
             eprintln!("  shared reads: a join, and a writer behind busy readers");
             b.shared_reads(run).await;
+        }
+        if on("sharing_cost") && use_impl(Impl::Ours) {
+            eprintln!("  sharing's cost: a soak-like mix shared and not, a hot lock kept and not");
+            b.sharing_cost(run).await;
         }
         if on("server_cost") {
             eprintln!("  server cost per acquisition");

@@ -376,6 +376,7 @@ pub fn targets(b: &Bench) -> Vec<Target> {
     }
     upgradable_targets(r, &mut out);
     shared_read_targets(r, &mut out);
+    sharing_cost_targets(r, &mut out);
     for family in Family::ALL {
         let sizes = family.sizes();
         // The first bound from when the scripts were first measured, the second
@@ -417,6 +418,34 @@ pub fn targets(b: &Bench) -> Vec<Target> {
         ));
     }
     out
+}
+
+/// Sharing where it does not pay: no slower and no hungrier than not sharing.
+fn sharing_cost_targets(r: &Results, out: &mut Vec<Target>) {
+    use crate::sharing_cost::names::*;
+    let soak = |name: &str| r.get(SOAK_MIX, Impl::Ours, name);
+    out.push(ratio_target(
+        "soak-like mix (96 tasks over 3 clients, 300 locks, 90% reads, holds 0-2 ms, 10% dropped, 5% cancelled): acquisitions/s with shared reads >= 1.0x without".into(),
+        soak("acquisitions_per_s_shared"),
+        soak("acquisitions_per_s_unshared"),
+        "/s",
+        |x| x >= 1.0,
+    ));
+    out.push(ratio_target(
+        "... live tasks after the mix with shared reads <= 1.2x without (plus the 3 clients' listening: see the values)".into(),
+        soak("live_tasks_after_shared"),
+        soak("live_tasks_after_unshared"),
+        "tasks",
+        |x| x <= 1.2,
+    ));
+    let hot = |name: &str| r.get(ONE_LOCK_KEPT, Impl::Ours, name);
+    out.push(ratio_target(
+        "one lock, 64 tasks of one client, 5% writes from the same client: acquisitions/s with keep_reads(500 ms) >= 1.0x the default".into(),
+        hot("acquisitions_per_s_kept"),
+        hot("acquisitions_per_s_default"),
+        "/s",
+        |x| x >= 1.0,
+    ));
 }
 
 /// Shared reads: a join's latency, and a writer's wait behind a busy shared hold.

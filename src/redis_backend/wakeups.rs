@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use crate::error::ErrorChain;
 use crate::protocol::Access;
@@ -92,6 +93,10 @@ struct Hub {
     /// requests, so the last one always matches `channels`.
     subscribed: tokio::sync::Mutex<HashSet<String>>,
     next_id: AtomicU64,
+    /// Channel -> when its last listener left: one task per channel unsubscribes it
+    /// `LINGER` after that, unless someone listens again (however often a busy
+    /// lock's listeners come and go meanwhile).
+    lingering: Mutex<HashMap<String, Instant>>,
 }
 
 /// One lock's channel, while anyone listens on it.
@@ -116,6 +121,7 @@ impl Wakeups {
             channels: Mutex::new(HashMap::new()),
             subscribed: tokio::sync::Mutex::new(HashSet::new()),
             next_id: AtomicU64::new(0),
+            lingering: Mutex::new(HashMap::new()),
         });
         tokio::spawn(dispatch(Arc::downgrade(&hub), pushes));
         Wakeups { hub }
@@ -188,6 +194,10 @@ impl Wakeups {
 impl Hub {
     fn channels(&self) -> MutexGuard<'_, HashMap<String, Channel>> {
         self.channels.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn lingering(&self) -> MutexGuard<'_, HashMap<String, Instant>> {
+        self.lingering.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn register(&self, hub: &Arc<Hub>, channel: &str, interest: Option<Interest>) -> Listener {
@@ -351,16 +361,38 @@ impl Drop for Listener {
         channels.remove(&self.channel);
         drop(channels);
         // The last listener left: unsubscribe unless someone listens again soon.
-        let hub = self.hub.clone();
+        let since = Instant::now();
         let channel = std::mem::take(&mut self.channel);
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                tokio::time::sleep(LINGER).await;
-                if let Err(err) = hub.sync(&channel).await {
-                    tracing::debug!(channel, error = %ErrorChain(&err), "unsubscribe failed");
-                }
-            });
+        let first = self.hub.lingering().insert(channel.clone(), since).is_none();
+        if let (true, Ok(runtime)) = (first, tokio::runtime::Handle::try_current()) {
+            runtime.spawn(linger(Arc::downgrade(&self.hub), channel, since));
         }
+    }
+}
+
+/// Unsubscribes `channel` once `LINGER` has passed since its last listener left
+/// (`since`, moved on by every listener that leaves it again meanwhile), if no one
+/// listens then. Holds the hub weakly: a dropped client is not kept for it.
+async fn linger(hub: Weak<Hub>, channel: String, mut since: Instant) {
+    loop {
+        tokio::time::sleep_until(since + LINGER).await;
+        let Some(hub) = hub.upgrade() else {
+            return;
+        };
+        {
+            let mut lingering = hub.lingering();
+            match lingering.get(&channel) {
+                Some(&left) if left > since => {
+                    since = left;
+                    continue;
+                }
+                _ => lingering.remove(&channel),
+            };
+        }
+        if let Err(err) = hub.sync(&channel).await {
+            tracing::debug!(channel, error = %ErrorChain(&err), "unsubscribe failed");
+        }
+        return;
     }
 }
 

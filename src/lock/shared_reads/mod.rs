@@ -149,12 +149,15 @@ pub(crate) async fn read(lock: &RwLock, wait: bool) -> Result<Share, Error> {
         .filter(|_| wait)
         .map(|limit| Instant::now() + limit);
     // A reader waits for one write of its own client at most: the one under way
-    // when it came. Its ticket, kept until it returns, lets that write's release
-    // wait for it to join (`writes.rs`).
+    // when it came. Its ticket, kept until it looked again after the write, lets
+    // that write's release wait for it to join (`writes.rs`).
     let mut waited_for_write = false;
-    let mut _ticket = None;
+    let mut ticket = None;
     loop {
-        match reads.enter(lock, key, wait, waited_for_write) {
+        let entered = reads.enter(lock, key, wait, waited_for_write);
+        // It joined the hold the write kept, or goes on without it.
+        drop(ticket.take());
+        match entered {
             Enter::Joined(share, how) => {
                 acquiring.finish(&Ok::<(), Error>(()));
                 crate::metrics::shared_read(lock.metrics_label(), how);
@@ -186,7 +189,7 @@ pub(crate) async fn read(lock: &RwLock, wait: bool) -> Result<Share, Error> {
             }
             Enter::AfterWrite(writing) => {
                 waited_for_write = true;
-                _ticket = writing.ticket();
+                ticket = writing.ticket();
                 within(deadline, async {
                     writes::wait_for(writing).await;
                     Ok(())
