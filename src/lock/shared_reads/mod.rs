@@ -240,15 +240,6 @@ impl SharedReads {
     fn enter(&self, lock: &RwLock, key: &str, wait: bool, waited_for_write: bool) -> Enter {
         let mut locks = self.locks();
         let entry = locks.entry(key.to_owned()).or_insert_with(Entry::new);
-        // A handle of the lock with reader preference does not wait for a writer.
-        let waits_for_writes = !waited_for_write && writer_preferred(lock);
-        if let Some(writing) = entry
-            .writing
-            .as_ref()
-            .filter(|writing| waits_for_writes && writes::under_way(writing))
-        {
-            return Enter::AfterWrite(writing.clone());
-        }
         match &entry.slot {
             Some(Slot::Held(shared)) if shared.hold.lock.options() != lock.options() => {
                 return Enter::Alone;
@@ -272,6 +263,22 @@ impl SharedReads {
                 let (share, how) = shared.join(lock);
                 return Enter::Joined(share, how);
             }
+            _ => {}
+        }
+        // No hold to join: while a task of this client writes the lock, a read waits
+        // for that write here (`writes.rs`). Until its call-back comes, the write
+        // waits in line like any other, and reads join the hold that holds it up,
+        // as they would without keeping. A handle of the lock with reader
+        // preference does not wait for a writer.
+        let waits_for_writes = !waited_for_write && writer_preferred(lock);
+        if let Some(writing) = entry
+            .writing
+            .as_ref()
+            .filter(|writing| waits_for_writes && writes::under_way(writing))
+        {
+            return Enter::AfterWrite(writing.clone());
+        }
+        match &entry.slot {
             Some(Slot::Asking(asked)) if wait => return Enter::Wait(asked.clone()),
             Some(Slot::Asking(_)) => return Enter::Alone,
             Some(Slot::Held(_)) | None => {}
