@@ -8,10 +8,10 @@ use redis::Client;
 use redis::cluster::ClusterClientBuilder;
 use tokio::sync::mpsc;
 
-use crate::Error;
 use crate::client::LockClient;
 use crate::redis_backend::connection::{Connection, Limits, check_url, cluster_client_builder};
 use crate::redis_backend::wakeups::Wakeups;
+use crate::{Error, Operation};
 
 /// Configures and connects a [`LockClient`]: where the servers are (URLs, or a
 /// redis-rs client configured by the application with its TLS, credentials and
@@ -274,6 +274,12 @@ impl LockClientBuilder {
     /// # Ok(()) }
     /// ```
     pub async fn build(self) -> Result<LockClient, Error> {
+        self.connect()
+            .await
+            .map_err(|err| err.doing(None, Operation::Connect))
+    }
+
+    async fn connect(self) -> Result<LockClient, Error> {
         self.limits.check()?;
         #[cfg(feature = "tls-rustls")]
         crate::redis_backend::connection::install_crypto_provider();

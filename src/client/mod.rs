@@ -17,6 +17,7 @@ use tokio::time::{Instant, timeout_at};
 use crate::client::builder::LockClientBuilder;
 use crate::client::live::Live;
 use crate::error::ErrorChain;
+use crate::guard::lease::release_unconfirmed;
 use crate::guard::renewals::Renewals;
 use crate::lock::shared_reads::SharedReads;
 use crate::memory::MemoryStore;
@@ -24,7 +25,7 @@ use crate::memory::requests::MemoryLink;
 use crate::redis_backend::connection::{Connection, Limits};
 use crate::redis_backend::scripts::ScriptConnection;
 use crate::redis_backend::wakeups::Wakeups;
-use crate::{Error, LockOptions, RwLock};
+use crate::{Error, LockOptions, Operation, RwLock};
 
 /// A handle to a Redis Cluster or a single Redis server, from which locks are made.
 ///
@@ -327,25 +328,34 @@ impl LockClient {
         let deadline = Instant::now() + within;
         let live = &self.inner.live;
         let mut releases = JoinSet::new();
-        for (lock, token) in live.close() {
-            releases.spawn(timeout_at(deadline, async move {
-                lock.release_token_until(&token, deadline).await
-            }));
+        for (lock, token, mode) in live.close() {
+            releases.spawn(async move {
+                let released = timeout_at(deadline, lock.release_token_until(&token, deadline))
+                    .await
+                    .unwrap_or_else(|_| Err(release_unconfirmed(within)));
+                released.map_err(|err| err.doing(Some(lock.name()), Operation::Release(mode)))
+            });
         }
         let mut result = Ok(());
         while let Some(done) = releases.join_next().await {
             let failed = match done {
-                Ok(Ok(Ok(_))) => None,
-                Ok(Ok(Err(err))) => Some(err),
-                Ok(Err(_)) | Err(_) => Some(Error::Timeout),
+                Ok(Ok(_)) => None,
+                Ok(Err(err)) => Some(err),
+                Err(_) => Some(release_unconfirmed(within)),
             };
             if let (Some(err), Ok(())) = (failed, &result) {
                 tracing::warn!(error = %ErrorChain(&err), "shutdown: a release failed; that hold ends with its lease");
                 result = Err(err);
             }
         }
-        if timeout_at(deadline, live.no_pending()).await.is_err() {
-            return Err(Error::Timeout);
+        if timeout_at(deadline, live.no_pending()).await.is_err()
+            && let Some((lock, mode)) = live.a_pending()
+        {
+            return Err(Error::Timeout {
+                lock,
+                mode,
+                waited: within,
+            });
         }
         result
     }
@@ -479,7 +489,9 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn list_locks(&self, options: crate::ListOptions) -> Result<crate::LockPage, Error> {
-        crate::fleet::list_locks(self, options).await
+        crate::fleet::list_locks(self, options)
+            .await
+            .map_err(|err| err.doing(None, Operation::List))
     }
 }
 

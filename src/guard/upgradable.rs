@@ -101,10 +101,10 @@ impl RwLockUpgradableReadGuard {
         let acquiring = self.lease.acquiring(Mode::Upgrade);
         let result = match self.lease.upgrade(true).await {
             Ok((lease, fence)) => Ok(RwLockWriteGuard::new(lease, fence)),
-            Err(Error::Timeout) => {
+            Err(err @ Error::Timeout { .. }) => {
                 // Let the readers in now, not when the lease ends.
                 let _ = self.lease.release().await;
-                Err(Error::Timeout)
+                Err(err)
             }
             Err(err) => Err(err),
         };

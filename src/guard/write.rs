@@ -5,7 +5,7 @@ use std::fmt;
 use crate::guard::lease::Lease;
 use crate::lock::shared_reads::LocalWrite;
 use crate::protocol::state::LockMode;
-use crate::{Error, FencedWrites, RwLockReadGuard};
+use crate::{Error, FencedWrites, RwLock, RwLockReadGuard};
 
 /// The write hold on an [`RwLock`](crate::RwLock), renewed in the background while it
 /// lives. Release it with [`release`](Self::release); dropping it releases in the
@@ -174,7 +174,11 @@ impl RwLockWriteGuard {
         });
         if keeps {
             // The readers waiting for this write join the read hold kept in its place.
-            return crate::lock::shared_reads::release_keeping(lease, writing).await;
+            let lock = lease.hold().map(|hold| hold.lock.clone());
+            let doing = crate::Operation::Release(crate::Mode::Write);
+            return crate::lock::shared_reads::release_keeping(lease, writing)
+                .await
+                .map_err(|err| err.doing(lock.as_ref().map(RwLock::name), doing));
         }
         let released = lease.release().await;
         drop(writing);

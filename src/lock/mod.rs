@@ -18,6 +18,7 @@ use std::sync::Arc;
 use sync_wrapper::SyncFuture;
 
 use crate::client::{LockClient, UserHandle};
+use crate::error::Doing;
 use crate::guard::lease::Lease;
 use crate::lock::options::check_name;
 use crate::lock::waiting::acquire;
@@ -26,7 +27,9 @@ use crate::protocol::Access;
 use crate::protocol::state::LockState;
 use crate::redis_backend::scripts::{ScriptConnection, Target};
 use crate::redis_backend::slot::key_slot;
-use crate::{Error, LockOptions, RwLockReadGuard, RwLockUpgradableReadGuard, RwLockWriteGuard};
+use crate::{
+    Error, LockOptions, Operation, RwLockReadGuard, RwLockUpgradableReadGuard, RwLockWriteGuard,
+};
 
 /// A read-write lock shared by every process that names it.
 ///
@@ -432,7 +435,11 @@ impl RwLock {
     /// # Ok(()) }
     /// ```
     pub async fn state(&self) -> Result<LockState, Error> {
-        let raw = self.target()?.state(self.conn()).await?;
+        let raw = self
+            .target()?
+            .state(self.conn())
+            .await
+            .doing(self.name(), Operation::State)?;
         Ok(LockState::from_raw(raw))
     }
 
@@ -466,7 +473,10 @@ impl RwLock {
     /// ```
     pub async fn force_release(&self) -> Result<u64, Error> {
         let target = self.target()?;
-        let ended = target.force_release(self.conn()).await?;
+        let ended = target
+            .force_release(self.conn())
+            .await
+            .doing(self.name(), Operation::ForceRelease)?;
         tracing::warn!(lock = self.name(), ended, "holds force-released");
         Ok(ended)
     }
@@ -603,22 +613,25 @@ impl RwLock {
     /// granted) is recorded.
     pub(crate) async fn lease_for(self, access: Access, wait: bool) -> Result<Leased, Error> {
         let acquiring = Acquiring::start(&self.metrics, Mode::of(access));
-        let result = acquire(&self, access, wait).await.map(|granted| {
-            let (fence, waited) = (granted.fence, granted.waited);
-            let lease = Lease::start(
-                self,
-                granted.token,
-                access,
-                fence,
-                granted.sent,
-                granted.lasts,
-            );
-            Leased {
-                lease,
-                fence,
-                waited,
-            }
-        });
+        let result = acquire(&self, access, wait)
+            .await
+            .doing(self.name(), access.operation())
+            .map(|granted| {
+                let (fence, waited) = (granted.fence, granted.waited);
+                let lease = Lease::start(
+                    self,
+                    granted.token,
+                    access,
+                    fence,
+                    granted.sent,
+                    granted.lasts,
+                );
+                Leased {
+                    lease,
+                    fence,
+                    waited,
+                }
+            });
         acquiring.finish(&result);
         result
     }
