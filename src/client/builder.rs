@@ -256,8 +256,9 @@ impl LockClientBuilder {
     /// limit is zero or the overall one shorter than the response one, the cluster
     /// client reads from replicas, the servers are of the other kind (a cluster node
     /// given as one server, or the reverse) or older than Redis 7.0 (the message
-    /// names the server and its version); [`Error::Redis`] when TLS or
-    /// authentication fails, or no server answers in time.
+    /// names the server and its version); [`Error::Redis`] (doing
+    /// [`Operation::Connect`]) when TLS or authentication fails, or no server answers
+    /// in time.
     ///
     /// # Cancel safety
     ///

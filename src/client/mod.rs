@@ -106,8 +106,8 @@ impl LockClient {
     /// [`Error::InvalidOptions`] when no URL is given, a URL is not a Redis URL
     /// (`http://...`; checked before anything is sent), the nodes are not in cluster
     /// mode, or the server is older than Redis 7.0 (the message names the server and
-    /// its version); [`Error::Redis`] when TLS or authentication fails, or no node
-    /// answers in time.
+    /// its version); [`Error::Redis`] (doing [`Operation::Connect`]) when TLS or
+    /// authentication fails, or no node answers in time.
     ///
     /// # Cancel safety
     ///
@@ -143,8 +143,8 @@ impl LockClient {
     /// [`Error::InvalidOptions`] when the URL is not a Redis URL (`http://...`;
     /// checked before anything is sent), the server is a cluster node (or a
     /// sentinel) or older than Redis 7.0 (the message names the server and its
-    /// version); [`Error::Redis`] when TLS or authentication fails, or the server
-    /// does not answer in time.
+    /// version); [`Error::Redis`] (doing [`Operation::Connect`]) when TLS or
+    /// authentication fails, or the server does not answer in time.
     ///
     /// # Cancel safety
     ///
@@ -305,9 +305,11 @@ impl LockClient {
     ///
     /// # Errors
     ///
-    /// [`Error::Timeout`] when acquires were still pending at the deadline;
-    /// [`Error::Redis`] (the first one) when a release failed: that hold then ends
-    /// with its lease.
+    /// [`Error::Timeout`] when acquires were still pending at the deadline (naming
+    /// one of them: its lock and mode, with `within` as `waited`);
+    /// [`Error::Redis`] (the first one, naming the lock, doing
+    /// [`Operation::Release`]) when a release failed or was not confirmed by the
+    /// deadline: that hold then ends with its lease.
     ///
     /// # Cancel safety
     ///
@@ -451,8 +453,8 @@ impl LockClient {
     /// # Errors
     ///
     /// [`Error::InvalidOptions`] for a bad pattern, prefix or bound, before any
-    /// I/O; [`Error::Redis`] when a master cannot be reached in time, or refuses a
-    /// command (e.g. NOPERM for a user without `SCAN`).
+    /// I/O; [`Error::Redis`] (doing [`Operation::List`]) when a master cannot be
+    /// reached in time, or refuses a command (e.g. NOPERM for a user without `SCAN`).
     ///
     /// # Cancel safety
     ///

@@ -204,9 +204,13 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// [`Error::Timeout`] when the wait limit passes; [`Error::InvalidOptions`] for a
-    /// bad name or option (before any I/O); [`Error::WrongType`] when the key holds
-    /// another type; [`Error::Redis`] when Redis fails or cannot be reached in time.
+    /// [`Error::Timeout`] when the wait limit passes (naming the lock, the mode and
+    /// the limit: `timed out after 1s waiting for the read lock on "inventory"`);
+    /// [`Error::InvalidOptions`] for a bad name or option (before any I/O);
+    /// [`Error::WrongType`] when the key holds another type; with
+    /// [`LockOptions::min_replicas`], [`Error::NotReplicated`] when too few replicas
+    /// acknowledged (the hold is released again); [`Error::Redis`] (naming the lock
+    /// and [`Operation::Acquire`]) when Redis fails or cannot be reached in time.
     ///
     /// # Cancel safety
     ///
@@ -416,8 +420,9 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidOptions`], [`Error::WrongType`], [`Error::Redis`] as for
-    /// [`read`](Self::read).
+    /// [`Error::InvalidOptions`], [`Error::WrongType`] as for [`read`](Self::read);
+    /// [`Error::Redis`] (doing [`Operation::State`]) when Redis fails or cannot be
+    /// reached in time.
     ///
     /// # Cancel safety
     ///
@@ -453,7 +458,8 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// As [`state`](Self::state).
+    /// As [`state`](Self::state), the [`Error::Redis`] doing
+    /// [`Operation::ForceRelease`].
     ///
     /// # Cancel safety
     ///
