@@ -97,12 +97,12 @@ pub enum Error {
     /// Fewer replicas than
     /// [`LockOptions::min_replicas`](crate::LockOptions::min_replicas) acknowledged
     /// within [`LockOptions::replica_timeout`](crate::LockOptions::replica_timeout),
-    /// e.g. `only 0 of 1 replicas acknowledged acquiring the write lock on
-    /// "inventory" within 100ms`. From an acquire: the hold was granted and released
+    /// e.g. `only 0 of 1 replicas acknowledged within 100ms while acquiring the write
+    /// lock on "inventory"`. From an acquire: the hold was granted and released
     /// again. From a fenced write: the writes were applied on the master (the hold
     /// stays), and a failover now could lose them.
     #[error(
-        "only {acknowledged} of {required} replicas acknowledged {doing} on {lock:?} within {}",
+        "only {acknowledged} of {required} replicas acknowledged within {} while {doing} on {lock:?}",
         humantime::format_duration(*.waited)
     )]
     NotReplicated {
@@ -204,7 +204,7 @@ impl std::fmt::Display for Operation {
             Operation::Renew(mode) => write!(f, "renewing the {mode} lock"),
             Operation::Release(mode) => write!(f, "releasing the {mode} lock"),
             Operation::Downgrade(mode) => write!(f, "downgrading the {mode} lock"),
-            Operation::FencedWrite => f.write_str("a fenced write under the write lock"),
+            Operation::FencedWrite => f.write_str("making a fenced write under the write lock"),
             Operation::State => f.write_str("reading the state of the lock"),
             Operation::ForceRelease => f.write_str("force-releasing the lock"),
             Operation::Connect => f.write_str("connecting"),
@@ -413,8 +413,8 @@ mod tests {
         };
         assert_eq!(
             err.to_string(),
-            "only 0 of 1 replicas acknowledged a fenced write under the write lock on \
-             \"inventory\" within 100ms"
+            "only 0 of 1 replicas acknowledged within 100ms while making a fenced write \
+             under the write lock on \"inventory\""
         );
         assert_eq!(
             format!("{err:?}"),

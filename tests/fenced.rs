@@ -121,7 +121,7 @@ async fn too_few_replicas_release_the_hold_and_say_so() {
             // The message names the lock, what had to reach the replicas, the limit.
             let name = lock.name();
             let said = format!(
-                "only 1 of 2 replicas acknowledged acquiring the write lock on {name:?} within {}",
+                "only 1 of 2 replicas acknowledged within {} while acquiring the write lock on {name:?}",
                 humantime::format_duration(timeout_)
             );
             assert_eq!(err.to_string(), said);
