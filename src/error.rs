@@ -131,17 +131,68 @@ pub enum Error {
     ///
     /// Built from a bare [`RedisError`](https://docs.rs/redis/1/redis/struct.RedisError.html)
     /// with `From` (`?`), without a lock or an operation; the crate's own calls fill
-    /// both in.
-    #[error("{}", redis_message(.source, .lock.as_deref(), *.doing))]
-    Redis {
-        /// The lock's name; `None` for a call that concerns no one lock (connecting,
-        /// listing locks).
-        lock: Option<String>,
-        /// What the call was doing.
-        doing: Option<Operation>,
-        /// The driver's error.
-        source: RedisError,
-    },
+    /// both in. Match it as `Error::Redis(failure)`: the [`RedisFailure`] derefs to
+    /// the driver's error (`failure.is_timeout()`, `failure.code()`...).
+    #[error(transparent)]
+    Redis(RedisFailure),
+}
+
+/// A Redis error, with the lock it concerned and what the call was doing
+/// ([`Error::Redis`]). Displays as `redis request failed (<kind>) while <doing> on
+/// "<lock>"`; the driver's error is its [`source`](std::error::Error::source), and
+/// it derefs to it.
+#[derive(Debug)]
+pub struct RedisFailure {
+    lock: Option<String>,
+    doing: Option<Operation>,
+    source: RedisError,
+}
+
+impl RedisFailure {
+    /// The lock's name; `None` for a call that concerns no one lock (connecting,
+    /// listing locks).
+    pub fn lock(&self) -> Option<&str> {
+        self.lock.as_deref()
+    }
+
+    /// What the call was doing.
+    pub fn doing(&self) -> Option<Operation> {
+        self.doing
+    }
+
+    /// The driver's error.
+    pub fn redis_error(&self) -> &RedisError {
+        &self.source
+    }
+
+    /// The driver's error, owned.
+    pub fn into_redis_error(self) -> RedisError {
+        self.source
+    }
+}
+
+impl std::ops::Deref for RedisFailure {
+    type Target = RedisError;
+
+    fn deref(&self) -> &RedisError {
+        &self.source
+    }
+}
+
+impl std::fmt::Display for RedisFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&redis_message(
+            &self.source,
+            self.lock.as_deref(),
+            self.doing,
+        ))
+    }
+}
+
+impl std::error::Error for RedisFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
 }
 
 /// What a call asks for, or what a guard holds, as [`Error`]'s messages name it.
@@ -247,11 +298,11 @@ fn redis_kind(err: &RedisError) -> String {
 impl From<RedisError> for Error {
     /// An [`Error::Redis`] that names no lock and no operation yet.
     fn from(source: RedisError) -> Self {
-        Error::Redis {
+        Error::Redis(RedisFailure {
             lock: None,
             doing: None,
             source,
-        }
+        })
     }
 }
 
@@ -274,15 +325,15 @@ impl Error {
     /// them yet (the innermost context wins); other errors pass unchanged.
     pub(crate) fn doing(self, lock: Option<&str>, operation: Operation) -> Self {
         match self {
-            Error::Redis {
+            Error::Redis(RedisFailure {
                 lock: named,
                 doing,
                 source,
-            } => Error::Redis {
+            }) => Error::Redis(RedisFailure {
                 lock: named.or_else(|| lock.map(str::to_owned)),
                 doing: doing.or(Some(operation)),
                 source,
-            },
+            }),
             other => other,
         }
     }

@@ -354,7 +354,7 @@ async fn the_least_privileged_user_runs_every_feature_on_a_cluster() {
         .write()
         .await
         .unwrap_err();
-    let Error::Redis { source: cause, .. } = &err else {
+    let Error::Redis(cause) = &err else {
         panic!("{err:?}")
     };
     let text = cause.to_string().to_lowercase();
@@ -387,7 +387,7 @@ async fn the_least_privileged_user_runs_every_feature_on_a_cluster() {
         .expect("the waiter hung")
         .unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(3));
-    let Error::Redis { source: cause, .. } = &err else {
+    let Error::Redis(cause) = &err else {
         panic!("{err:?}")
     };
     let text = cause.to_string().to_lowercase();
@@ -532,7 +532,7 @@ async fn the_fleet_view_needs_reads_and_scan_only() {
             .list_locks(ListOptions::default().pattern(&pattern))
             .await
             .unwrap_err();
-        let Error::Redis { source: cause, .. } = &err else {
+        let Error::Redis(cause) = &err else {
             panic!("{err:?}")
         };
         let text = cause.to_string().to_lowercase();

@@ -89,13 +89,13 @@ async fn a_redis_error_says_its_kind_what_was_done_and_on_which_lock() {
     let debug = format!("{err:?}");
     assert!(
         debug.starts_with(
-            r#"Redis { lock: Some("inventory"), doing: Some(Acquire(Write)), source: "#
+            r#"Redis(RedisFailure { lock: Some("inventory"), doing: Some(Acquire(Write)), source: "#
         ),
         "{debug}"
     );
     assert!(matches!(
         &err,
-        Error::Redis { lock: Some(lock), doing: Some(Operation::Acquire(Mode::Write)), .. } if lock == "inventory"
+        Error::Redis(failure) if failure.lock() == Some("inventory") && failure.doing() == Some(Operation::Acquire(Mode::Write))
     ));
     assert_eq!(ErrorChain(&err).to_string(), format!("{said}: {cause}"));
     assert_eq!(with_anyhow(err), format!("{said}: {cause}"));
@@ -122,7 +122,9 @@ fn a_bare_driver_error_converts_and_says_its_kind() {
     let driver = RedisError::from((ErrorKind::Io, "connection reset"));
     let err: Error = driver.into();
     assert_eq!(err.to_string(), "redis request failed (connection dropped)");
-    assert!(format!("{err:?}").starts_with("Redis { lock: None, doing: None, source: "));
+    assert!(
+        format!("{err:?}").starts_with("Redis(RedisFailure { lock: None, doing: None, source: ")
+    );
     let err = Error::from(RedisError::from(std::io::Error::from(
         std::io::ErrorKind::ConnectionRefused,
     )));

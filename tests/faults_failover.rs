@@ -230,7 +230,7 @@ async fn a_master_crash_keeps_replicated_holds_and_the_lock_recovers() {
                         .unwrap();
                     break recovered;
                 }
-                Err(Error::Redis { source: err, .. }) => errors.push(err.to_string()),
+                Err(Error::Redis(err)) => errors.push(err.to_string()),
                 Err(other) => panic!("trial {trial}: unexpected {other:?}"),
             }
             assert!(

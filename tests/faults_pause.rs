@@ -507,7 +507,7 @@ async fn a_release_to_a_frozen_master_returns_within_its_bound() {
         .expect("release() hung on a frozen master");
     let took = started.elapsed();
     assert!(
-        matches!(&result, Err(Error::Redis { source: err, .. }) if err.is_timeout()),
+        matches!(&result, Err(Error::Redis(err)) if err.is_timeout()),
         "{result:?}"
     );
     assert!(

@@ -106,7 +106,7 @@ async fn one_hold(
                         assert!(previous.is_none(), "counter value {next} written twice");
                     }
                     Err(Error::LeaseLost { .. }) => tally.refused += 1,
-                    Err(Error::Redis { source: err, .. }) => {
+                    Err(Error::Redis(err)) => {
                         tally.uncertain += 1;
                         let code = err.code().unwrap_or("io").to_owned();
                         *tally

@@ -107,7 +107,7 @@ async fn injected_failures_fail_that_many_requests() {
     store.fail_next(2);
     for _ in 0..2 {
         match lock.try_write().await {
-            Err(Error::Redis { source: err, .. }) => {
+            Err(Error::Redis(err)) => {
                 assert!(err.to_string().contains("fail_next"), "{err}")
             }
             other => panic!("expected an injected failure, got {other:?}"),

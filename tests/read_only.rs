@@ -56,7 +56,7 @@ async fn state_only_reads_and_works_for_a_read_only_user() {
 
     // The read-only user may look, not lock.
     match viewer.rwlock(&name).try_write().await {
-        Err(Error::Redis { source: err, .. }) => assert!(
+        Err(Error::Redis(err)) => assert!(
             err.to_string().contains("NOPERM") || err.code() == Some("NOPERM"),
             "{err}"
         ),
