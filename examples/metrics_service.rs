@@ -9,7 +9,8 @@
 //! are given buckets ([`SECONDS_BUCKETS`]), so that Prometheus gets histograms it can
 //! sum across instances: without buckets the exporter sends summaries (quantiles
 //! computed in this process alone). Errors are printed with their causes
-//! ([`ErrorChain`]).
+//! ([`ErrorChain`]); the lock's own say which lock and what failed, so they need no
+//! prefix of ours.
 //!
 //! ```text
 //! REDIS_URL=redis://127.0.0.1:6379 cargo run --features metrics --example metrics_service
@@ -217,12 +218,12 @@ async fn serve_reads(
                     eprintln!("reading the cache: {}", ErrorChain(&err));
                 }
                 if let Err(err) = guard.release().await {
-                    eprintln!("releasing a read hold: {}", ErrorChain(&err));
+                    eprintln!("metrics_service: {}", ErrorChain(&err));
                 }
             }
             Err(err) => {
                 done.errors.fetch_add(1, Ordering::Relaxed);
-                eprintln!("read lock: {}", ErrorChain(&err));
+                eprintln!("metrics_service: {}", ErrorChain(&err));
             }
         }
         sleep(READ_PAUSE).await;
@@ -242,15 +243,15 @@ async fn refresh(lock: RwLock, key: String, done: Arc<Done>, stop: Arc<AtomicBoo
                 let writes =
                     FencedWrites::new().set_with_expiry(&key, value, Duration::from_secs(60));
                 if let Err(err) = writer.fenced_write(writes).await {
-                    eprintln!("writing the cache: {}", ErrorChain(&err));
+                    eprintln!("metrics_service: {}", ErrorChain(&err));
                 }
                 if let Err(err) = writer.release().await {
-                    eprintln!("releasing the write hold: {}", ErrorChain(&err));
+                    eprintln!("metrics_service: {}", ErrorChain(&err));
                 }
             }
             Err(err) => {
                 done.errors.fetch_add(1, Ordering::Relaxed);
-                eprintln!("write lock: {}", ErrorChain(&err));
+                eprintln!("metrics_service: {}", ErrorChain(&err));
             }
         }
     }

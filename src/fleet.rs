@@ -608,7 +608,7 @@ async fn read_states(
         let mut batch = Vec::with_capacity(reads.len());
         while let Some(read) = reads.join_next().await {
             let (at, state, lock) = read
-                .map_err(|err| Error::Redis(redis::RedisError::from(std::io::Error::other(err))))?;
+                .map_err(|err| Error::from(redis::RedisError::from(std::io::Error::other(err))))?;
             let state = match state {
                 Ok(state) => state,
                 Err(Error::WrongType { .. }) => continue,
@@ -630,7 +630,7 @@ async fn read_states(
 
 /// A reply of a shape the driver or server should never give.
 fn unexpected(what: &str, reply: &Value) -> Error {
-    Error::Redis(redis::RedisError::from((
+    Error::from(redis::RedisError::from((
         redis::ErrorKind::UnexpectedReturnType,
         "unexpected reply",
         format!("{what}: {reply:?}"),

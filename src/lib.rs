@@ -73,7 +73,7 @@ mod redis_backend;
 pub use crate::metrics::describe_metrics;
 pub use client::LockClient;
 pub use client::builder::LockClientBuilder;
-pub use error::{Error, ErrorChain, Result};
+pub use error::{Error, ErrorChain, Mode, Operation, RedisFailure, Result};
 pub use fleet::{ListCursor, ListOptions, LockPage, LockSummary};
 pub use guard::{FencedWrites, RwLockReadGuard, RwLockUpgradableReadGuard, RwLockWriteGuard};
 pub use lock::RwLock;

@@ -84,7 +84,7 @@ impl Outcome {
         match result {
             Ok(_) => Outcome::Granted,
             Err(Error::WouldBlock) => Outcome::WouldBlock,
-            Err(Error::Timeout) => Outcome::TimedOut,
+            Err(Error::Timeout { .. }) => Outcome::TimedOut,
             Err(Error::Shutdown) => Outcome::Shutdown,
             Err(_) => Outcome::Error,
         }
@@ -743,8 +743,13 @@ mod tests {
     fn each_record_names_its_labels_values() {
         let lock = LockLabel::named("inventory");
         let seen = recorded(|| {
-            Acquiring::start(&LockLabel::default(), Mode::Upgradable)
-                .finish(&Err::<(), _>(Error::Timeout));
+            Acquiring::start(&LockLabel::default(), Mode::Upgradable).finish(&Err::<(), _>(
+                Error::Timeout {
+                    lock: String::new(),
+                    mode: crate::Mode::UpgradableRead,
+                    waited: std::time::Duration::ZERO,
+                },
+            ));
             Acquiring::start(&lock, Mode::Write).finish(&Ok::<(), Error>(()));
             let holding = Holding::start(&LockLabel::default(), Mode::Upgradable);
             holding.switch(Mode::Read);

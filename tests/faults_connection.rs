@@ -129,7 +129,7 @@ async fn release_across_freezes(freezes_ms: &[u64]) {
                 loop {
                     match lock.write().await {
                         Ok(guard) => return (guard, Instant::now()),
-                        Err(Error::Redis(_)) => sleep(Duration::from_millis(50)).await,
+                        Err(Error::Redis { .. }) => sleep(Duration::from_millis(50)).await,
                         Err(other) => panic!("{other:?}"),
                     }
                 }

@@ -81,8 +81,14 @@ async fn a_guard_cut_off_from_its_master_reports_lost_within_one_lease() {
     sleep(lease / 2).await;
     assert!(!writer.is_held() && !reader.is_held());
     let fence = writer.fencing_token();
-    assert!(matches!(writer.release().await, Err(Error::LeaseLost)));
-    assert!(matches!(reader.release().await, Err(Error::LeaseLost)));
+    assert!(matches!(
+        writer.release().await,
+        Err(Error::LeaseLost { .. })
+    ));
+    assert!(matches!(
+        reader.release().await,
+        Err(Error::LeaseLost { .. })
+    ));
 
     // The locks end free (or with a new holder): others get in at once.
     let others = LockClient::cluster(redis.urls()).await.unwrap();
@@ -140,9 +146,9 @@ fn spawn_call<T: Send + 'static>(
 fn kind(err: &Error) -> &'static str {
     match err {
         Error::WouldBlock => "WouldBlock",
-        Error::Timeout => "Timeout",
-        Error::LeaseLost => "LeaseLost",
-        Error::Redis(_) => "Redis",
+        Error::Timeout { .. } => "Timeout",
+        Error::LeaseLost { .. } => "LeaseLost",
+        Error::Redis { .. } => "Redis",
         _ => "other",
     }
 }
@@ -198,7 +204,10 @@ async fn a_frozen_master_delays_no_renewal_on_another_master() {
     blocking(|| redis.wait_cluster_ok(Duration::from_secs(10)));
     assert!(live.is_held());
     live.release().await.unwrap();
-    assert!(matches!(cut_off.release().await, Err(Error::LeaseLost)));
+    assert!(matches!(
+        cut_off.release().await,
+        Err(Error::LeaseLost { .. })
+    ));
 }
 
 /// SIGSTOP of the master that owns a lock for 3 s while calls are made on it:
@@ -452,6 +461,7 @@ async fn a_paused_replica_gives_not_replicated_in_time() {
             Err(Error::NotReplicated {
                 acknowledged: 0,
                 required: 1,
+                ..
             }) => {}
             other => panic!("expected NotReplicated, got {other:?}"),
         }
@@ -547,6 +557,7 @@ async fn a_fenced_write_under_min_replicas_reports_a_paused_replica() {
         Err(Error::NotReplicated {
             acknowledged: 0,
             required: 1,
+            ..
         }) => {}
         other => panic!("expected NotReplicated, got {other:?}"),
     }

@@ -45,9 +45,9 @@ struct Tally {
 
 fn kind(err: &Error) -> &'static str {
     match err {
-        Error::Timeout => "Timeout",
-        Error::LeaseLost => "LeaseLost",
-        Error::Redis(_) => "Redis",
+        Error::Timeout { .. } => "Timeout",
+        Error::LeaseLost { .. } => "LeaseLost",
+        Error::Redis { .. } => "Redis",
         Error::WouldBlock => "WouldBlock",
         _ => "other",
     }
@@ -105,7 +105,7 @@ async fn one_hold(
                         let previous = tally.written.insert(next, guard.fencing_token());
                         assert!(previous.is_none(), "counter value {next} written twice");
                     }
-                    Err(Error::LeaseLost) => tally.refused += 1,
+                    Err(Error::LeaseLost { .. }) => tally.refused += 1,
                     Err(Error::Redis(err)) => {
                         tally.uncertain += 1;
                         let code = err.code().unwrap_or("io").to_owned();

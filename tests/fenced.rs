@@ -46,7 +46,7 @@ async fn a_fenced_write_lands_only_while_the_guard_holds(backend: Backend) {
     let late = stale
         .fenced_write(FencedWrites::new().set(&cache, "stale").delete(&cache))
         .await;
-    assert!(matches!(late, Err(Error::LeaseLost)), "{late:?}");
+    assert!(matches!(late, Err(Error::LeaseLost { .. })), "{late:?}");
     assert_eq!(backend.value(&cache).await.as_deref(), Some(&b"second"[..]));
     fresh.release().await.unwrap();
 }
@@ -110,11 +110,21 @@ async fn too_few_replicas_release_the_hold_and_say_so() {
     );
     let started = Instant::now();
     match lock.write().await {
-        Err(Error::NotReplicated {
-            acknowledged,
-            required,
-        }) => {
+        Err(
+            ref err @ Error::NotReplicated {
+                acknowledged,
+                required,
+                ..
+            },
+        ) => {
             assert_eq!((acknowledged, required), (1, 2));
+            // The message names the lock, what had to reach the replicas, the limit.
+            let name = lock.name();
+            let said = format!(
+                "only 1 of 2 replicas acknowledged within {} while acquiring the write lock on {name:?}",
+                humantime::format_duration(timeout_)
+            );
+            assert_eq!(err.to_string(), said);
         }
         other => panic!("expected NotReplicated, got {other:?}"),
     }
@@ -148,7 +158,7 @@ async fn force_release_ends_every_hold_and_the_holders_notice(backend: Backend) 
         .unwrap();
     timeout(lease, a.lost()).await.unwrap();
     timeout(lease, b.lost()).await.unwrap();
-    assert!(matches!(a.release().await, Err(Error::LeaseLost)));
+    assert!(matches!(a.release().await, Err(Error::LeaseLost { .. })));
     assert!(writer.is_held());
     writer.release().await.unwrap();
 }

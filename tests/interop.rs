@@ -311,7 +311,10 @@ async fn legacy_readers_are_counted_and_only_owners_release() {
         .await
         .unwrap();
     assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
-    assert!(matches!(short.release().await, Err(Error::LeaseLost)));
+    assert!(matches!(
+        short.release().await,
+        Err(Error::LeaseLost { .. })
+    ));
     assert!(matches!(lock.try_write().await, Err(Error::WouldBlock)));
     long.release().await.unwrap();
     let writer = lock.try_write().await.unwrap();
@@ -421,7 +424,7 @@ async fn a_hold_ends_for_us_when_original_clients_may_judge_it_stale() {
             panic!("{mode}: our stale stamp still kept the original writer out")
         });
         assert!(
-            matches!(hold.release().await, Err(Error::LeaseLost)),
+            matches!(hold.release().await, Err(Error::LeaseLost { .. })),
             "{mode}: the release did not report the lease lost"
         );
         assert!(
@@ -506,7 +509,7 @@ async fn a_renewal_that_finds_an_original_writer_beside_our_hold_reports_it_lost
             write, theirs,
             "{mode}: our renewal overwrote the original writer's stamp"
         );
-        assert!(matches!(hold.release().await, Err(Error::LeaseLost)));
+        assert!(matches!(hold.release().await, Err(Error::LeaseLost { .. })));
         assert!(
             matches!(lock.try_read().await, Err(Error::WouldBlock)),
             "{mode}: our reader entered beside the original writer"
@@ -535,7 +538,7 @@ async fn a_fenced_write_is_refused_while_an_original_client_holds_beside_ours() 
             .fenced_write(redis_rwlock::FencedWrites::new().set(&cache, "stale"))
             .await;
         assert!(
-            matches!(result, Err(Error::LeaseLost)),
+            matches!(result, Err(Error::LeaseLost { .. })),
             "{field}: {result:?}"
         );
         let written: bool = raw.exists(&cache).await.unwrap();

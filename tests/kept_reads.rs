@@ -149,7 +149,7 @@ async fn a_hold_that_was_lost_is_not_kept(backend: Backend) {
     tokio::time::timeout(Duration::from_secs(5), guard.lost())
         .await
         .expect("the renewal finds the hold gone");
-    assert!(matches!(guard.release().await, Err(Error::LeaseLost)));
+    assert!(matches!(guard.release().await, Err(Error::LeaseLost { .. })));
     let guard = lock.read().await.unwrap();
     assert!(guard.is_held());
     assert_ne!(

@@ -36,7 +36,7 @@ async fn release_after_a_known_lost_lease_returns_at_once() {
     let started = Instant::now();
     let result = guard.release().await;
     let took = started.elapsed();
-    assert!(matches!(result, Err(Error::LeaseLost)), "{result:?}");
+    assert!(matches!(result, Err(Error::LeaseLost { .. })), "{result:?}");
     assert!(took < Duration::from_millis(100), "release took {took:?}");
 }
 
@@ -181,7 +181,7 @@ async fn an_expired_guard_reports_lost_and_cannot_release_the_next_holder(backen
 
     let next = client.rwlock(&name).write().await.unwrap();
     assert!(next.fencing_token() > stale.fencing_token());
-    assert!(matches!(stale.release().await, Err(Error::LeaseLost)));
+    assert!(matches!(stale.release().await, Err(Error::LeaseLost { .. })));
     // The stale guard's release did not touch the new holder.
     assert!(matches!(lock.try_read().await, Err(Error::WouldBlock)));
     assert!(next.is_held());
@@ -204,7 +204,7 @@ async fn a_stolen_lease_is_reported_lost_within_one_lease(backend: Backend) {
         .await
         .expect("loss not noticed within a lease");
     assert!(!reader.is_held());
-    assert!(matches!(reader.release().await, Err(Error::LeaseLost)));
+    assert!(matches!(reader.release().await, Err(Error::LeaseLost { .. })));
 }
 }
 
@@ -284,8 +284,8 @@ async fn extend_renews_a_hold_on_demand(backend: Backend) {
     tokio::time::timeout(lease + Duration::from_secs(1), writer.lost())
         .await
         .expect("the lease did not end once the guard stopped extending it");
-    assert!(matches!(writer.extend().await, Err(Error::LeaseLost)));
-    assert!(matches!(writer.release().await, Err(Error::LeaseLost)));
+    assert!(matches!(writer.extend().await, Err(Error::LeaseLost { .. })));
+    assert!(matches!(writer.release().await, Err(Error::LeaseLost { .. })));
 
     let reader = lock.read().await.unwrap();
     assert_eq!(reader.mode(), LockMode::Read);

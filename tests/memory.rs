@@ -35,7 +35,10 @@ async fn a_lease_is_lost_mid_request_in_no_real_time() {
         lost_after >= LEASE / 2 && lost_after <= LEASE + Duration::from_secs(1),
         "lost after {lost_after:?} of tokio's time, for a {LEASE:?} lease"
     );
-    assert!(matches!(guard.release().await, Err(Error::LeaseLost)));
+    assert!(matches!(
+        guard.release().await,
+        Err(Error::LeaseLost { .. })
+    ));
 
     // Once the server answers again, the lock is free: the lease ended there too.
     tokio::time::sleep(Duration::from_secs(600)).await;
@@ -104,7 +107,9 @@ async fn injected_failures_fail_that_many_requests() {
     store.fail_next(2);
     for _ in 0..2 {
         match lock.try_write().await {
-            Err(Error::Redis(err)) => assert!(err.to_string().contains("fail_next"), "{err}"),
+            Err(Error::Redis(err)) => {
+                assert!(err.to_string().contains("fail_next"), "{err}")
+            }
             other => panic!("expected an injected failure, got {other:?}"),
         }
     }
@@ -122,7 +127,7 @@ async fn a_silent_store_times_requests_out_at_the_clients_limit() {
     let lock = LockClient::in_memory(&store).rwlock_with("cache", options());
     store.stop_answering(Duration::from_secs(60));
     let started = tokio::time::Instant::now();
-    assert!(matches!(lock.try_read().await, Err(Error::Redis(_))));
+    assert!(matches!(lock.try_read().await, Err(Error::Redis { .. })));
     let waited = started.elapsed();
     assert!(
         waited >= Duration::from_secs(4) && waited < Duration::from_secs(5),
@@ -148,7 +153,10 @@ async fn fenced_writes_land_only_while_the_hold_lasts() {
     let refused = guard
         .fenced_write(FencedWrites::new().set("cache:{cache}:value", "stale"))
         .await;
-    assert!(matches!(refused, Err(Error::LeaseLost)), "{refused:?}");
+    assert!(
+        matches!(refused, Err(Error::LeaseLost { .. })),
+        "{refused:?}"
+    );
     assert_eq!(
         store.value("cache:{cache}:value").as_deref(),
         Some(&b"fresh"[..])

@@ -282,7 +282,7 @@ mod recorded {
                 LockOptions::default().wait_timeout(Duration::from_millis(300)),
             )
             .with_metrics_name();
-        assert!(matches!(impatient.write().await, Err(Error::Timeout)));
+        assert!(matches!(impatient.write().await, Err(Error::Timeout { .. })));
         {
             let seen = look(&recorded);
             assert_eq!(seen.counter(ACQUISITIONS, &write("would_block")), 1);
@@ -450,7 +450,7 @@ mod recorded {
             assert_eq!(seen.gauge(GUARDS, &of(&lock, "write")), 0.0);
             assert_eq!(seen.samples(HOLD, &of(&lock, "write")).len(), 1);
         }
-        assert!(matches!(writer.release().await, Err(Error::LeaseLost)));
+        assert!(matches!(writer.release().await, Err(Error::LeaseLost { .. })));
 
         let unrenewed = client
             .rwlock_with(

@@ -170,8 +170,8 @@ async fn every_share_learns_that_the_hold_is_lost(backend: Backend) {
     let fresh = lock.read().await.unwrap();
     assert!(fresh.is_held());
     assert_eq!(lock.state().await.unwrap().readers.len(), 1);
-    assert!(matches!(first.release().await, Err(Error::LeaseLost)));
-    assert!(matches!(second.release().await, Err(Error::LeaseLost)));
+    assert!(matches!(first.release().await, Err(Error::LeaseLost { .. })));
+    assert!(matches!(second.release().await, Err(Error::LeaseLost { .. })));
     fresh.release().await.unwrap();
     assert!(lock.state().await.unwrap().is_free());
 }

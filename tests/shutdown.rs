@@ -53,8 +53,8 @@ async fn shutdown_frees_every_hold_and_withdraws_every_wait(backend: Backend) {
     timeout(Duration::from_secs(1), reader.lost())
         .await
         .expect("a guard did not learn of the shutdown");
-    assert!(matches!(writer.release().await, Err(Error::LeaseLost)));
-    assert!(matches!(reader.release().await, Err(Error::LeaseLost)));
+    assert!(matches!(writer.release().await, Err(Error::LeaseLost { .. })));
+    assert!(matches!(reader.release().await, Err(Error::LeaseLost { .. })));
     assert!(matches!(read_lock.try_read().await, Err(Error::Shutdown)));
     assert!(matches!(
         client.rwlock("other").write().await,

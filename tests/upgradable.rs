@@ -222,11 +222,15 @@ async fn an_upgrade_that_times_out_or_is_dropped_lets_readers_in_at_once(backend
                 let upgradable = lock.upgradable_read().await.unwrap();
                 match timeout(Duration::from_millis(300), upgradable.upgrade()).await {
                     Ok(result) => result.map(drop),
-                    Err(_) => Err(Error::Timeout),
+                    Err(_) => Err(Error::Timeout {
+                        lock: lock.name().to_owned(),
+                        mode: redis_rwlock::Mode::Write,
+                        waited: Duration::from_millis(300),
+                    }),
                 }
             }
         };
-        assert!(matches!(outcome, Err(Error::Timeout)), "{how}: {outcome:?}");
+        assert!(matches!(outcome, Err(Error::Timeout { .. })), "{how}: {outcome:?}");
         // Far sooner than a pending upgrade would lapse on its own (about 3.3 s).
         let since = Instant::now();
         wait_for(&lock, |s| s.upgradable.is_none() && !s.upgrade_pending).await;
@@ -251,10 +255,10 @@ async fn a_lost_upgradable_hold_cannot_upgrade(backend: Backend) {
     assert_eq!(lock.force_release().await.unwrap(), 1);
     assert!(matches!(
         upgradable.try_upgrade().await,
-        Err(Error::LeaseLost)
+        Err(Error::LeaseLost { .. })
     ));
     assert!(!upgradable.is_held());
-    assert!(matches!(upgradable.upgrade().await, Err(Error::LeaseLost)));
+    assert!(matches!(upgradable.upgrade().await, Err(Error::LeaseLost { .. })));
     // The lock is free: nothing was granted to the lost hold.
     let state = lock.state().await.unwrap();
     assert!(state.is_free() && state.upgradable.is_none(), "{state:?}");
@@ -268,7 +272,7 @@ async fn a_lost_upgradable_hold_cannot_upgrade(backend: Backend) {
     );
     let upgradable = short.upgradable_read().await.unwrap();
     sleep(Duration::from_millis(400)).await;
-    assert!(matches!(upgradable.upgrade().await, Err(Error::LeaseLost)));
+    assert!(matches!(upgradable.upgrade().await, Err(Error::LeaseLost { .. })));
     short.try_write().await.unwrap().release().await.unwrap();
 }
 }

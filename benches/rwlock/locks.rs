@@ -179,7 +179,7 @@ impl Clients {
                 };
                 result.map_err(|err| match err {
                     Error::WouldBlock => Refused::WouldBlock,
-                    Error::Timeout => Refused::Timeout,
+                    Error::Timeout { .. } => Refused::Timeout,
                     other => Refused::Failed(other.to_string()),
                 })
             }

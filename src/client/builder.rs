@@ -8,10 +8,10 @@ use redis::Client;
 use redis::cluster::ClusterClientBuilder;
 use tokio::sync::mpsc;
 
-use crate::Error;
 use crate::client::LockClient;
 use crate::redis_backend::connection::{Connection, Limits, check_url, cluster_client_builder};
 use crate::redis_backend::wakeups::Wakeups;
+use crate::{Error, Operation};
 
 /// Configures and connects a [`LockClient`]: where the servers are (URLs, or a
 /// redis-rs client configured by the application with its TLS, credentials and
@@ -256,8 +256,9 @@ impl LockClientBuilder {
     /// limit is zero or the overall one shorter than the response one, the cluster
     /// client reads from replicas, the servers are of the other kind (a cluster node
     /// given as one server, or the reverse) or older than Redis 7.0 (the message
-    /// names the server and its version); [`Error::Redis`] when TLS or
-    /// authentication fails, or no server answers in time.
+    /// names the server and its version); [`Error::Redis`] (doing
+    /// [`Operation::Connect`]) when TLS or authentication fails, or no server answers
+    /// in time.
     ///
     /// # Cancel safety
     ///
@@ -274,6 +275,12 @@ impl LockClientBuilder {
     /// # Ok(()) }
     /// ```
     pub async fn build(self) -> Result<LockClient, Error> {
+        self.connect()
+            .await
+            .map_err(|err| err.doing(None, Operation::Connect))
+    }
+
+    async fn connect(self) -> Result<LockClient, Error> {
         self.limits.check()?;
         #[cfg(feature = "tls-rustls")]
         crate::redis_backend::connection::install_crypto_provider();

@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use tokio::sync::{Notify, watch};
 
 use crate::protocol::token::Token;
-use crate::{LockClient, RwLock};
+use crate::{LockClient, Mode, RwLock};
 
 /// The registry: one entry per live hold or pending acquire, and whether the client
 /// is shut down.
@@ -24,6 +24,8 @@ pub(crate) struct Live {
 struct Entry {
     lock: RwLock,
     token: Token,
+    /// What it holds or waits for, for the errors of a shutdown.
+    mode: Mode,
     kind: Kind,
 }
 
@@ -61,8 +63,9 @@ impl Live {
     }
 
     /// Ends every hold locally (lost, renewal stopped) and returns every entry's
-    /// lock and token, for the caller to release; from now on the client is closed.
-    pub(crate) fn close(&self) -> Vec<(RwLock, Token)> {
+    /// lock, token and mode, for the caller to release; from now on the client is
+    /// closed.
+    pub(crate) fn close(&self) -> Vec<(RwLock, Token, Mode)> {
         self.closed.send_replace(true);
         self.entries()
             .values()
@@ -70,9 +73,17 @@ impl Live {
                 if let Kind::Hold(end) = &entry.kind {
                     end();
                 }
-                (entry.lock.clone(), entry.token.clone())
+                (entry.lock.clone(), entry.token.clone(), entry.mode)
             })
             .collect()
+    }
+
+    /// An acquire still pending: its lock's name and what it asks for.
+    pub(crate) fn a_pending(&self) -> Option<(String, Mode)> {
+        self.entries()
+            .values()
+            .find(|entry| matches!(entry.kind, Kind::Pending))
+            .map(|entry| (entry.lock.name().to_owned(), entry.mode))
     }
 
     /// Resolves once no acquire is pending.
@@ -98,8 +109,8 @@ pub(crate) struct Registration {
 }
 
 impl Registration {
-    /// Adds an entry for `token` on `lock`.
-    pub(crate) fn new(lock: &RwLock, token: &Token, kind: Kind) -> Self {
+    /// Adds an entry for `token` on `lock`, holding or waiting for `mode`.
+    pub(crate) fn new(lock: &RwLock, token: &Token, mode: Mode, kind: Kind) -> Self {
         let client = lock.client().clone();
         let live = &client.inner.live;
         let id = live.next.fetch_add(1, Ordering::Relaxed);
@@ -108,6 +119,7 @@ impl Registration {
             Entry {
                 lock: lock.internal(),
                 token: token.clone(),
+                mode,
                 kind,
             },
         );

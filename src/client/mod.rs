@@ -17,6 +17,7 @@ use tokio::time::{Instant, timeout_at};
 use crate::client::builder::LockClientBuilder;
 use crate::client::live::Live;
 use crate::error::ErrorChain;
+use crate::guard::lease::release_unconfirmed;
 use crate::guard::renewals::Renewals;
 use crate::lock::shared_reads::SharedReads;
 use crate::memory::MemoryStore;
@@ -24,7 +25,7 @@ use crate::memory::requests::MemoryLink;
 use crate::redis_backend::connection::{Connection, Limits};
 use crate::redis_backend::scripts::ScriptConnection;
 use crate::redis_backend::wakeups::Wakeups;
-use crate::{Error, LockOptions, RwLock};
+use crate::{Error, LockOptions, Operation, RwLock};
 
 /// A handle to a Redis Cluster or a single Redis server, from which locks are made.
 ///
@@ -105,8 +106,8 @@ impl LockClient {
     /// [`Error::InvalidOptions`] when no URL is given, a URL is not a Redis URL
     /// (`http://...`; checked before anything is sent), the nodes are not in cluster
     /// mode, or the server is older than Redis 7.0 (the message names the server and
-    /// its version); [`Error::Redis`] when TLS or authentication fails, or no node
-    /// answers in time.
+    /// its version); [`Error::Redis`] (doing [`Operation::Connect`]) when TLS or
+    /// authentication fails, or no node answers in time.
     ///
     /// # Cancel safety
     ///
@@ -142,8 +143,8 @@ impl LockClient {
     /// [`Error::InvalidOptions`] when the URL is not a Redis URL (`http://...`;
     /// checked before anything is sent), the server is a cluster node (or a
     /// sentinel) or older than Redis 7.0 (the message names the server and its
-    /// version); [`Error::Redis`] when TLS or authentication fails, or the server
-    /// does not answer in time.
+    /// version); [`Error::Redis`] (doing [`Operation::Connect`]) when TLS or
+    /// authentication fails, or the server does not answer in time.
     ///
     /// # Cancel safety
     ///
@@ -304,9 +305,11 @@ impl LockClient {
     ///
     /// # Errors
     ///
-    /// [`Error::Timeout`] when acquires were still pending at the deadline;
-    /// [`Error::Redis`] (the first one) when a release failed: that hold then ends
-    /// with its lease.
+    /// [`Error::Timeout`] when acquires were still pending at the deadline (naming
+    /// one of them: its lock and mode, with `within` as `waited`);
+    /// [`Error::Redis`] (the first one, naming the lock, doing
+    /// [`Operation::Release`]) when a release failed or was not confirmed by the
+    /// deadline: that hold then ends with its lease.
     ///
     /// # Cancel safety
     ///
@@ -327,25 +330,34 @@ impl LockClient {
         let deadline = Instant::now() + within;
         let live = &self.inner.live;
         let mut releases = JoinSet::new();
-        for (lock, token) in live.close() {
-            releases.spawn(timeout_at(deadline, async move {
-                lock.release_token_until(&token, deadline).await
-            }));
+        for (lock, token, mode) in live.close() {
+            releases.spawn(async move {
+                let released = timeout_at(deadline, lock.release_token_until(&token, deadline))
+                    .await
+                    .unwrap_or_else(|_| Err(release_unconfirmed(within)));
+                released.map_err(|err| err.doing(Some(lock.name()), Operation::Release(mode)))
+            });
         }
         let mut result = Ok(());
         while let Some(done) = releases.join_next().await {
             let failed = match done {
-                Ok(Ok(Ok(_))) => None,
-                Ok(Ok(Err(err))) => Some(err),
-                Ok(Err(_)) | Err(_) => Some(Error::Timeout),
+                Ok(Ok(_)) => None,
+                Ok(Err(err)) => Some(err),
+                Err(_) => Some(release_unconfirmed(within)),
             };
             if let (Some(err), Ok(())) = (failed, &result) {
                 tracing::warn!(error = %ErrorChain(&err), "shutdown: a release failed; that hold ends with its lease");
                 result = Err(err);
             }
         }
-        if timeout_at(deadline, live.no_pending()).await.is_err() {
-            return Err(Error::Timeout);
+        if timeout_at(deadline, live.no_pending()).await.is_err()
+            && let Some((lock, mode)) = live.a_pending()
+        {
+            return Err(Error::Timeout {
+                lock,
+                mode,
+                waited: within,
+            });
         }
         result
     }
@@ -441,8 +453,8 @@ impl LockClient {
     /// # Errors
     ///
     /// [`Error::InvalidOptions`] for a bad pattern, prefix or bound, before any
-    /// I/O; [`Error::Redis`] when a master cannot be reached in time, or refuses a
-    /// command (e.g. NOPERM for a user without `SCAN`).
+    /// I/O; [`Error::Redis`] (doing [`Operation::List`]) when a master cannot be
+    /// reached in time, or refuses a command (e.g. NOPERM for a user without `SCAN`).
     ///
     /// # Cancel safety
     ///
@@ -479,7 +491,9 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn list_locks(&self, options: crate::ListOptions) -> Result<crate::LockPage, Error> {
-        crate::fleet::list_locks(self, options).await
+        crate::fleet::list_locks(self, options)
+            .await
+            .map_err(|err| err.doing(None, Operation::List))
     }
 }
 

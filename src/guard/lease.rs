@@ -17,18 +17,20 @@ use tokio::time::{Instant, timeout};
 use tracing::{Instrument, Span};
 
 use crate::client::live::{Kind, Registration};
-use crate::error::ErrorChain;
+use crate::error::{Doing, ErrorChain};
 use crate::guard::renewals::Renewal;
 use crate::lock::waiting::upgrade;
 use crate::metrics::{self, Holding, LostCause, Mode};
 use crate::protocol::token::Token;
 use crate::protocol::{Access, LockMode, Renewed};
-use crate::{Error, FencedWrites, RwLock};
+use crate::{Error, FencedWrites, Operation, RwLock};
 
 /// A hold on the lock: its token, renewed from the client's renewal queue.
 pub(crate) struct Lease {
     /// `None` once released (explicitly or by Drop).
     held: Option<Held>,
+    /// The lock, for the errors of a lease already released or moved on.
+    lock: RwLock,
 }
 
 struct Held {
@@ -121,6 +123,24 @@ impl Hold {
         });
     }
 
+    /// The mode errors name: the hold's, as its metrics know it (an upgradable hold
+    /// turned plain is a read).
+    pub(crate) fn error_mode(&self) -> crate::Mode {
+        match self.holding.mode() {
+            Mode::Read => crate::Mode::Read,
+            Mode::Upgradable => crate::Mode::UpgradableRead,
+            Mode::Write | Mode::Upgrade => crate::Mode::Write,
+        }
+    }
+
+    /// [`Error::LeaseLost`] for this hold.
+    pub(crate) fn lost_error(&self) -> Error {
+        Error::LeaseLost {
+            lock: self.lock.name().to_owned(),
+            mode: self.error_mode(),
+        }
+    }
+
     /// The client was shut down: the hold ends here (its release is the client's).
     fn shut_down(&self) {
         self.shut_down.store(true, Ordering::Relaxed);
@@ -148,7 +168,7 @@ impl Hold {
             Ok(())
         } else {
             self.mark_lost(LostCause::Gone);
-            Err(Error::LeaseLost)
+            Err(self.lost_error())
         }
     }
 
@@ -200,10 +220,10 @@ impl Hold {
         let lost = |cause: LostCause| {
             metrics::renewal(label, metrics::Renewal::Lost);
             self.mark_lost(cause);
-            Err(Error::LeaseLost)
+            Err(self.lost_error())
         };
         if *self.lost.borrow() {
-            return Err(Error::LeaseLost);
+            return Err(self.lost_error());
         }
         if sent >= deadline {
             return lost(LostCause::Unreachable);
@@ -242,13 +262,13 @@ impl Hold {
                             ?mode,
                             "at renewal the read hold was gone, with an upgrade on its way"
                         );
-                        Err(Error::LeaseLost)
+                        Err(self.lost_error())
                     }
                 }
             }
             Ok(Err(err)) => {
                 metrics::renewal(label, metrics::Renewal::Error);
-                Err(err)
+                Err(err.doing(Some(lock.name()), Operation::Renew(self.error_mode())))
             }
             Err(_) => lost(LostCause::Unreachable),
         }
@@ -302,8 +322,11 @@ impl Lease {
                 hold.shut_down();
             }
         };
-        let registration = Registration::new(&hold.lock, &hold.token, Kind::Hold(Box::new(end)));
+        let mode = access.error_mode();
+        let registration =
+            Registration::new(&hold.lock, &hold.token, mode, Kind::Hold(Box::new(end)));
         Lease {
+            lock: hold.lock.clone(),
             held: Some(Held {
                 hold,
                 renewal,
@@ -333,7 +356,8 @@ impl Lease {
     /// believes it holds.
     pub(crate) async fn fenced_write(&self, writes: &FencedWrites) -> Result<(), Error> {
         let hold = self.believed()?;
-        hold.confirm(hold.lock.fenced_write(&hold.token, writes).await?)
+        let written = hold.lock.fenced_write(&hold.token, writes).await;
+        hold.confirm(written.doing(hold.lock.name(), Operation::FencedWrite)?)
     }
 
     /// The hold while the guard believes it holds; else [`Error::LeaseLost`].
@@ -342,7 +366,20 @@ impl Lease {
             .as_ref()
             .map(|held| &held.hold)
             .filter(|hold| hold.is_held())
-            .ok_or(Error::LeaseLost)
+            .ok_or_else(|| self.lost_error())
+    }
+
+    /// [`Error::LeaseLost`] for this lease: its hold's, or (once released or moved
+    /// on by an upgrade, which only an upgradable guard outlives) the upgradable
+    /// read's.
+    pub(crate) fn lost_error(&self) -> Error {
+        match &self.held {
+            Some(held) => held.hold.lost_error(),
+            None => Error::LeaseLost {
+                lock: self.lock.name().to_owned(),
+                mode: crate::Mode::UpgradableRead,
+            },
+        }
     }
 
     pub(crate) fn token(&self) -> Option<&Token> {
@@ -365,7 +402,7 @@ impl Lease {
     /// Renews the hold now, as a due renewal does.
     pub(crate) async fn extend(&self) -> Result<(), Error> {
         let Some(held) = &self.held else {
-            return Err(Error::LeaseLost);
+            return Err(self.lost_error());
         };
         held.hold.renew_now().await
     }
@@ -387,8 +424,9 @@ impl Lease {
             return Ok(());
         };
         if !held.hold.is_held() {
+            let lost = held.hold.lost_error();
             held.release_in_background();
-            return Err(Error::LeaseLost);
+            return Err(lost);
         }
         held.renewal.stop();
         let hold = held.hold.clone();
@@ -396,12 +434,13 @@ impl Lease {
         let span = hold.release_span();
         let limit = hold.lock.options().release_timeout;
         let attempt = hold.lock.release_token_until(&hold.token, hold.deadline());
+        let doing = Operation::Release(hold.error_mode());
         match timeout(limit, attempt).instrument(span.clone()).await {
-            Ok(released) => released.map(|_| ()),
+            Ok(released) => released.map(|_| ()).doing(hold.lock.name(), doing),
             Err(_) => {
                 span.in_scope(|| tracing::debug!(lock = hold.lock.name(), mode = ?hold.mode, ?limit, "release unconfirmed; going on in the background"));
                 held.release_in_background();
-                Err(release_unconfirmed(limit))
+                Err(release_unconfirmed(limit).doing(Some(hold.lock.name()), doing))
             }
         }
     }
@@ -415,20 +454,21 @@ impl Lease {
     /// renews only the mode it is asked for).
     pub(crate) async fn downgrade(mut self) -> Result<Lease, Error> {
         let Some(held) = self.held.as_ref() else {
-            return Err(Error::LeaseLost);
+            return Err(self.lost_error());
         };
         held.renewal.stop_and_wait().await;
         let hold = &held.hold;
         if !hold.is_held() {
-            return Err(Error::LeaseLost);
+            return Err(hold.lost_error());
         }
         let sent = Instant::now();
         if !hold
             .lock
             .downgrade_token(&hold.token, Access::Write)
-            .await?
+            .await
+            .doing(hold.lock.name(), Operation::Downgrade(crate::Mode::Write))?
         {
-            return Err(Error::LeaseLost);
+            return Err(hold.lost_error());
         }
         if hold.lock.client().inner.live.is_closed() {
             // Shut down meanwhile: `self` releases the read hold on its way out.
@@ -457,7 +497,7 @@ impl Lease {
         let mut upgrading = hold.upgrading();
         let granted = match upgrade(&hold.lock, &hold.token, wait).await {
             Ok(granted) => granted,
-            Err(err @ Error::LeaseLost) => {
+            Err(err @ Error::LeaseLost { .. }) => {
                 hold.mark_lost(LostCause::Gone);
                 return Err(err);
             }
@@ -490,7 +530,9 @@ impl Lease {
     pub(crate) async fn leave_upgradable(&self) -> Result<(), Error> {
         let hold = self.believed()?;
         let from = Access::UpgradableRead;
-        hold.confirm(hold.lock.downgrade_token(&hold.token, from).await?)?;
+        let downgraded = hold.lock.downgrade_token(&hold.token, from).await;
+        let doing = Operation::Downgrade(crate::Mode::UpgradableRead);
+        hold.confirm(downgraded.doing(hold.lock.name(), doing)?)?;
         hold.holding.switch(Mode::Read);
         hold.span.record("mode", Mode::Read.as_str());
         Ok(())
@@ -500,7 +542,7 @@ impl Lease {
 /// What `release()` returns when the release was not confirmed within `limit`
 /// (`LockOptions::release_timeout`): it goes on in the background.
 pub(crate) fn release_unconfirmed(limit: Duration) -> Error {
-    Error::Redis(redis::RedisError::from(std::io::Error::new(
+    Error::from(redis::RedisError::from(std::io::Error::new(
         std::io::ErrorKind::TimedOut,
         format!(
             "the release was not confirmed within {limit:?}; it goes on in the background until the lease ends"

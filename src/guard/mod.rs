@@ -68,8 +68,9 @@ macro_rules! guard_core {
         ///
         /// [`Error::LeaseLost`] when the lease was already lost, the hold is gone, or the
         /// local deadline passed before Redis answered (the guard then reports the lease
-        /// lost); [`Error::Redis`] when this attempt failed and the deadline has not passed
-        /// (the hold may still be renewed by a later call).
+        /// lost); [`Error::Redis`] (doing [`Operation::Renew`]($crate::Operation::Renew))
+        /// when this attempt failed and the deadline has not passed (the hold may still
+        /// be renewed by a later call).
         ///
         /// # Cancel safety
         ///

@@ -56,10 +56,11 @@ impl RwLockReadGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::LeaseLost`] when the guard already knew its lease was gone (returned
-    /// at once; whatever the lock may still keep of the hold is cleared in the
-    /// background); [`Error::Redis`] when Redis could not be reached (the hold then ends with its
-    /// lease).
+    /// [`Error::LeaseLost`] (naming the lock and the mode) when the guard already knew
+    /// its lease was gone (returned at once; whatever the lock may still keep of the
+    /// hold is cleared in the background); [`Error::Redis`] (doing
+    /// [`Operation::Release`](crate::Operation::Release)) when Redis could not be
+    /// reached (the hold then ends with its lease).
     ///
     /// # Cancel safety
     ///

@@ -293,7 +293,7 @@ async fn renew(entry: Arc<Entry>, shared: Arc<Shared>) {
     loop {
         match hold.renew_once().await {
             Ok(()) => break,
-            Err(Error::LeaseLost) => {
+            Err(Error::LeaseLost { .. }) => {
                 *entry.state() = State::Stopped;
                 return;
             }

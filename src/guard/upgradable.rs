@@ -77,9 +77,10 @@ impl RwLockUpgradableReadGuard {
     /// # Errors
     ///
     /// [`Error::LeaseLost`] when the upgradable hold was already gone;
-    /// [`Error::Timeout`] when the wait limit passed (the hold is then released);
-    /// [`Error::Redis`] when Redis failed (the hold is then released in the
-    /// background).
+    /// [`Error::Timeout`] (naming the lock, [`Mode::Write`](crate::Mode::Write) and the
+    /// wait limit) when the wait limit passed (the hold is then released);
+    /// [`Error::Redis`] (doing [`Operation::Upgrade`](crate::Operation::Upgrade)) when
+    /// Redis failed (the hold is then released in the background).
     ///
     /// # Cancel safety
     ///
@@ -101,10 +102,10 @@ impl RwLockUpgradableReadGuard {
         let acquiring = self.lease.acquiring(Mode::Upgrade);
         let result = match self.lease.upgrade(true).await {
             Ok((lease, fence)) => Ok(RwLockWriteGuard::new(lease, fence)),
-            Err(Error::Timeout) => {
+            Err(err @ Error::Timeout { .. }) => {
                 // Let the readers in now, not when the lease ends.
                 let _ = self.lease.release().await;
-                Err(Error::Timeout)
+                Err(err)
             }
             Err(err) => Err(err),
         };
@@ -120,7 +121,8 @@ impl RwLockUpgradableReadGuard {
     /// # Errors
     ///
     /// [`Error::WouldBlock`] while other readers hold; [`Error::LeaseLost`] when the
-    /// upgradable hold is gone; [`Error::Redis`] when Redis failed;
+    /// upgradable hold is gone; [`Error::Redis`] (doing
+    /// [`Operation::Upgrade`](crate::Operation::Upgrade)) when Redis failed;
     /// [`Error::NotReplicated`] when too few replicas acknowledged (the hold was
     /// released).
     ///
@@ -156,8 +158,9 @@ impl RwLockUpgradableReadGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::LeaseLost`] when the hold was already gone; [`Error::Redis`] when
-    /// Redis failed (the hold is then released in the background).
+    /// [`Error::LeaseLost`] when the hold was already gone; [`Error::Redis`] (doing
+    /// [`Operation::Downgrade`](crate::Operation::Downgrade)) when Redis failed (the
+    /// hold is then released in the background).
     ///
     /// # Cancel safety
     ///
@@ -183,10 +186,11 @@ impl RwLockUpgradableReadGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::LeaseLost`] when the guard already knew its lease was gone (returned
-    /// at once; whatever the lock may still keep of the hold is cleared in the
-    /// background); [`Error::Redis`] when Redis could not be reached (the hold then ends with its
-    /// lease).
+    /// [`Error::LeaseLost`] (naming the lock and the mode) when the guard already knew
+    /// its lease was gone (returned at once; whatever the lock may still keep of the
+    /// hold is cleared in the background); [`Error::Redis`] (doing
+    /// [`Operation::Release`](crate::Operation::Release)) when Redis could not be
+    /// reached (the hold then ends with its lease).
     ///
     /// # Cancel safety
     ///

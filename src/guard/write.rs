@@ -5,7 +5,7 @@ use std::fmt;
 use crate::guard::lease::Lease;
 use crate::lock::shared_reads::LocalWrite;
 use crate::protocol::state::LockMode;
-use crate::{Error, FencedWrites, RwLockReadGuard};
+use crate::{Error, FencedWrites, RwLock, RwLockReadGuard};
 
 /// The write hold on an [`RwLock`](crate::RwLock), renewed in the background while it
 /// lives. Release it with [`release`](Self::release); dropping it releases in the
@@ -85,9 +85,11 @@ impl RwLockWriteGuard {
     /// [`Error::InvalidOptions`] for the lock's own key or a zero expiry (both before
     /// any I/O); [`Error::LeaseLost`] when the hold is gone (nothing was written, and
     /// the guard now reports the lease lost); [`Error::WrongType`] or
-    /// [`Error::Redis`] when Redis refuses a write or cannot be reached; with
+    /// [`Error::Redis`] (doing [`Operation::FencedWrite`](crate::Operation::FencedWrite))
+    /// when Redis refuses a write or cannot be reached; with
     /// [`LockOptions::min_replicas`](crate::LockOptions::min_replicas),
-    /// [`Error::NotReplicated`] when too few replicas acknowledged the writes within
+    /// [`Error::NotReplicated`] (doing `FencedWrite`, with the replica timeout as
+    /// `waited`) when too few replicas acknowledged the writes within
     /// the replica timeout (they are applied on the master, and a failover could
     /// still lose them; the hold stays).
     ///
@@ -104,7 +106,7 @@ impl RwLockWriteGuard {
     /// let writer = lock.write().await?; // lock "inventory"
     /// match writer.fenced_write(FencedWrites::new().set("cache:{inventory}", "fresh")).await {
     ///     Ok(()) => writer.release().await?,
-    ///     Err(Error::LeaseLost) => eprintln!("too late: a newer holder owns the cache"),
+    ///     Err(Error::LeaseLost { .. }) => eprintln!("too late: a newer holder owns the cache"),
     ///     Err(err) => return Err(err),
     /// }
     /// # Ok(()) }
@@ -118,9 +120,9 @@ impl RwLockWriteGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::LeaseLost`] when the write hold was already gone; [`Error::Redis`] when
-    /// Redis failed (the hold, whichever mode it is in, is then released in the
-    /// background).
+    /// [`Error::LeaseLost`] when the write hold was already gone; [`Error::Redis`]
+    /// (doing [`Operation::Downgrade`](crate::Operation::Downgrade)) when Redis failed
+    /// (the hold, whichever mode it is in, is then released in the background).
     ///
     /// # Cancel safety
     ///
@@ -149,10 +151,11 @@ impl RwLockWriteGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::LeaseLost`] when the guard already knew its lease was gone (returned
-    /// at once; whatever the lock may still keep of the hold is cleared in the
-    /// background); [`Error::Redis`] when Redis could not be reached (the hold then ends with its
-    /// lease).
+    /// [`Error::LeaseLost`] (naming the lock and the mode) when the guard already knew
+    /// its lease was gone (returned at once; whatever the lock may still keep of the
+    /// hold is cleared in the background); [`Error::Redis`] (doing
+    /// [`Operation::Release`](crate::Operation::Release)) when Redis could not be
+    /// reached (the hold then ends with its lease).
     ///
     /// # Cancel safety
     ///
@@ -174,7 +177,11 @@ impl RwLockWriteGuard {
         });
         if keeps {
             // The readers waiting for this write join the read hold kept in its place.
-            return crate::lock::shared_reads::release_keeping(lease, writing).await;
+            let lock = lease.hold().map(|hold| hold.lock.clone());
+            let doing = crate::Operation::Release(crate::Mode::Write);
+            return crate::lock::shared_reads::release_keeping(lease, writing)
+                .await
+                .map_err(|err| err.doing(lock.as_ref().map(RwLock::name), doing));
         }
         let released = lease.release().await;
         drop(writing);

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use sync_wrapper::SyncFuture;
 
 use crate::client::{LockClient, UserHandle};
+use crate::error::Doing;
 use crate::guard::lease::Lease;
 use crate::lock::options::check_name;
 use crate::lock::waiting::acquire;
@@ -26,7 +27,9 @@ use crate::protocol::Access;
 use crate::protocol::state::LockState;
 use crate::redis_backend::scripts::{ScriptConnection, Target};
 use crate::redis_backend::slot::key_slot;
-use crate::{Error, LockOptions, RwLockReadGuard, RwLockUpgradableReadGuard, RwLockWriteGuard};
+use crate::{
+    Error, LockOptions, Operation, RwLockReadGuard, RwLockUpgradableReadGuard, RwLockWriteGuard,
+};
 
 /// A read-write lock shared by every process that names it.
 ///
@@ -201,9 +204,13 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// [`Error::Timeout`] when the wait limit passes; [`Error::InvalidOptions`] for a
-    /// bad name or option (before any I/O); [`Error::WrongType`] when the key holds
-    /// another type; [`Error::Redis`] when Redis fails or cannot be reached in time.
+    /// [`Error::Timeout`] when the wait limit passes (naming the lock, the mode and
+    /// the limit: `timed out after 1s waiting for the read lock on "inventory"`);
+    /// [`Error::InvalidOptions`] for a bad name or option (before any I/O);
+    /// [`Error::WrongType`] when the key holds another type; with
+    /// [`LockOptions::min_replicas`], [`Error::NotReplicated`] when too few replicas
+    /// acknowledged (the hold is released again); [`Error::Redis`] (naming the lock
+    /// and [`Operation::Acquire`]) when Redis fails or cannot be reached in time.
     ///
     /// # Cancel safety
     ///
@@ -413,8 +420,9 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidOptions`], [`Error::WrongType`], [`Error::Redis`] as for
-    /// [`read`](Self::read).
+    /// [`Error::InvalidOptions`], [`Error::WrongType`] as for [`read`](Self::read);
+    /// [`Error::Redis`] (doing [`Operation::State`]) when Redis fails or cannot be
+    /// reached in time.
     ///
     /// # Cancel safety
     ///
@@ -432,7 +440,11 @@ impl RwLock {
     /// # Ok(()) }
     /// ```
     pub async fn state(&self) -> Result<LockState, Error> {
-        let raw = self.target()?.state(self.conn()).await?;
+        let raw = self
+            .target()?
+            .state(self.conn())
+            .await
+            .doing(self.name(), Operation::State)?;
         Ok(LockState::from_raw(raw))
     }
 
@@ -446,7 +458,8 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// As [`state`](Self::state).
+    /// As [`state`](Self::state), the [`Error::Redis`] doing
+    /// [`Operation::ForceRelease`].
     ///
     /// # Cancel safety
     ///
@@ -466,7 +479,10 @@ impl RwLock {
     /// ```
     pub async fn force_release(&self) -> Result<u64, Error> {
         let target = self.target()?;
-        let ended = target.force_release(self.conn()).await?;
+        let ended = target
+            .force_release(self.conn())
+            .await
+            .doing(self.name(), Operation::ForceRelease)?;
         tracing::warn!(lock = self.name(), ended, "holds force-released");
         Ok(ended)
     }
@@ -603,22 +619,25 @@ impl RwLock {
     /// granted) is recorded.
     pub(crate) async fn lease_for(self, access: Access, wait: bool) -> Result<Leased, Error> {
         let acquiring = Acquiring::start(&self.metrics, Mode::of(access));
-        let result = acquire(&self, access, wait).await.map(|granted| {
-            let (fence, waited) = (granted.fence, granted.waited);
-            let lease = Lease::start(
-                self,
-                granted.token,
-                access,
-                fence,
-                granted.sent,
-                granted.lasts,
-            );
-            Leased {
-                lease,
-                fence,
-                waited,
-            }
-        });
+        let result = acquire(&self, access, wait)
+            .await
+            .doing(self.name(), access.operation())
+            .map(|granted| {
+                let (fence, waited) = (granted.fence, granted.waited);
+                let lease = Lease::start(
+                    self,
+                    granted.token,
+                    access,
+                    fence,
+                    granted.sent,
+                    granted.lasts,
+                );
+                Leased {
+                    lease,
+                    fence,
+                    waited,
+                }
+            });
         acquiring.finish(&result);
         result
     }

@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::ErrorChain;
+use crate::error::{Doing, ErrorChain};
 use crate::lock::waiting::intent_ttl;
 use crate::protocol::token::Token;
 use crate::protocol::{Access, Acquired, LockMode, Renewed, Replicas};
 use crate::redis_backend::wakeups::{Interest, Listener};
-use crate::{Error, Fairness, FencedWrites, RwLock};
+use crate::{Error, Fairness, FencedWrites, Operation, RwLock};
 
 /// The pause between attempts of a release that could not reach Redis.
 const RELEASE_RETRY: Duration = Duration::from_millis(100);
@@ -81,13 +81,15 @@ impl RwLock {
                 };
                 target
                     .acquire_read(conn, token, lease, in_line, upgradable, intent, replicas)
-                    .await?
+                    .await
+                    .doing(self.name(), access.operation())?
             }
             Access::Write | Access::Upgrade => {
                 let upgrade = access == Access::Upgrade;
                 target
                     .acquire_write(conn, token, lease, intent, upgrade, replicas)
-                    .await?
+                    .await
+                    .doing(self.name(), access.operation())?
             }
         };
         if matches!(reply, Acquired::Granted { .. }) && acknowledged < options.min_replicas {
@@ -95,8 +97,11 @@ impl RwLock {
                 tracing::warn!(lock = self.name(), error = %ErrorChain(&err), "could not release an unreplicated hold; it ends with its lease");
             }
             return Err(Error::NotReplicated {
+                lock: self.name().to_owned(),
+                doing: access.operation(),
                 acknowledged,
                 required: options.min_replicas,
+                waited: options.replica_timeout,
             });
         }
         Ok(reply)
@@ -126,7 +131,7 @@ impl RwLock {
                 self.release_token(token),
             );
             match attempt.await {
-                Ok(Err(Error::Redis(err))) if Instant::now() + RELEASE_RETRY < give_up => {
+                Ok(Err(err @ Error::Redis { .. })) if Instant::now() + RELEASE_RETRY < give_up => {
                     tracing::debug!(lock = self.name(), error = %ErrorChain(&err), "release failed; retrying");
                     tokio::time::sleep(RELEASE_RETRY).await;
                 }
@@ -135,7 +140,7 @@ impl RwLock {
                     tracing::debug!(lock = self.name(), "release unanswered; sending it again");
                 }
                 Err(elapsed) => {
-                    return Err(Error::Redis(redis::RedisError::from(std::io::Error::new(
+                    return Err(Error::from(redis::RedisError::from(std::io::Error::new(
                         std::io::ErrorKind::TimedOut,
                         elapsed,
                     ))));
@@ -181,8 +186,11 @@ impl RwLock {
             .await?;
         if written && acknowledged < required {
             return Err(Error::NotReplicated {
+                lock: self.name().to_owned(),
+                doing: Operation::FencedWrite,
                 acknowledged,
                 required,
+                waited: self.options().replica_timeout,
             });
         }
         Ok(written)

@@ -109,7 +109,7 @@ fn handed_to(payload: &str, token: &Token) -> Option<u64> {
 pub(crate) async fn acquire(lock: &RwLock, access: Access, wait: bool) -> Result<Granted, Error> {
     let span = tracing::debug_span!("acquire", lock = lock.name(), ?access, wait);
     lock.check()?;
-    let pending = Pending::new(lock, Token::random());
+    let pending = Pending::new(lock, Token::random(), access);
     attempt_until_granted(lock, access, wait, pending)
         .instrument(span)
         .await
@@ -170,7 +170,10 @@ async fn attempt_until_granted(
             Acquired::Lost => {
                 tracing::debug!("the upgradable hold is gone");
                 pending.disarm();
-                return Err(Error::LeaseLost);
+                return Err(Error::LeaseLost {
+                    lock: lock.name().to_owned(),
+                    mode: crate::Mode::UpgradableRead,
+                });
             }
             Acquired::Refused { .. } if !wait => {
                 tracing::trace!("would block");
@@ -207,7 +210,14 @@ async fn attempt_until_granted(
                 ));
             }
             Woken::Again => {}
-            Woken::TimedOut => return pending.give_up(waiting.attempts, Error::Timeout).await,
+            Woken::TimedOut => {
+                let timeout = Error::Timeout {
+                    lock: lock.name().to_owned(),
+                    mode: access.error_mode(),
+                    waited: lock.options().wait_timeout.unwrap_or_default(),
+                };
+                return pending.give_up(waiting.attempts, timeout).await;
+            }
             Woken::ShutDown => return pending.give_up(waiting.attempts, Error::Shutdown).await,
         }
     }
@@ -396,9 +406,10 @@ struct Pending<'a> {
 }
 
 impl<'a> Pending<'a> {
-    fn new(lock: &'a RwLock, token: Token) -> Self {
+    fn new(lock: &'a RwLock, token: Token, access: Access) -> Self {
+        let mode = access.error_mode();
         Pending {
-            _registration: Some(Registration::new(lock, &token, Kind::Pending)),
+            _registration: Some(Registration::new(lock, &token, mode, Kind::Pending)),
             lock,
             token,
             armed: true,

@@ -86,7 +86,7 @@ impl MemoryLink {
             let Some(until) = silent else { break };
             if until > deadline {
                 tokio::time::sleep_until(deadline).await;
-                return Err(Error::Redis(RedisError::from(std::io::Error::new(
+                return Err(Error::from(RedisError::from(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
                     "the in-memory store did not answer (MemoryStore::stop_answering)",
                 ))));
@@ -95,7 +95,7 @@ impl MemoryLink {
         }
         let mut state = self.store.state();
         if state.take_failure() {
-            return Err(Error::Redis(RedisError::from((
+            return Err(Error::from(RedisError::from((
                 ErrorKind::Io,
                 "injected failure (MemoryStore::fail_next)",
             ))));

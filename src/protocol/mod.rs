@@ -82,6 +82,23 @@ impl Access {
             Access::Write | Access::Upgrade => LockMode::Write,
         }
     }
+
+    /// What an error says the call waited for: an upgrade waits for the write lock.
+    pub(crate) fn error_mode(self) -> crate::Mode {
+        match self {
+            Access::Read | Access::RecursiveRead => crate::Mode::Read,
+            Access::UpgradableRead => crate::Mode::UpgradableRead,
+            Access::Write | Access::Upgrade => crate::Mode::Write,
+        }
+    }
+
+    /// What an error says the acquire was doing.
+    pub(crate) fn operation(self) -> crate::Operation {
+        match self {
+            Access::Upgrade => crate::Operation::Upgrade,
+            access => crate::Operation::Acquire(access.error_mode()),
+        }
+    }
 }
 
 /// The reply of `state.lua`: now, fence, writer token ('' for none), writer deadline,

@@ -341,7 +341,7 @@ fn not_a_cluster(err: redis::RedisError, what: &str) -> Error {
              LockClient::standalone"
         ))
     } else {
-        Error::Redis(err)
+        Error::from(err)
     }
 }
 
@@ -389,7 +389,7 @@ fn server_info(reply: RedisResult<Value>, what: &str) -> Result<Option<ServerInf
             );
             Ok(None)
         }
-        Err(err) => Err(Error::Redis(err)),
+        Err(err) => Err(Error::from(err)),
     }
 }
 

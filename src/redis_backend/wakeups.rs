@@ -183,7 +183,7 @@ impl Wakeups {
         let listener = self.hub.register(&self.hub, channel, interest);
         if let Err(err) = self.hub.sync(channel).await {
             if err.code() == Some("NOPERM") {
-                return Err(Error::Redis(err));
+                return Err(Error::from(err));
             }
             tracing::warn!(channel, error = %ErrorChain(&err), "could not subscribe to wake-ups; waiting on the re-check timer");
         }

@@ -358,7 +358,7 @@ async fn run(
     Ok(out)
 }
 
-/// An error with its sources ("redis request failed: timed out").
+/// An error with its sources ("redis request failed (timed out) while ...: timed out").
 fn chain(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
     let mut source = err.source();

@@ -89,7 +89,7 @@ pub async fn run(
     let guard = tokio::select! {
         result = acquire(&lock, write, nonblocking) => match result {
             Ok(guard) => guard,
-            Err(err) => return Err(not_acquired(&hold, args.wait, err).await),
+            Err(err) => return Err(not_acquired(&hold, err).await),
         },
         sig = signals.recv() => {
             tokio::time::sleep(SETTLE).await;
@@ -121,7 +121,7 @@ pub async fn run(
     ) {
         Ok(running) => running,
         Err(failure) => {
-            release(guard, &hold).await;
+            release(guard).await;
             return Err(failure);
         }
     };
@@ -130,7 +130,7 @@ pub async fn run(
     let (status, stopped) = match supervised {
         Ok(ended) => ended,
         Err(failure) => {
-            release(guard, &hold).await;
+            release(guard).await;
             return Err(failure);
         }
     };
@@ -144,7 +144,7 @@ pub async fn run(
     }
     match released {
         Ok(()) => {}
-        Err(Error::LeaseLost) => {
+        Err(Error::LeaseLost { .. }) => {
             return Err(Failure::new(
                 code::LEASE_LOST,
                 format!(
@@ -154,7 +154,7 @@ pub async fn run(
                 ),
             ));
         }
-        Err(err) => release_failed(&hold, err),
+        Err(err) => release_failed(err),
     }
     Ok(ExitCode::from(exit_code(status)))
 }
@@ -170,21 +170,16 @@ async fn acquire(lock: &RwLock, write: bool, nonblocking: bool) -> Result<Guard,
 
 /// The failure for an acquire that did not succeed. An acquire that gave up while
 /// waiting left its withdrawal to the background: give it time to reach Redis.
-async fn not_acquired(hold: &str, wait: Option<Duration>, err: Error) -> Failure {
+async fn not_acquired(hold: &str, err: Error) -> Failure {
     match err {
         Error::WouldBlock => Failure::new(
             code::NOT_ACQUIRED,
             format!("the {hold} is busy (held, or a writer is queued) and --wait is 0s"),
         ),
-        Error::Timeout => {
+        // Says which lock, in which mode, the limit: the library's message is enough.
+        Error::Timeout { .. } | Error::Redis { .. } | Error::NotReplicated { .. } => {
             tokio::time::sleep(SETTLE).await;
-            let waited = wait.map_or_else(String::new, |wait| {
-                format!(" after {}", humantime::format_duration(wait))
-            });
-            Failure::new(
-                code::NOT_ACQUIRED,
-                format!("timed out{waited} waiting for the {hold}"),
-            )
+            Failure::error(err)
         }
         Error::InvalidOptions(_) => Failure::lock(format!("cannot take the {hold}"), err),
         err => {
@@ -195,17 +190,14 @@ async fn not_acquired(hold: &str, wait: Option<Duration>, err: Error) -> Failure
 }
 
 /// Releases a hold on the way out of a failure; a failed release only warns.
-async fn release(guard: Guard, hold: &str) {
+async fn release(guard: Guard) {
     if let Err(err) = guard.release().await {
-        release_failed(hold, err);
+        release_failed(err);
     }
 }
 
 /// A failed release does not change the exit code: the hold ends with its lease.
-fn release_failed(hold: &str, err: Error) {
-    Failure::lock(
-        format!("could not release the {hold}; it ends when its lease does"),
-        err,
-    )
-    .print();
+/// The error names the lock and what failed.
+fn release_failed(err: Error) {
+    Failure::lock("the hold ends with its lease", err).print();
 }

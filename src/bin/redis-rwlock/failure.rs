@@ -83,15 +83,14 @@ impl Failure {
 
     /// A lock operation failed while doing `context`; the exit code follows the error.
     pub fn lock(context: impl Into<String>, err: Error) -> Self {
-        let code = match &err {
-            Error::WouldBlock | Error::Timeout => code::NOT_ACQUIRED,
-            Error::LeaseLost => code::LEASE_LOST,
-            Error::InvalidOptions(_) => code::USAGE,
-            Error::WrongType { .. } | Error::CrossSlot { .. } => code::DATA,
-            Error::NotReplicated { .. } | Error::Redis(_) => code::UNAVAILABLE,
-            _ => code::SOFTWARE,
-        };
-        Failure::new(code, context).caused_by(err)
+        Failure::new(code_of(&err), context).caused_by(err)
+    }
+
+    /// A lock operation failed, and the library's message says what and on which
+    /// lock (`timed out after 1s waiting for the write lock on "inventory"`): the
+    /// report is that message and its causes; the exit code follows the error.
+    pub fn error(err: Error) -> Self {
+        Failure::new(code_of(&err), ErrorChain(&err).to_string())
     }
 
     /// The process exit code for this failure.
@@ -114,6 +113,18 @@ impl Failure {
             Some(source) => format!("redis-rwlock: {message}: {}", ErrorChain(source.as_ref())),
             None => format!("redis-rwlock: {message}"),
         }
+    }
+}
+
+/// The exit code for a lock operation's error.
+fn code_of(err: &Error) -> u8 {
+    match err {
+        Error::WouldBlock | Error::Timeout { .. } => code::NOT_ACQUIRED,
+        Error::LeaseLost { .. } => code::LEASE_LOST,
+        Error::InvalidOptions(_) => code::USAGE,
+        Error::WrongType { .. } | Error::CrossSlot { .. } => code::DATA,
+        Error::NotReplicated { .. } | Error::Redis { .. } => code::UNAVAILABLE,
+        _ => code::SOFTWARE,
     }
 }
 
@@ -158,10 +169,34 @@ mod tests {
     #[test]
     fn lock_errors_map_to_documented_codes() {
         let code_of = |err| Failure::lock("x", err).code;
-        assert_eq!(code_of(Error::Timeout), code::NOT_ACQUIRED);
+        let timeout = Error::Timeout {
+            lock: "inventory".into(),
+            mode: redis_rwlock::Mode::Write,
+            waited: std::time::Duration::from_secs(1),
+        };
+        assert_eq!(code_of(timeout), code::NOT_ACQUIRED);
         assert_eq!(code_of(Error::WouldBlock), code::NOT_ACQUIRED);
-        assert_eq!(code_of(Error::LeaseLost), code::LEASE_LOST);
+        let lost = Error::LeaseLost {
+            lock: "inventory".into(),
+            mode: redis_rwlock::Mode::Read,
+        };
+        assert_eq!(code_of(lost), code::LEASE_LOST);
         assert_eq!(code_of(Error::InvalidOptions("bad".into())), code::USAGE);
         assert_eq!(code_of(Error::WrongType { key: "k".into() }), code::DATA);
+    }
+
+    #[test]
+    fn a_library_error_is_reported_in_its_own_words() {
+        let timeout = Error::Timeout {
+            lock: "inventory".into(),
+            mode: redis_rwlock::Mode::Write,
+            waited: std::time::Duration::from_secs(1),
+        };
+        let failure = Failure::error(timeout);
+        assert_eq!(failure.code, code::NOT_ACQUIRED);
+        assert_eq!(
+            failure.report(),
+            "redis-rwlock: timed out after 1s waiting for the write lock on \"inventory\""
+        );
     }
 }

@@ -123,7 +123,7 @@ impl Masters {
     /// installs rustls's crypto provider).
     pub async fn connect(endpoint: &Endpoint) -> Result<Self, Failure> {
         let cannot = |err: RedisError| {
-            Failure::lock("cannot open a connection to the masters", Error::Redis(err))
+            Failure::lock("cannot open a connection to the masters", Error::from(err))
         };
         match endpoint {
             Endpoint::Cluster(nodes) => {

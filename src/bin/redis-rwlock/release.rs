@@ -18,10 +18,7 @@ pub async fn run(lock: &RwLock, force: bool) -> Result<(), Failure> {
             ),
         ));
     }
-    let ended = lock
-        .force_release()
-        .await
-        .map_err(|err| Failure::lock(format!("cannot force-release lock {name}"), err))?;
+    let ended = lock.force_release().await.map_err(Failure::error)?;
     output::print(&match ended {
         0 => format!("lock {name} was not held\n"),
         1 => format!("lock {name}: ended 1 hold\n"),

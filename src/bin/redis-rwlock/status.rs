@@ -31,7 +31,8 @@ pub async fn run(lock: &RwLock, json: bool) -> Result<ExitCode, Failure> {
         )
     };
     let key = lock.key().map_err(cannot)?;
-    let state = lock.state().await.map_err(cannot)?;
+    // The library's message names the lock and what failed.
+    let state = lock.state().await.map_err(Failure::error)?;
     let view = StatusView::new(lock.name(), key, &state);
     if json {
         print_json(&view)?;

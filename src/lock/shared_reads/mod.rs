@@ -166,7 +166,7 @@ pub(crate) async fn read(lock: &RwLock, wait: bool) -> Result<Share, Error> {
             }
             Enter::Listen(starting) => starting.run().await,
             Enter::Wait(mut asked) => {
-                within(deadline, async {
+                within(lock, deadline, async {
                     let _ = asked.changed().await;
                     Ok(())
                 })
@@ -176,7 +176,7 @@ pub(crate) async fn read(lock: &RwLock, wait: bool) -> Result<Share, Error> {
                 acquiring.forget();
                 // Within what is left of the wait limit, if it waited for another.
                 let asked = lock.clone().lease_for(Access::Read, wait);
-                let leased = within(deadline, asked).await?;
+                let leased = within(lock, deadline, asked).await?;
                 return asking.granted(leased.lease, leased.waited).await;
             }
             Enter::Alone => {
@@ -190,7 +190,7 @@ pub(crate) async fn read(lock: &RwLock, wait: bool) -> Result<Share, Error> {
             Enter::AfterWrite(writing) => {
                 waited_for_write = true;
                 ticket = writing.ticket();
-                within(deadline, async {
+                within(lock, deadline, async {
                     writes::wait_for(writing).await;
                     Ok(())
                 })
@@ -202,13 +202,20 @@ pub(crate) async fn read(lock: &RwLock, wait: bool) -> Result<Share, Error> {
 
 /// `work`, or [`Error::Timeout`] at `deadline`.
 async fn within<T>(
+    lock: &RwLock,
     deadline: Option<Instant>,
     work: impl Future<Output = Result<T, Error>>,
 ) -> Result<T, Error> {
     match deadline {
-        Some(deadline) => tokio::time::timeout_at(deadline, work)
-            .await
-            .map_err(|_| Error::Timeout)?,
+        Some(deadline) => {
+            tokio::time::timeout_at(deadline, work)
+                .await
+                .map_err(|_| Error::Timeout {
+                    lock: lock.name().to_owned(),
+                    mode: crate::Mode::Read,
+                    waited: lock.options().wait_timeout.unwrap_or_default(),
+                })?
+        }
         None => work.await,
     }
 }
@@ -532,7 +539,7 @@ impl Share {
     /// The only share of `lease`, a hold of its own until others join it;
     /// [`Error::LeaseLost`] for a lease already released.
     pub(crate) fn alone(lease: Lease) -> Result<Self, Error> {
-        let hold = lease.hold().ok_or(Error::LeaseLost)?.clone();
+        let hold = lease.hold().ok_or_else(|| lease.lost_error())?.clone();
         Ok(Share {
             shared: Arc::new(Shared {
                 hold,
@@ -581,7 +588,7 @@ impl Share {
         let knew_lost = !self.is_held();
         match self.leave() {
             Some(lease) => lease.release().await,
-            None if knew_lost => Err(Error::LeaseLost),
+            None if knew_lost => Err(self.shared.hold.lost_error()),
             None => Ok(()),
         }
     }

@@ -393,7 +393,7 @@ impl Target {
                             // The server's state of the moment (out of memory, a
                             // failover): this call goes as a script.
                             Err(err) if err.code().is_some() => Via::Sha,
-                            Err(err) => return Err(Error::Redis(err)),
+                            Err(err) => return Err(Error::from(err)),
                         }
                     };
                 }
