@@ -357,7 +357,7 @@ async fn the_least_privileged_user_runs_every_feature_on_a_cluster() {
     let Error::Redis(cause) = &err else {
         panic!("{err:?}")
     };
-    let text = cause.to_string().to_lowercase();
+    let text = cause.redis_error().to_string().to_lowercase();
     assert!(
         text.contains("noperm") && text.contains("evalsha"),
         "{cause}"
@@ -390,7 +390,7 @@ async fn the_least_privileged_user_runs_every_feature_on_a_cluster() {
     let Error::Redis(cause) = &err else {
         panic!("{err:?}")
     };
-    let text = cause.to_string().to_lowercase();
+    let text = cause.redis_error().to_string().to_lowercase();
     assert!(
         text.contains("noperm") && text.contains("channel"),
         "{cause}"
@@ -535,7 +535,7 @@ async fn the_fleet_view_needs_reads_and_scan_only() {
         let Error::Redis(cause) = &err else {
             panic!("{err:?}")
         };
-        let text = cause.to_string().to_lowercase();
+        let text = cause.redis_error().to_string().to_lowercase();
         assert!(text.contains("noperm") && text.contains("scan"), "{cause}");
 
         writer.release().await.unwrap();

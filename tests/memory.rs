@@ -108,7 +108,7 @@ async fn injected_failures_fail_that_many_requests() {
     for _ in 0..2 {
         match lock.try_write().await {
             Err(Error::Redis(err)) => {
-                assert!(err.to_string().contains("fail_next"), "{err}")
+                assert!(err.redis_error().to_string().contains("fail_next"), "{err}")
             }
             other => panic!("expected an injected failure, got {other:?}"),
         }

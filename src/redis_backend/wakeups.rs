@@ -197,7 +197,9 @@ impl Hub {
     }
 
     fn lingering(&self) -> MutexGuard<'_, HashMap<String, Instant>> {
-        self.lingering.lock().unwrap_or_else(PoisonError::into_inner)
+        self.lingering
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn register(&self, hub: &Arc<Hub>, channel: &str, interest: Option<Interest>) -> Listener {
@@ -363,7 +365,11 @@ impl Drop for Listener {
         // The last listener left: unsubscribe unless someone listens again soon.
         let since = Instant::now();
         let channel = std::mem::take(&mut self.channel);
-        let first = self.hub.lingering().insert(channel.clone(), since).is_none();
+        let first = self
+            .hub
+            .lingering()
+            .insert(channel.clone(), since)
+            .is_none();
         if let (true, Ok(runtime)) = (first, tokio::runtime::Handle::try_current()) {
             runtime.spawn(linger(Arc::downgrade(&self.hub), channel, since));
         }
