@@ -135,7 +135,7 @@ impl Shared {
 
 /// Whether the client keeps a read hold of `lock` when it releases its write hold:
 /// keeping is on, reads are shared, and the client holds no read of it already.
-pub(crate) fn keeps_after_write(lock: &RwLock) -> bool {
+pub(crate) fn keeps_after_write(lock: &RwLock, writing: Option<&LocalWrite>) -> bool {
     if lock.options().keep_reads.is_none() || !shareable(lock) {
         return false;
     }
@@ -143,10 +143,12 @@ pub(crate) fn keeps_after_write(lock: &RwLock) -> bool {
         return false;
     };
     let reads = &lock.client().inner.shared_reads;
-    reads
-        .locks()
-        .get(key)
-        .is_none_or(|entry| entry.slot.is_none())
+    // Another write of this client came after this one (it waits in line behind
+    // it): the release hands the lock on to it, rather than keep a read it would
+    // have to call back.
+    reads.locks().get(key).is_none_or(|entry| {
+        entry.slot.is_none() && writing.is_none_or(|writing| writing.is_latest(entry))
+    })
 }
 
 /// Releases the write hold `lease`, keeping a read hold in its place (see the

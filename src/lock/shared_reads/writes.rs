@@ -137,6 +137,14 @@ impl LocalWrite {
         }
     }
 
+    /// Whether this is the latest write of the client on the lock (`entry`'s).
+    pub(super) fn is_latest(&self, entry: &Entry) -> bool {
+        entry
+            .writing
+            .as_ref()
+            .is_some_and(|writing| writing.phase.same_channel(&self.phase.subscribe()))
+    }
+
     /// The write is released, and a read hold kept in its place: the readers that
     /// waited may join it.
     pub(super) fn released(&self) {
