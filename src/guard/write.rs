@@ -173,7 +173,8 @@ impl RwLockWriteGuard {
         let RwLockWriteGuard { lease, writing, .. } = self;
         let keeps = lease.hold().is_some_and(|hold| {
             // Held: a lost hold is released (and reported) as it is.
-            hold.is_held() && crate::lock::shared_reads::keeps_after_write(&hold.lock, writing.as_ref())
+            hold.is_held()
+                && crate::lock::shared_reads::keeps_after_write(&hold.lock, writing.as_ref())
         });
         if keeps {
             // The readers waiting for this write join the read hold kept in its place.
