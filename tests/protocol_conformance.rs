@@ -644,8 +644,13 @@ impl Run<'_> {
         let array: Option<Vec<i64>> = redis::from_redis_value(real.clone()).ok();
         let int: Option<i64> = redis::from_redis_value(real.clone()).ok();
         let ok = match (out.reply, array.as_deref(), int) {
-            // force_release returns how many holds it ended.
-            (Reply::Int(n), _, Some(real)) if matches!(step, Step::ForceRelease) => n == real,
+            // force_release returns how many holds it ended; renew 0, 1, or 2 for a
+            // read hold renewed while a writer waits.
+            (Reply::Int(n), _, Some(real))
+                if matches!(step, Step::ForceRelease | Step::Renew(..)) =>
+            {
+                n == real
+            }
             (Reply::Granted(0), Some([1, 0]), _) => true,
             (Reply::Granted(fence), Some(&[1, real]), _) => self.same_fence(fence, real)?,
             // Readers: no fence.
