@@ -100,7 +100,7 @@ impl Starting {
             }
         };
         if listens.is_none() || writer_waits(lock).await {
-            reads.call_back(&self.key);
+            reads.call_back(&self.key, Recall::Writer);
         }
         let mut locks = reads.locks();
         if let (Some(entry), Some(listens)) = (locks.get_mut(&self.key), listens)
@@ -128,7 +128,7 @@ impl Starting {
                 match &*message {
                     CALL_BACK => {
                         tracing::debug!(lock = lock.name(), "a writer called the read hold back");
-                        reads.call_back(&key);
+                        reads.call_back(&key, Recall::Writer);
                     }
                     // The subscription lapsed: a call-back may have been lost.
                     RESUBSCRIBED => {
@@ -136,11 +136,11 @@ impl Starting {
                             lock = lock.name(),
                             "call-backs may have been lost; the read hold takes no more shares"
                         );
-                        reads.call_back(&key);
+                        reads.call_back(&key, Recall::Writer);
                     }
                     EVICTED => {
                         tracing::debug!(lock = lock.name(), "a forced release ended the read hold");
-                        reads.evicted(&key);
+                        reads.call_back(&key, Recall::Evicted);
                     }
                     _ => {}
                 }
@@ -165,11 +165,22 @@ impl Drop for Starting {
     }
 }
 
+/// Why a lock's read hold is called back.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Recall {
+    /// A writer or an upgrade waits (its call-back, or a restored subscription
+    /// that may have lost one).
+    Writer,
+    /// An operator's forced release ended every hold of the lock.
+    Evicted,
+}
+
 impl SharedReads {
-    /// A writer called the lock's readers back: the hold new readers would join
-    /// admits no more shares (a kept one is released now), and the one a task is
-    /// asking for is called back when it comes.
-    pub(super) fn call_back(&self, key: &str) {
+    /// The lock's readers are called back (`why`): the hold new readers would join
+    /// admits no more shares, and the one a task is asking for is called back when
+    /// it comes. A kept hold is released now; an evicted one is lost (every share's
+    /// `lost()` fires) and released.
+    pub(super) fn call_back(&self, key: &str, why: Recall) {
         let mut locks = self.locks();
         let Some(entry) = locks.get_mut(key) else {
             return;
@@ -177,35 +188,18 @@ impl SharedReads {
         match &entry.slot {
             Some(Slot::Held(shared)) => {
                 let shared = shared.clone();
+                if why == Recall::Evicted {
+                    shared.hold.mark_lost(LostCause::Gone);
+                }
                 let mut state = shared.state();
                 state.called_back = true;
-                if state.kept.is_some() {
+                if state.kept.is_some() || why == Recall::Evicted {
                     tracing::debug!(
                         lock = shared.hold.lock.name(),
-                        "released the kept read hold for a writer"
+                        "released the kept or evicted read hold"
                     );
                     drop(self.give_back(&mut locks, &shared, &mut state));
                 }
-            }
-            Some(Slot::Asking(_)) => entry.recalled = true,
-            None => {}
-        }
-    }
-
-    /// An operator's forced release ended every hold of the lock: the hold new
-    /// readers would join is lost (every share's `lost()` fires, and no new share
-    /// joins it), and the one a task is asking for is called back.
-    pub(super) fn evicted(&self, key: &str) {
-        let mut locks = self.locks();
-        let Some(entry) = locks.get_mut(key) else {
-            return;
-        };
-        match &entry.slot {
-            Some(Slot::Held(shared)) => {
-                let shared = shared.clone();
-                shared.hold.mark_lost(LostCause::Gone);
-                let mut state = shared.state();
-                drop(self.give_back(&mut locks, &shared, &mut state));
             }
             Some(Slot::Asking(_)) => entry.recalled = true,
             None => {}
