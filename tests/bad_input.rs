@@ -172,10 +172,16 @@ async fn a_malformed_url_or_no_url_is_refused_as_invalid_options() {
     assert_eq!(
         err.to_string(),
         "invalid options: the server URL is not a usable Redis URL (redis://, rediss://, \
-         valkey://, valkeys:// or unix://): Redis URL did not parse"
+         valkey://, valkeys:// or unix://): Redis URL did not parse (scheme \"http\" is not one \
+         of them)"
     );
     let err = LockClient::standalone("not a url").await.unwrap_err();
     assert!(matches!(err, Error::InvalidOptions(_)), "{err:?}");
+    assert!(
+        err.to_string()
+            .ends_with("(no scheme: it should start with redis://)"),
+        "{err}"
+    );
     let err = LockClient::cluster(["redis://127.0.0.1:7000", "http://x:pass@host"])
         .await
         .unwrap_err();

@@ -356,9 +356,26 @@ pub(crate) fn check_url(url: &str, what: &str) -> Result<(), Error> {
             .replacen(&format!(" - {:?}", err.kind()), "", 1);
         Error::InvalidOptions(format!(
             "{what} is not a usable Redis URL (redis://, rediss://, valkey://, valkeys:// \
-             or unix://): {reason}"
+             or unix://): {reason}{}",
+            url_problem(url)
         ))
     })
+}
+
+/// What is wrong with a URL the driver refused, where a look at its shape tells
+/// (the driver often says only that it did not parse); empty otherwise. Names the
+/// scheme at most, never the rest (it may hold a password).
+fn url_problem(url: &str) -> String {
+    const SCHEMES: [&str; 5] = ["redis", "rediss", "valkey", "valkeys", "unix"];
+    match url.split_once("://") {
+        None => " (no scheme: it should start with redis://)".to_owned(),
+        Some((scheme, _)) if !SCHEMES.contains(&scheme) => {
+            let shown: String = scheme.chars().take(16).collect();
+            format!(" (scheme {shown:?} is not one of them)")
+        }
+        Some((_, "")) => " (nothing after the scheme: no host)".to_owned(),
+        Some(_) => String::new(),
+    }
 }
 
 /// `host:port` of a URL, for messages (never the URL: it may hold a password).
