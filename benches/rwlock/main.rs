@@ -30,6 +30,7 @@
 mod cluster;
 mod contention;
 mod locks;
+mod process;
 mod read_heavy;
 mod reader_behind_writers;
 mod report;
