@@ -44,3 +44,15 @@ pub fn process_cpu_us() -> f64 {
         _ => f64::NAN,
     }
 }
+
+/// The process's resident set (`VmRSS`, `/proc/self/status`) in MiB: what it
+/// holds in memory now, its binary, runtime and connections included.
+pub fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
+            line.split_whitespace().nth(1)?.parse::<f64>().ok()
+        })
+        .map_or(f64::NAN, |kib| kib / 1024.0)
+}

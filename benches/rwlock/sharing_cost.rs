@@ -13,6 +13,12 @@
 //! - **one hot lock, reads kept** (`one_lock_kept`): 64 tasks of one client on one
 //!   lock, 95% read / 5% write (the writes from the same client), hold one
 //!   `yield_now`: `keep_reads(500 ms)` against the default, acquisitions per second.
+//!
+//! Each mix also records what it cost per acquisition: the masters' scripts,
+//! commands and main-thread CPU, the benchmark process's CPU (the client's side,
+//! which shares the two cores with the servers), and the process's heap at its peak
+//! and after the mix. Run one way at a time (`BENCH_SHARING`, main.rs), the soak-like
+//! mix's `rss_mib_after_*` is the process's RSS for that way alone.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -61,7 +67,15 @@ impl Bench {
             .iter()
             .map(|clients| clients.ours.clone())
             .collect();
-        for shared in order {
+        // `BENCH_SHARING=shared` (or `unshared`) runs the soak-like mix one way
+        // only, and nothing else: the process's RSS then belongs to that way alone.
+        let only = std::env::var("BENCH_SHARING").ok();
+        let soak_order = order.map(|shared| {
+            only.as_deref()
+                .is_none_or(|only| (only == "shared") == shared)
+                .then_some(shared)
+        });
+        for shared in soak_order.into_iter().flatten() {
             let options = LockOptions::default().share_reads(shared);
             let base = format!("soak-{run}-{shared}-{}", std::process::id());
             let costs = Costs::start(self).await;
@@ -77,12 +91,16 @@ impl Bench {
                 .num_alive_tasks();
             let mut r = self.results.of(SOAK_MIX, Impl::Ours);
             r.put(format!("live_tasks_after_{label}"), "tasks", tasks as f64);
+            r.put(format!("rss_mib_after_{label}"), "MiB", process::rss_mib());
             if mix.failed > 0 {
                 self.note(format!(
                     "soak mix ({label}): {} failed acquires",
                     mix.failed
                 ));
             }
+        }
+        if only.is_some() {
+            return;
         }
         let client = self.clients.ours.clone();
         for keep in order {
