@@ -608,3 +608,46 @@ impl Drop for Share {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{LockClient, MemoryStore};
+
+    fn entries(client: &LockClient) -> usize {
+        client.inner.shared_reads.locks().len()
+    }
+
+    /// A lock's entry (with its listening) outlives its last hold by `LINGER`, and
+    /// no more: one sweeper per client removes it, and a second entry that went idle
+    /// later goes at its own time.
+    #[tokio::test(start_paused = true)]
+    async fn idle_entries_go_linger_after_their_last_hold() -> Result<(), Error> {
+        let client = LockClient::in_memory(&MemoryStore::new());
+        let (a, b) = (client.rwlock("a"), client.rwlock("b"));
+        // Two shares of each: the second share starts listening, so the entry lingers.
+        let a_shares = (a.read().await?, a.read().await?);
+        let b_shares = (b.read().await?, b.read().await?);
+        a_shares.0.release().await?;
+        a_shares.1.release().await?;
+        tokio::time::sleep(LINGER / 2).await;
+        b_shares.0.release().await?;
+        b_shares.1.release().await?;
+        assert_eq!(entries(&client), 2, "both entries linger");
+        tokio::time::sleep(LINGER / 2 + Duration::from_millis(100)).await;
+        assert_eq!(
+            entries(&client),
+            1,
+            "a's entry went LINGER after a's last hold"
+        );
+        tokio::time::sleep(LINGER / 2 - Duration::from_millis(200)).await;
+        assert_eq!(entries(&client), 1, "b's entry lingers until its own time");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            entries(&client),
+            0,
+            "b's entry went LINGER after b's last hold"
+        );
+        Ok(())
+    }
+}
