@@ -14,7 +14,7 @@
 --
 -- What they rely on, which every script keeps (the model checker asserts it in every
 -- state it reaches, src/protocol/engine/hash.rs `fast_paths_may_skip`):
---   1. nothing of the line without `q:head`: no `wait:`/`wn:` field, `q:tail`,
+--   1. nothing of the line without `q:head`: no `wait:`/`wn:`/`wq:` field, `q:tail`,
 --      `queue_until` or `layout` (and no batch of readers) while it is absent, and
 --      `q:tail` with it while it is present;
 --   2. nothing of an upgradable hold without `u:owner`: no `u:until`, `u:upgrade`,
@@ -240,7 +240,8 @@ function fast.queue_writer(argv, now, now_us, v)
     end
   end
   local deadline = now + ttl
-  local writes = { 'wait:' .. token, int(deadline) .. ':' .. int(min(ttl, tonumber(argv[5]))) }
+  local writes = { 'wait:' .. token, int(deadline) .. ':' .. int(min(ttl, tonumber(argv[5]))),
+    'wq:' .. token, int(now) }
   fast.link(writes, tail, token)
   local queue_until = tonumber(v[16]) or 0
   if deadline > queue_until then
@@ -413,11 +414,12 @@ function fast.hand_over(v, now, now_us)
   end
   local until_, queue_until, writes = now + min(first_lease, deadline - now), 0, {}
   if b[2] then
-    redis.call('HDEL', KEY, 'wait:' .. head, 'wn:' .. head)
+    redis.call('HDEL', KEY, 'wait:' .. head, 'wn:' .. head, 'wq:' .. head)
     writes = { 'q:head', b[2] }
     queue_until = tonumber(v[15]) or 0
   else
-    redis.call('HDEL', KEY, 'wait:' .. head, 'q:head', 'q:tail', 'queue_until', 'layout')
+    redis.call('HDEL', KEY, 'wait:' .. head, 'wq:' .. head, 'q:head', 'q:tail', 'queue_until',
+      'layout')
   end
   local fence = fast.grant_write(writes, b[3], head, until_, now, now_us)
   redis.call('HSET', KEY, unpack(writes))

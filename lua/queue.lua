@@ -9,6 +9,10 @@
 --                   how long a hold handed to it by another script lasts until it
 --                   renews (the place's lifetime, capped by the lease)
 --   wn:<entry>      the next entry (absent for the tail)
+--   wq:<entry>      when a writer's entry joined the line (ms): a downgrade reports
+--                   how long ago the first writer in line queued, so that the reads
+--                   of the downgrading client that came after it do not pass it
+--                   (downgrade.lua); batches carry their time in their name
 --   queue_until     no place lives past this (ms); absent while nobody waits in line
 --   layout          LINE_MARK (helpers.lua), written when a line forms and deleted when
 --                   it empties: a hash holding a value that long is never stored as a
@@ -56,6 +60,9 @@ local function join_queue(s, entry, linked, ttl, first_lease, place)
   end
   set(s, 'wait:' .. entry, int(deadline) .. ':' .. int(first_lease))
   if not linked then
+    if not is_batch(entry) then
+      set(s, 'wq:' .. entry, int(s.now))
+    end
     if s.tail then
       set(s, 'wn:' .. s.tail, entry)
     else
@@ -84,6 +91,9 @@ end
 local function unlink_head(s, next)
   del(s, 'wait:' .. s.head)
   del(s, 'wn:' .. s.head)
+  if not is_batch(s.head) then
+    del(s, 'wq:' .. s.head)
+  end
   if s.head == s.token then
     s.place, s.linked = nil, false
   end

@@ -1109,7 +1109,7 @@ fn check_invariants(h: &BTreeMap<String, String>) -> Result<(), String> {
     // ends at the tail.
     match (h.get("q:head"), h.get("q:tail")) {
         (None, None) => {
-            for prefix in ["wait:", "wn:"] {
+            for prefix in ["wait:", "wn:", "wq:"] {
                 if let Some((entry, _)) = with_prefix(prefix).next() {
                     return Err(format!("{prefix}{entry} without q:head"));
                 }
@@ -1134,7 +1134,7 @@ fn check_invariants(h: &BTreeMap<String, String>) -> Result<(), String> {
                     "the line from q:head {line:?} does not end at q:tail {tail}"
                 ));
             }
-            for prefix in ["wait:", "wn:"] {
+            for prefix in ["wait:", "wn:", "wq:"] {
                 if let Some((entry, _)) = with_prefix(prefix).find(|(e, _)| !line.contains(e)) {
                     return Err(format!(
                         "{prefix}{entry} is not reachable from q:head (the line: {line:?})"

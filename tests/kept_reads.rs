@@ -383,6 +383,11 @@ async fn a_read_that_waited_for_its_clients_write_goes_before_a_writer_that_queu
         }
     });
     assert!(arrived.await.unwrap(), "a read beside the client's write hold");
+    // The client learns when that writer queued from the write's release, to within
+    // the release's round trip: a read that came less than that before the writer
+    // queued counts as after it (it waits behind it, erring on the writer's side).
+    // Time is the subject here: the read comes well before the writer queues.
+    tokio::time::sleep(Duration::from_millis(100)).await;
 
     // Another client's writer queues after the read came.
     let elsewhere = other.rwlock(&name);
@@ -403,6 +408,66 @@ async fn a_read_that_waited_for_its_clients_write_goes_before_a_writer_that_queu
          writer that queued after it"
     );
     later_writer.await.unwrap().expect("the later writer gets in");
+}
+}
+
+on_both_backends! {
+/// The other way round: a read that came while its client wrote, but after a writer
+/// of another client queued behind that write, does not go before that writer. The
+/// write's release learns when the writer queued, and the read waits behind it as
+/// it would have in line (it used to join the kept read hold at once, and the
+/// writer waited for it).
+async fn a_read_that_came_after_a_writer_queued_does_not_pass_it(backend: Backend) {
+    const OTHER_HOLDS: Duration = Duration::from_millis(500);
+    let client = backend.client().await;
+    let other = backend.client().await;
+    let name = unique_name("kept-read-after-earlier-writer");
+    let lock = keeping(&client, &name, LONG);
+    let writer = lock.write().await.unwrap();
+
+    // Another client's writer queues behind the write first.
+    let elsewhere = other.rwlock_with(
+        &name,
+        LockOptions::default().wait_timeout(Duration::from_secs(30)),
+    );
+    let earlier_writer = tokio::spawn(async move {
+        let guard = elsewhere.write().await?;
+        tokio::time::sleep(OTHER_HOLDS).await;
+        let released = Instant::now();
+        guard.release().await?;
+        Ok::<_, Error>(released)
+    });
+    wait_for(&lock, |state| state.queued_writers.len() == 1).await;
+
+    let (came, arrived) = tokio::sync::oneshot::channel();
+    let reader = tokio::spawn({
+        let lock = lock.clone();
+        async move {
+            let mut read = Box::pin(lock.read());
+            let pending = std::future::poll_fn(|cx| {
+                std::task::Poll::Ready(read.as_mut().poll(cx).is_pending())
+            })
+            .await;
+            came.send(pending).unwrap();
+            let guard = read.await?;
+            let granted = Instant::now();
+            guard.release().await?;
+            Ok::<_, Error>(granted)
+        }
+    });
+    assert!(arrived.await.unwrap(), "a read beside the client's write hold");
+
+    writer.release().await.unwrap();
+    let read_granted = reader.await.unwrap().expect("the read gets in");
+    let writer_released = earlier_writer
+        .await
+        .unwrap()
+        .expect("the earlier writer gets in");
+    assert!(
+        read_granted >= writer_released,
+        "the read that came after the writer queued got in {:?} before that writer released",
+        writer_released - read_granted
+    );
 }
 }
 

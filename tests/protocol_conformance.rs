@@ -342,6 +342,7 @@ impl Run<'_> {
                     reply: Reply::Int(i64::from(granted)),
                     published: None,
                     granted: None,
+                    unlinked: 0,
                     new_grant: false,
                     recalled: false,
                     evicted: false,
@@ -358,6 +359,7 @@ impl Run<'_> {
                     reply: Reply::Int(i64::from(released)),
                     published: None,
                     granted: None,
+                    unlinked: 0,
                     new_grant: false,
                     recalled: false,
                     evicted: false,
@@ -613,8 +615,11 @@ fn reached(
         (Step::Upgrade(_, true), Reply::Refused(..)) => Some("an upgrade waits"),
         (Step::Upgrade(_, false), Reply::Refused(..)) => Some("a try_upgrade refused"),
         (Step::Upgrade(..), Reply::Lost) => Some("an upgrade lost"),
-        (Step::Downgrade(t, false), Reply::Int(1)) if upgrader == Some(tok(t)) => {
+        (Step::Downgrade(t, false), Reply::Downgraded(1, _)) if upgrader == Some(tok(t)) => {
             Some("an upgradable hold downgraded")
+        }
+        (Step::Downgrade(_, true), Reply::Downgraded(1, 0..)) => {
+            Some("a write hold downgraded ahead of a queued writer")
         }
         _ => None,
     });
@@ -664,6 +669,15 @@ impl Run<'_> {
                     && self.same_refusal_fence(fence, real_fence, handed)?
             }
             (Reply::Lost, Some([-1, 0]), _) => true,
+            // downgrade: done, and how long ago the first writer in line queued.
+            (Reply::Downgraded(done, ago), Some(&[real_done, real_ago]), _) => {
+                done == real_done
+                    && if ago < 0 || real_ago < 0 {
+                        ago == real_ago
+                    } else {
+                        (ago - real_ago).abs() <= 2 * SLACK
+                    }
+            }
             (Reply::Int(0), _, Some(0)) => true,
             (Reply::Int(n), _, Some(real)) if n <= 1 => n == real,
             // fenced_write returns the fence.
@@ -913,6 +927,8 @@ impl Run<'_> {
                     Field::R(self.token_of(t)?)
                 } else if let Some(t) = name.strip_prefix("wn:") {
                     Field::Wn(self.token_of(t)?)
+                } else if let Some(t) = name.strip_prefix("wq:") {
+                    Field::Wq(self.token_of(t)?)
                 } else {
                     Field::Wait(self.token_of(name.strip_prefix("wait:")?)?)
                 }
@@ -1112,7 +1128,7 @@ fn step_token(step: Step) -> Option<Tok> {
 }
 
 /// The states the seeds together must reach, or the test proves less than it says.
-const MUST_REACH: [&str; 35] = [
+const MUST_REACH: [&str; 36] = [
     "readers called back by a waiting writer",
     "a read renewal says a writer waits",
     "readers called back by a waiting upgrade",
@@ -1128,6 +1144,7 @@ const MUST_REACH: [&str; 35] = [
     "a try_upgrade refused",
     "an upgrade lost",
     "an upgradable hold downgraded",
+    "a write hold downgraded ahead of a queued writer",
     "a hand-over cut to its place's end",
     "a forced release of readers",
     "a write renewal that keeps a later deadline",

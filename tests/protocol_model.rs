@@ -119,6 +119,7 @@ fn two_readers_two_writers_all_operations() {
         "two readers hold at once",
         "a writer waits while another holds",
         "a reader waits behind a queued writer",
+        "a write hold is downgraded ahead of a queued writer",
     ];
     check(cfg);
 }

@@ -22,7 +22,7 @@ use crate::guard::renewals::Renewal;
 use crate::lock::waiting::upgrade;
 use crate::metrics::{self, Holding, LostCause, Mode};
 use crate::protocol::token::Token;
-use crate::protocol::{Access, LockMode, Renewed};
+use crate::protocol::{Access, Downgraded, LockMode, Renewed};
 use crate::{Error, FencedWrites, Operation, RwLock};
 
 /// A hold on the lock: its token, renewed from the client's renewal queue.
@@ -452,7 +452,15 @@ impl Lease {
     /// through `Drop`. The write renewal is stopped first: no renewal of this guard
     /// is sent after the downgrade (one already sent is refused by the script, which
     /// renews only the mode it is asked for).
-    pub(crate) async fn downgrade(mut self) -> Result<Lease, Error> {
+    pub(crate) async fn downgrade(self) -> Result<Lease, Error> {
+        self.downgrade_keeping().await.map(|(lease, _)| lease)
+    }
+
+    /// As [`downgrade`](Self::downgrade), and the writer that waits first in line
+    /// behind the hold, if one does.
+    pub(crate) async fn downgrade_keeping(
+        mut self,
+    ) -> Result<(Lease, Option<WriterInLine>), Error> {
         let Some(held) = self.held.as_ref() else {
             return Err(self.lost_error());
         };
@@ -462,14 +470,14 @@ impl Lease {
             return Err(hold.lost_error());
         }
         let sent = Instant::now();
-        if !hold
+        let downgraded = hold
             .lock
             .downgrade_token(&hold.token, Access::Write)
             .await
-            .doing(hold.lock.name(), Operation::Downgrade(crate::Mode::Write))?
-        {
+            .doing(hold.lock.name(), Operation::Downgrade(crate::Mode::Write))?;
+        let Downgraded::Done { writer_queued } = downgraded else {
             return Err(hold.lost_error());
-        }
+        };
         if hold.lock.client().inner.live.is_closed() {
             // Shut down meanwhile: `self` releases the read hold on its way out.
             return Err(Error::Shutdown);
@@ -479,7 +487,11 @@ impl Lease {
         let lasts = lock.held_for(LockMode::Read);
         hold.holding.end();
         self.held = None;
-        Ok(Lease::start(lock, token, Access::Read, 0, sent, lasts))
+        let writer = writer_queued.map(|ago| WriterInLine { sent, ago });
+        Ok((
+            Lease::start(lock, token, Access::Read, 0, sent, lasts),
+            writer,
+        ))
     }
 
     /// Turns this upgradable read hold into the write hold: waits (when `wait`) until
@@ -532,10 +544,28 @@ impl Lease {
         let from = Access::UpgradableRead;
         let downgraded = hold.lock.downgrade_token(&hold.token, from).await;
         let doing = Operation::Downgrade(crate::Mode::UpgradableRead);
-        hold.confirm(downgraded.doing(hold.lock.name(), doing)?)?;
+        hold.confirm(downgraded.doing(hold.lock.name(), doing)? != Downgraded::Lost)?;
         hold.holding.switch(Mode::Read);
         hold.span.record("mode", Mode::Read.as_str());
         Ok(())
+    }
+}
+
+/// The writer first in line behind a write hold when its downgrade ran: it queued
+/// `ago` before the script ran, and the script ran after `sent`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WriterInLine {
+    sent: Instant,
+    ago: Duration,
+}
+
+impl WriterInLine {
+    /// Whether something that happened at `at` may have come after that writer
+    /// queued: unless it surely came before, erring on the writer's side by the
+    /// downgrade's round trip (the script ran somewhere between `sent` and its reply).
+    pub(crate) fn may_follow(&self, at: Instant) -> bool {
+        at.checked_add(self.ago)
+            .is_none_or(|then| then >= self.sent)
     }
 }
 

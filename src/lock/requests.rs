@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use crate::error::{Doing, ErrorChain};
 use crate::lock::waiting::intent_ttl;
 use crate::protocol::token::Token;
-use crate::protocol::{Access, Acquired, LockMode, Renewed, Replicas};
+use crate::protocol::{Access, Acquired, Downgraded, LockMode, Renewed, Replicas};
 use crate::redis_backend::wakeups::{Interest, Listener};
 use crate::{Error, Fairness, FencedWrites, Operation, RwLock};
 
@@ -162,7 +162,11 @@ impl RwLock {
     /// Turns `token`'s write hold (`from` [`Access::Write`]) into a read hold of a
     /// full read lease, or its upgradable hold (`from` [`Access::UpgradableRead`])
     /// into a plain one.
-    pub(crate) async fn downgrade_token(&self, token: &Token, from: Access) -> Result<bool, Error> {
+    pub(crate) async fn downgrade_token(
+        &self,
+        token: &Token,
+        from: Access,
+    ) -> Result<Downgraded, Error> {
         let lease = self.lease(LockMode::Read);
         self.target()?
             .downgrade(self.conn(), token, lease, from)

@@ -12,7 +12,7 @@ use super::{MemoryStore, Pushes, State, micros};
 use crate::Error;
 use crate::protocol::engine::{self, Field, Outcome, Reply, Time, Tok, Val};
 use crate::protocol::token::Token;
-use crate::protocol::{Access, Acquired, LockMode, RawState, Renewed, Replicas, Write};
+use crate::protocol::{Access, Acquired, Downgraded, LockMode, RawState, Renewed, Replicas, Write};
 
 /// How long a forced release waits before it returns: on a server its `x` message
 /// is on its way to the subscribers before the reply reaches the operator, and here
@@ -192,7 +192,7 @@ impl MemoryLink {
         token: &Token,
         lease: Duration,
         from: Access,
-    ) -> Result<bool, Error> {
+    ) -> Result<Downgraded, Error> {
         let token = tok(token);
         let from_write = from.mode() == LockMode::Write;
         let out = self
@@ -200,7 +200,17 @@ impl MemoryLink {
                 engine::downgrade(h, p, now, token, micros(lease), from_write)
             })
             .await?;
-        Ok(out.reply == Reply::Int(1))
+        // The store's unit is the microsecond (the scripts' the millisecond).
+        Ok(match out.reply {
+            Reply::Downgraded(1, queued) => Downgraded::Done {
+                writer_queued: match queued {
+                    -1 => None,
+                    ..-1 => Some(Duration::MAX),
+                    ago => Some(Duration::from_micros(ago.unsigned_abs())),
+                },
+            },
+            _ => Downgraded::Lost,
+        })
     }
 
     /// Applies `writes` when `token` holds the write lock. The store has no
@@ -435,6 +445,6 @@ fn acquired(reply: Reply) -> Acquired {
             fence: 0,
             batch: Some(batch.to_string()),
         },
-        Reply::Lost | Reply::Int(_) => Acquired::Lost,
+        Reply::Lost | Reply::Int(_) | Reply::Downgraded(..) => Acquired::Lost,
     }
 }

@@ -60,6 +60,34 @@ impl Renewed {
     }
 }
 
+/// The answer of a downgrade.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Downgraded {
+    /// The hold is gone: the lease is lost.
+    Lost,
+    /// Downgraded. Of a write hold: how long before the script ran the writer
+    /// first in line queued (`None`: none waits), so that the reads of the client
+    /// that came after it do not pass it (`lock/shared_reads/writes.rs`);
+    /// `Duration::MAX` when one may wait whose time is not known.
+    Done { writer_queued: Option<Duration> },
+}
+
+impl Downgraded {
+    /// From the script's reply: `{done, queued}` (lua/downgrade.lua).
+    pub(crate) fn from_reply(done: i64, queued: i64) -> Self {
+        match done {
+            1 => Downgraded::Done {
+                writer_queued: match queued {
+                    -1 => None,
+                    ..-1 => Some(Duration::MAX),
+                    ago => Some(Duration::from_millis(ago.unsigned_abs())),
+                },
+            },
+            _ => Downgraded::Lost,
+        }
+    }
+}
+
 /// What an acquisition asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Access {

@@ -5,9 +5,10 @@ use stateright::Property;
 
 use super::lua::{self, Reply, Tok};
 use super::system::{
-    Access, EVICTED_CAME_BACK, FENCE_NOT_RISING, FENCED_WRITE_WENT_BACK, HANDED_PAST_PLACE,
-    JOINED_AFTER_EVICTION, Lock, Mode, Phase, READER_PASSED_WAITING_WRITER, STRAY_RELEASE_CHANGED,
-    State, WRITER_BEFORE_UPGRADE, WRITER_JUMPED_QUEUE,
+    Access, DOWNGRADED_AHEAD_OF_WRITER, EVICTED_CAME_BACK, FENCE_NOT_RISING,
+    FENCED_WRITE_WENT_BACK, HANDED_PAST_PLACE, JOINED_AFTER_EVICTION, Lock, Mode, Phase,
+    READ_PASSED_QUEUED_WRITER, READER_PASSED_WAITING_WRITER, READS_HELD_BACK,
+    STRAY_RELEASE_CHANGED, State, WRITER_BEFORE_UPGRADE, WRITER_JUMPED_QUEUE,
 };
 
 impl Lock {
@@ -57,6 +58,14 @@ impl Lock {
             Property::always(
                 "a hold ended by a forced release is never renewed, upgraded or downgraded",
                 |_: &Lock, s: &State| s.violations & EVICTED_CAME_BACK == 0,
+            ),
+            Property::always(
+                "a downgrade lets in no read of its client that came after a writer in line queued",
+                |_: &Lock, s: &State| s.violations & READ_PASSED_QUEUED_WRITER == 0,
+            ),
+            Property::always(
+                "a downgrade lets in the reads of its client that came before every writer in line",
+                |_: &Lock, s: &State| s.violations & READS_HELD_BACK == 0,
             ),
             Property::always(
                 "no task joins a read hold after its process heard of a forced release",
@@ -122,6 +131,10 @@ impl Lock {
                         .any(|c| c.believes(s.now) == Some(Mode::Write));
                     queued && !writer && some_waiting(s, Access::Read)
                 },
+            ),
+            Property::sometimes(
+                "a write hold is downgraded ahead of a queued writer",
+                |_: &Lock, s: &State| s.events & DOWNGRADED_AHEAD_OF_WRITER != 0,
             ),
             Property::sometimes(
                 "a holder learns its lease is lost",

@@ -6,10 +6,10 @@ use std::fmt::Write as _;
 use super::ModelTok as _;
 use super::lua::{self, Outcome, Reply, Time, Tok, Wake};
 use super::system::{
-    Access, Action, Client, EVICTED_CAME_BACK, FENCE_NOT_RISING, FENCED_WRITE_WENT_BACK,
-    HANDED_PAST_PLACE, Inflight, JOINED_AFTER_EVICTION, Late, Lock, Mode, Op, Phase,
-    READER_PASSED_WAITING_WRITER, STRAY_RELEASE_CHANGED, State, Upgradable, WRITER_BEFORE_UPGRADE,
-    WRITER_JUMPED_QUEUE, Wait,
+    Access, Action, Client, DOWNGRADED_AHEAD_OF_WRITER, EVICTED_CAME_BACK, FENCE_NOT_RISING,
+    FENCED_WRITE_WENT_BACK, HANDED_PAST_PLACE, Inflight, JOINED_AFTER_EVICTION, Late, Lock, Mode,
+    Op, Phase, READ_PASSED_QUEUED_WRITER, READER_PASSED_WAITING_WRITER, READS_HELD_BACK,
+    STRAY_RELEASE_CHANGED, State, Upgradable, WRITER_BEFORE_UPGRADE, WRITER_JUMPED_QUEUE, Wait,
 };
 use super::traces::describe;
 
@@ -124,6 +124,7 @@ impl Lock {
                         lua::Field::R(t)
                         | lua::Field::Wait(t)
                         | lua::Field::Wn(t)
+                        | lua::Field::Wq(t)
                         | lua::Field::Rw(t),
                         _,
                     ) => mark(*t),
@@ -166,10 +167,50 @@ impl Lock {
         }
     }
 
+    /// A write hold's downgrade answered that the writer first in line queued `ago`
+    /// ticks before (-1: none waits; -2: one may, since before the write). The
+    /// client lets the reads that came while it wrote join the read hold it keeps if
+    /// they came before that: at ticks `< now - ago`. None of them may have come at
+    /// or after a writer that still waits in line (by the checker's own record of
+    /// when each entry joined the line), and when the line's head is a writer's live
+    /// place, none that came before every such writer is kept back.
+    fn judge_downgrade(&self, s: &mut State, ago: Time) {
+        let live = lua::live_view(&s.hash, &self.cfg.params, s.now).queue;
+        let first_writer = s
+            .queued_at
+            .iter()
+            .find(|&&(t, _)| !t.is_batch() && live.iter().any(|&(u, _)| u == t))
+            .map(|&(_, at)| at);
+        let joins_before = match ago {
+            -1 => Time::MAX,
+            -2 => Time::MIN,
+            ago => s.now - ago,
+        };
+        if first_writer.is_some_and(|at| joins_before > at) {
+            s.violations |= READ_PASSED_QUEUED_WRITER;
+        }
+        let head = s.hash.line().first().copied();
+        let head_is_writer =
+            head.is_some_and(|h| !h.is_batch() && live.first().map(|&(t, _)| t) == Some(h));
+        let exact = first_writer.unwrap_or(Time::MAX);
+        if (head.is_none() || head_is_writer) && joins_before < exact {
+            s.violations |= READS_HELD_BACK;
+        }
+        if first_writer.is_some()
+            && self
+                .cfg
+                .examples
+                .contains(&"a write hold is downgraded ahead of a queued writer")
+        {
+            s.events |= DOWNGRADED_AHEAD_OF_WRITER;
+        }
+    }
+
     /// Runs one script on the hash, with the checks that must hold at every run.
     fn exec(&self, s: &mut State, op: Op, token: Tok, mode: Mode) -> Outcome {
         let cfg = &self.cfg;
         let p = &cfg.params;
+        note_line(s, 0); // the key may have expired since the last script
         let before = s.hash.clone();
         let view_before = lua::live_view(&s.hash, p, s.now);
         // What any script would do here besides its own operation.
@@ -306,6 +347,12 @@ impl Lock {
                 s.violations |= FENCED_WRITE_WENT_BACK;
             }
             s.max_written = s.max_written.max(fence);
+        }
+        note_line(s, out.unlinked);
+        if let (Op::Downgrade, Mode::Write, Reply::Downgraded(1, ago)) = (op, mode, out.reply)
+            && cfg.faults.failovers == 0
+        {
+            self.judge_downgrade(s, ago);
         }
         if cfg.faults.failovers > 0 && s.hash != before {
             s.unreplicated = Some(before);
@@ -467,7 +514,10 @@ impl Lock {
                     ..
                 }
         );
-        let succeeded = matches!(out.reply, Reply::Granted(_) | Reply::Int(1..));
+        let succeeded = matches!(
+            out.reply,
+            Reply::Granted(_) | Reply::Int(1..) | Reply::Downgraded(1, _)
+        );
         if c.evicted && continues && succeeded {
             s.violations |= EVICTED_CAME_BACK;
         }
@@ -572,7 +622,7 @@ impl Lock {
                     ..
                 },
             ) => {
-                let ok = reply != Reply::Int(0);
+                let ok = !matches!(reply, Reply::Int(0) | Reply::Downgraded(0, _));
                 let (mode, until, upgradable) = match (op, ok) {
                     (Op::Renew, true) => {
                         (mode, until.max(sent + cfg.held_for(i, mode)), upgradable)
@@ -919,7 +969,9 @@ impl Lock {
         s.budget.forced_releases -= 1;
         let p = self.cfg.params;
         let before = s.hash.clone();
+        note_line(s, 0);
         let out = lua::force_release(&mut s.hash, &p, s.now);
+        note_line(s, out.unlinked);
         // Holders, and waiters the lock was handed to that have not taken the message.
         for c in &mut s.clients {
             if matches!(c.phase, Phase::Holding { .. }) || c.handed.is_some() {
@@ -968,6 +1020,7 @@ impl Lock {
     fn failover(&self, s: &mut State) -> Option<()> {
         s.budget.failovers -= 1;
         s.hash = s.unreplicated.take()?;
+        note_line(s, 0);
         // The promotion takes time; restored subscriptions wake every waiter.
         self.advance(s);
         for c in &mut s.clients {
@@ -1116,4 +1169,22 @@ impl Lock {
             c.acted = false;
         }
     }
+}
+
+/// Brings the checker's record of when each entry joined the line up to
+/// date after a script that took `unlinked` entries out at the head of the line:
+/// the others keep their times, and the entries after them joined it now. (By the
+/// links alone a token taken out and put back at the tail in one script, a waiter
+/// whose place lapsed at the head, would look as if it had stayed.)
+pub(super) fn note_line(s: &mut State, unlinked: usize) {
+    let now = s.now;
+    let kept: Vec<(Tok, Time)> = s.queued_at.iter().skip(unlinked).copied().collect();
+    let line = s.hash.line();
+    let stayed = kept.len() <= line.len() && kept.iter().zip(&line).all(|(&(t, _), &u)| t == u);
+    let kept = if stayed { kept } else { Vec::new() }; // a failover, an expired key
+    s.queued_at = line
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| kept.get(i).copied().unwrap_or((t, now)))
+        .collect();
 }

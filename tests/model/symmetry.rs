@@ -79,6 +79,7 @@ impl Lock {
                     lua::Field::R(t) => lua::Field::R(self.rename_tok(perm, t)),
                     lua::Field::Wait(t) => lua::Field::Wait(self.rename_tok(perm, t)),
                     lua::Field::Wn(t) => lua::Field::Wn(self.rename_tok(perm, t)),
+                    lua::Field::Wq(t) => lua::Field::Wq(self.rename_tok(perm, t)),
                     lua::Field::Rw(t) => lua::Field::Rw(self.rename_tok(perm, t)),
                     other => other,
                 };
@@ -117,6 +118,9 @@ impl Lock {
                 *token = self.rename_tok(perm, *token);
             }
             out.clients[perm[i]] = c;
+        }
+        for (token, _) in &mut out.queued_at {
+            *token = self.rename_tok(perm, *token);
         }
         out
     }

@@ -396,6 +396,16 @@ pub const HANDED_PAST_PLACE: u16 = 64;
 pub const EVICTED_CAME_BACK: u16 = 128;
 /// A task joined a read hold after its process took the forced release's message.
 pub const JOINED_AFTER_EVICTION: u16 = 256;
+/// A write hold's downgrade let its client's reads that came after a writer queued
+/// (one that still waits in line) join the read hold it kept.
+pub const READ_PASSED_QUEUED_WRITER: u16 = 512;
+/// A write hold's downgrade kept back its client's reads that came before every
+/// writer that waits in line queued (the line's head is such a writer's place).
+pub const READS_HELD_BACK: u16 = 1024;
+
+/// Events a configuration's examples ask to reach (bits of `State::events`, kept
+/// only when the configuration names the example, so as not to split states).
+pub const DOWNGRADED_AHEAD_OF_WRITER: u8 = 1;
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct State {
@@ -410,6 +420,11 @@ pub struct State {
     /// Largest fence a fenced write was accepted with.
     pub max_written: i64,
     pub violations: u16,
+    /// When each entry in the line joined it, first in line first: the checker's
+    /// own record, from the line's links and the count of entries each script took
+    /// out at the head (a writer's `wq:` must agree).
+    pub queued_at: Vec<(Tok, Time)>,
+    pub events: u8,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -593,6 +608,8 @@ impl Model for Lock {
             max_fence: 0,
             max_written: 0,
             violations: 0,
+            queued_at: Vec::new(),
+            events: 0,
         }]
     }
 

@@ -313,6 +313,11 @@ pub(super) fn describe(op: Op, out: &Outcome) -> String {
         (Op::FencedWrite, Reply::Int(0)) => "rejected".to_owned(),
         (Op::FencedWrite, Reply::Int(f)) => format!("written with fence {f}"),
         (_, Reply::Int(n)) => format!("returns {n}"),
+        (_, Reply::Downgraded(0, _)) => "returns 0".to_owned(),
+        (_, Reply::Downgraded(_, -1)) => "returns 1, no writer waits".to_owned(),
+        (_, Reply::Downgraded(_, ago)) => {
+            format!("returns 1, a writer waits since {ago} ago")
+        }
     };
     let reply = match out.granted {
         Some(b) => format!("{reply}, grants {0} and publishes {0}", super::name(b)),

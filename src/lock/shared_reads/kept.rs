@@ -173,8 +173,8 @@ pub(crate) async fn release_keeping(
 }
 
 async fn keeping(lease: Lease, writing: Option<LocalWrite>) -> Result<(), Error> {
-    let read = match lease.downgrade().await {
-        Ok(read) => read,
+    let (read, writer) = match lease.downgrade_keeping().await {
+        Ok(downgraded) => downgraded,
         // Released on the way out.
         Err(Error::Shutdown) => return Ok(()),
         Err(err) => return Err(err),
@@ -191,11 +191,16 @@ async fn keeping(lease: Lease, writing: Option<LocalWrite>) -> Result<(), Error>
             entry.idle_since = None;
         }
     }
+    // A writer waits behind the write: the hold takes no share but those of the
+    // readers that came before that writer queued.
+    if writer.is_some() {
+        share.shared.state().called_back = true;
+    }
     if let Some(writing) = &writing {
-        writing.released();
+        writing.released(writer);
         writing.readers_joined().await;
     }
-    if writer_waits(&lock).await {
+    if writer.is_none() && writer_waits(&lock).await {
         share.shared.state().called_back = true;
     }
     drop(writing);

@@ -155,9 +155,12 @@ pub(crate) async fn read(lock: &RwLock, wait: bool) -> Result<Share, Error> {
     // when it came. Its ticket, kept until it looked again after the write, lets
     // that write's release wait for it to join (`writes.rs`).
     let mut waited_for_write = false;
+    let mut joins_after_write = false;
     let mut ticket = None;
     loop {
-        let entered = reads.enter(lock, key, wait, waited_for_write);
+        // A reader joins after the write on its first look only.
+        let joins = std::mem::take(&mut joins_after_write);
+        let entered = reads.enter(lock, key, wait, waited_for_write, joins);
         // It joined the hold the write kept, or goes on without it.
         drop(ticket.take());
         match entered {
@@ -192,10 +195,10 @@ pub(crate) async fn read(lock: &RwLock, wait: bool) -> Result<Share, Error> {
             }
             Enter::AfterWrite(writing) => {
                 waited_for_write = true;
+                let came = Instant::now();
                 ticket = writing.ticket();
-                within(lock, deadline, async {
-                    writes::wait_for(writing).await;
-                    Ok(())
+                joins_after_write = within(lock, deadline, async {
+                    Ok(writes::wait_for(writing, came).await)
                 })
                 .await?;
             }
@@ -247,20 +250,30 @@ impl SharedReads {
         self.locks.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn enter(&self, lock: &RwLock, key: &str, wait: bool, waited_for_write: bool) -> Enter {
+    /// What a reader does next. `waited_for_write`: it waited for a write of its
+    /// client already (it waits for one at most); `joins_after_write`: and it
+    /// joins the read hold that write's release kept (`writes::wait_for`).
+    fn enter(
+        &self,
+        lock: &RwLock,
+        key: &str,
+        wait: bool,
+        waited_for_write: bool,
+        joins_after_write: bool,
+    ) -> Enter {
         let mut locks = self.locks();
         let entry = locks.entry(key.to_owned()).or_insert_with(Entry::new);
         match &entry.slot {
             Some(Slot::Held(shared)) if shared.hold.lock.options() != lock.options() => {
                 return Enter::Alone;
             }
-            Some(Slot::Held(shared)) if shared.joinable(lock, waited_for_write) => {
+            Some(Slot::Held(shared)) if shared.joinable(lock, joins_after_write) => {
                 let shared = shared.clone();
                 // A read that waited for the client's write joins the hold its
                 // release kept as a reader in line behind the write would be let
-                // in: before any writer that queued after it (the release looks
-                // for those itself, `kept.rs`).
-                if writer_preferred(lock) && !waited_for_write {
+                // in: before any writer that queued after it, after those that
+                // queued before it (the release tells which, `kept.rs`).
+                if writer_preferred(lock) && !joins_after_write {
                     match &entry.listening {
                         Listening::Yes { .. } => {}
                         Listening::Starting(started) if wait => {

@@ -16,23 +16,28 @@
 //! write's hold is lost: it holds nothing then). With reader preference, or without
 //! kept reads, reads go on to the server as before.
 //!
-//! The readers that came during the write enter when it ends, together, before the
-//! next writer: the write's release wakes them and waits (briefly) for them to join
-//! the read hold it keeps before it looks whether a writer waits and lets the hold
-//! go with them. That is phase-fair, as a lock in one process would be: a writer of
-//! another client that queued during the write waits for those reads, also for
-//! those that came after it queued (the client cannot tell when it queued); it
-//! waits for no read that came after the write ended.
+//! The readers that came during the write keep their order with writers of other
+//! clients, as in line: the write's release (a downgrade) answers how long before it
+//! ran the writer first in line behind the write queued, if one did
+//! ([`WriterInLine`]). The readers that came before that writer enter when the write
+//! ends, together: the release wakes them and waits (briefly) for them to join the
+//! read hold it keeps, and the writer waits for them. Those that came after it ask
+//! the server and wait behind it; so does a reader that came less than the
+//! downgrade's round trip before it (the one error there is, on the writer's side).
+//! A writer waiting, the hold takes no share but theirs and goes with them; none
+//! waiting, the release looks once more after they joined, for one that queued
+//! meanwhile.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
 
 use super::{Entry, shareable, writer_preferred};
 use crate::RwLock;
-use crate::guard::lease::Hold;
+use crate::guard::lease::{Hold, WriterInLine};
 
 /// A write of the lock by a task of this client, from before its acquire until its
 /// hold ends: readers of the lock wait for it. Dropped, it lets them go on.
@@ -65,9 +70,10 @@ pub(super) enum Phase {
     /// Granted this hold: the readers also stop waiting if it is lost.
     Held(Arc<Hold>),
     /// Released, with a read hold kept in its place that the readers which waited
-    /// may join; one that comes now waits until the client has looked whether a
-    /// writer waits behind it.
-    Released,
+    /// may join, unless they came after the writer that waited first in line behind
+    /// the write then (if one did) queued; one that comes now waits until the client
+    /// has looked whether a writer waits behind it.
+    Released(Option<WriterInLine>),
 }
 
 /// What a reader that found a write under way waits on.
@@ -94,7 +100,7 @@ impl Writing {
     /// once it was released: such a reader waits until the client has looked
     /// whether a writer waits behind it).
     pub(super) fn ticket(&self) -> Option<Ticket> {
-        if matches!(*self.phase.borrow(), Phase::Released) {
+        if matches!(*self.phase.borrow(), Phase::Released(_)) {
             return None;
         }
         self.early.count.fetch_add(1, Ordering::AcqRel);
@@ -146,9 +152,9 @@ impl LocalWrite {
     }
 
     /// The write is released, and a read hold kept in its place: the readers that
-    /// waited may join it.
-    pub(super) fn released(&self) {
-        self.phase.send_replace(Phase::Released);
+    /// waited may join it, but for those that came after `writer` queued.
+    pub(super) fn released(&self, writer: Option<WriterInLine>) {
+        self.phase.send_replace(Phase::Released(writer));
     }
 
     /// Resolves once the readers that waited for the write have joined (or gave
@@ -195,24 +201,30 @@ pub(super) fn under_way(writing: &Writing) -> bool {
 }
 
 /// Waits until the write that `writing` follows ends: it is released (for a reader
-/// that came before that), its hold is lost, or it is over.
-pub(super) async fn wait_for(writing: Writing) {
+/// that came before that), its hold is lost, or it is over. True when the reader,
+/// which came at `came`, then joins the read hold the release kept, as a reader in
+/// line behind the write would have been let in: it came before the write was
+/// released and before any writer that waits behind the write queued. Otherwise it
+/// reads as any reader does from then on (and waits behind such a writer).
+pub(super) async fn wait_for(writing: Writing, came: Instant) -> bool {
     let mut writing = writing.phase;
-    let late = matches!(*writing.borrow(), Phase::Released);
+    let late = matches!(*writing.borrow(), Phase::Released(_));
     loop {
         let phase = writing.borrow_and_update().clone();
         let over = async { writing.changed().await.is_err() };
         match phase {
-            Phase::Released if !late => return,
+            Phase::Released(writer) if !late => {
+                return writer.is_none_or(|writer| !writer.may_follow(came));
+            }
             Phase::Held(hold) => {
                 tokio::select! {
-                    over = over => if over { return },
-                    () = hold.lost() => return,
+                    over = over => if over { return false },
+                    () = hold.lost() => return false,
                 }
             }
-            Phase::Asking | Phase::Released => {
+            Phase::Asking | Phase::Released(_) => {
                 if over.await {
-                    return;
+                    return false;
                 }
             }
         }

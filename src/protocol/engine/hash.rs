@@ -165,6 +165,7 @@ impl Hash {
             || !self.fields.keys().any(|f| match f {
                 Field::Wait(_)
                 | Field::Wn(_)
+                | Field::Wq(_)
                 | Field::QTail
                 | Field::QueueUntil
                 | Field::Layout => true,
@@ -184,9 +185,21 @@ impl Hash {
         line && ends && upgradable
     }
 
-    /// Every entry with a place (`wait:`) is in the line: reached from `q:head` by
-    /// the `wn:` links, which end at `q:tail` (releases grant only what heads the
-    /// line, so an entry outside it is never served).
+    /// The line's entries from `q:head` by the `wn:` links (live, withdrawn and
+    /// lapsed alike), first first; it stops at a link that loops.
+    pub fn line(&self) -> Vec<Tok> {
+        let mut line = Vec::new();
+        let mut at = self.tok(Field::QHead);
+        while let Some(entry) = at.filter(|entry| !line.contains(entry)) {
+            line.push(entry);
+            at = self.tok(Field::Wn(entry));
+        }
+        line
+    }
+
+    /// Every entry with a place (`wait:`) or a queue time (`wq:`) is in the line:
+    /// reached from `q:head` by the `wn:` links, which end at `q:tail` (releases
+    /// grant only what heads the line, so an entry outside it is never served).
     pub fn line_is_linked(&self) -> bool {
         let mut reached = Vec::new();
         let mut at = self.tok(Field::QHead);
@@ -200,7 +213,7 @@ impl Hash {
         let tail_ok = reached.last().copied() == self.tok(Field::QTail);
         tail_ok
             && self.fields.keys().all(|f| match f {
-                Field::Wait(entry) => reached.contains(entry),
+                Field::Wait(entry) | Field::Wq(entry) => reached.contains(entry),
                 _ => true,
             })
     }

@@ -48,6 +48,9 @@ pub struct Loaded {
     pub others_until: Time,
     pub freed_writer: bool,
     pub dequeued: bool,
+    /// How many entries the script took out at the head of the line (the model
+    /// checker's record of the line; the Lua keeps no count).
+    pub unlinked: usize,
     pub extended: bool,
     pub upgradable_ended: bool,
     pub upgrade_ended: bool,
@@ -118,6 +121,7 @@ pub fn load_as(h: &mut Hash, p: &Params, now: Time, token: Tok, serve: bool) -> 
         others_until: h.int(Field::UOthers).unwrap_or(0),
         freed_writer: false,
         dequeued: false,
+        unlinked: 0,
         extended: false,
         upgradable_ended: false,
         upgrade_ended: false,
@@ -650,6 +654,7 @@ pub(super) fn settle(h: &mut Hash, s: &mut Loaded, p: &Params) -> Published {
     Published {
         wake,
         granted: s.granted,
+        unlinked: s.unlinked,
     }
 }
 
@@ -658,6 +663,7 @@ pub(super) fn settle(h: &mut Hash, s: &mut Loaded, p: &Params) -> Published {
 pub struct Published {
     wake: Option<Wake>,
     granted: Option<Tok>,
+    unlinked: usize,
 }
 
 pub(super) fn done(reply: Reply, published: Published) -> Outcome {
@@ -665,6 +671,7 @@ pub(super) fn done(reply: Reply, published: Published) -> Outcome {
         reply,
         published: published.wake,
         granted: published.granted,
+        unlinked: published.unlinked,
         new_grant: false,
         recalled: false,
         evicted: false,
@@ -677,6 +684,7 @@ pub(super) fn new_grant(fence: i64, published: Published) -> Outcome {
         reply: Reply::Granted(fence),
         published: published.wake,
         granted: published.granted,
+        unlinked: published.unlinked,
         new_grant: true,
         recalled: false,
         evicted: false,

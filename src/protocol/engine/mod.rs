@@ -84,6 +84,8 @@ pub enum Field {
     Wait(Tok),
     /// `wn:<entry>`: the next entry in line.
     Wn(Tok),
+    /// `wq:<entry>`: when a writer's entry joined the line.
+    Wq(Tok),
     /// `rw:<token>`: `"<batch>:<deadline>"`, the batch a reader waits in, or holds
     /// by, and the deadline of its own place in it.
     Rw(Tok),
@@ -132,6 +134,7 @@ impl Field {
             Field::ReadersGone => ("readers_gone", None),
             Field::Wait(t) => ("wait:", Some(t)),
             Field::Wn(t) => ("wn:", Some(t)),
+            Field::Wq(t) => ("wq:", Some(t)),
             Field::Rw(t) => ("rw:", Some(t)),
             Field::Rn(t) => ("rn:", Some(t)),
             Field::Rg(t) => ("rg:", Some(t)),
@@ -207,8 +210,11 @@ pub enum Reply {
     Lost,
     /// `{0, ms, 0, batch}`: a reader refused, waiting in line in that batch.
     InLine(Time, Tok),
-    /// `1` / `0` of release, renew, downgrade; the fence (or 0) of fenced_write.
+    /// `1` / `0` of release, renew; the fence (or 0) of fenced_write.
     Int(i64),
+    /// `{done, queued}` of downgrade: 1 / 0, and how long ago the writer first in
+    /// line queued (-1: none waits; -2: one may wait, since before the write).
+    Downgraded(i64, Time),
 }
 
 /// One script run: the reply, the message it published, and what the model checker
@@ -219,6 +225,9 @@ pub struct Outcome {
     pub published: Option<Wake>,
     /// The batch of readers the script granted (its message, published first).
     pub granted: Option<Tok>,
+    /// How many entries it took out at the head of the line (withdrawn, lapsed or
+    /// served): the model checker's record of when each entry joined the line.
+    pub unlinked: usize,
     /// acquire_write granted a hold that did not exist before (a new fencing token),
     /// to a new writer or as an upgrade.
     pub new_grant: bool,

@@ -269,7 +269,18 @@ pub fn downgrade(
         ok = 1;
     }
     let published = settle(h, &mut s, p);
-    done(Reply::Int(ok), published)
+    let mut queued = -1;
+    if let Some(head) = s.head.filter(|_| ok == 1 && from_write) {
+        queued = -2;
+        if !head.is_batch()
+            && let Some(Val::Place(deadline, _)) = field(h, &s, Field::Wait(head))
+            && let Some(Val::Int(at)) = field(h, &s, Field::Wq(head))
+            && deadline > now
+        {
+            queued = now - at;
+        }
+    }
+    done(Reply::Downgraded(ok, queued), published)
 }
 
 /// fenced_write.lua with its user keys reduced to whether the write was made: the

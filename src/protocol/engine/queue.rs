@@ -36,6 +36,9 @@ pub(super) fn join_queue(
     }
     set(s, Field::Wait(entry), Val::Place(deadline, first_lease));
     if !linked {
+        if !entry.is_batch() {
+            set(s, Field::Wq(entry), Val::Int(s.now));
+        }
         match s.tail {
             Some(tail) => set(s, Field::Wn(tail), Val::Tok(entry)),
             None => {
@@ -64,9 +67,13 @@ pub(super) fn unlink_head(s: &mut Loaded, next: Option<Tok>) {
     let head = s.head.expect("a head to unlink");
     del(s, Field::Wait(head));
     del(s, Field::Wn(head));
+    if !head.is_batch() {
+        del(s, Field::Wq(head));
+    }
     if head == s.token {
         (s.place, s.linked) = (None, false);
     }
+    s.unlinked += 1;
     set_head(s, next);
 }
 

@@ -97,7 +97,7 @@ fn contracts() -> Vec<Contract> {
             args: &["token", "read lease", "'write' or 'upgradable'"],
             sent: |cmd| args::downgrade(&TOKEN, LEASE, Access::Write)(cmd),
             per_write: 0,
-            decodes: decodes::<reply::Done>,
+            decodes: decodes::<reply::Downgraded>,
         },
         Contract {
             file: "fenced_write.lua",

@@ -13,7 +13,9 @@ use crate::Error;
 use crate::error::ErrorChain;
 use crate::memory::requests::{MemoryKey, MemoryLink};
 use crate::protocol::token::Token;
-use crate::protocol::{Access, Acquired, LockMode, RawState, Renewed, Replicas, Write, millis};
+use crate::protocol::{
+    Access, Acquired, Downgraded, LockMode, RawState, Renewed, Replicas, Write, millis,
+};
 
 /// The operations, one file each in `lua/` (after the [`prelude`]).
 #[derive(Clone, Copy)]
@@ -533,28 +535,27 @@ impl Target {
     }
 
     /// Turns `token`'s write hold (`from` write) into a read hold of `lease`, or
-    /// its upgradable hold (`from` upgradable read) into a plain one; false when
-    /// that hold is gone.
+    /// its upgradable hold (`from` upgradable read) into a plain one.
     pub(crate) async fn downgrade(
         &self,
         conn: &ScriptConnection,
         token: &Token,
         lease: Duration,
         from: Access,
-    ) -> Result<bool, Error> {
+    ) -> Result<Downgraded, Error> {
         if let Some(memory) = conn.memory() {
             return memory
                 .downgrade(&self.memory_key()?, token, lease, from)
                 .await;
         }
-        let done: reply::Done = self
+        let (done, queued): reply::Downgraded = self
             .run(
                 conn,
                 self.scripts.get(Operation::Downgrade),
                 args::downgrade(token, lease, from),
             )
             .await?;
-        Ok(done == 1)
+        Ok(Downgraded::from_reply(done, queued))
     }
 
     /// Applies `writes` if `token` still holds the write lock; false (nothing
@@ -783,9 +784,11 @@ mod reply {
             Self::from_redis_value_ref(&v)
         }
     }
-    /// `release`, `downgrade`: 1 done, 0 not; `renew`: also 2, renewed while a
-    /// writer waits.
+    /// `release`: 1 done, 0 not; `renew`: also 2, renewed while a writer waits.
     pub(super) type Done = i64;
+    /// `downgrade`: `{done, queued}` (1 / 0, and ms since the first writer in
+    /// line queued, or -1).
+    pub(super) type Downgraded = (i64, i64);
     /// `fenced_write`: the hold's fence, 0 when nothing was written.
     pub(super) type Fence = u64;
     /// `force_release`: how many holds were removed.
