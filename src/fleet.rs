@@ -14,9 +14,9 @@ use redis::{Cmd, Value};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
+use crate::backend::redis::connection::Connection;
 use crate::lock::options::check_name;
 use crate::protocol::state::{Holder, LockMode, LockState};
-use crate::redis_backend::connection::Connection;
 use crate::{Error, LockClient, LockOptions};
 
 /// The most locks one page may hold.

@@ -8,9 +8,9 @@ use redis::Client;
 use redis::cluster::ClusterClientBuilder;
 use tokio::sync::mpsc;
 
+use crate::backend::redis::connection::{Connection, Limits, check_url, cluster_client_builder};
 use crate::client::LockClient;
-use crate::redis_backend::connection::{Connection, Limits, check_url, cluster_client_builder};
-use crate::redis_backend::wakeups::Wakeups;
+use crate::lock::wakeups::Wakeups;
 use crate::{Error, Operation};
 
 /// Configures and connects a [`LockClient`]: where the servers are (URLs, or a
@@ -283,7 +283,7 @@ impl LockClientBuilder {
     async fn connect(self) -> Result<LockClient, Error> {
         self.limits.check()?;
         #[cfg(feature = "tls-rustls")]
-        crate::redis_backend::connection::install_crypto_provider();
+        crate::backend::redis::connection::install_crypto_provider();
         let (push_tx, push_rx) = mpsc::unbounded_channel();
         let limits = self.limits;
         let connections = match self.target {

@@ -14,17 +14,17 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, timeout_at};
 
+use crate::backend::memory::MemoryStore;
+use crate::backend::memory::requests::MemoryLink;
+use crate::backend::redis::connection::{Connection, Limits};
+use crate::backend::redis::scripts::ScriptConnection;
 use crate::client::builder::LockClientBuilder;
 use crate::client::live::Live;
 use crate::error::ErrorChain;
 use crate::guard::lease::release_unconfirmed;
 use crate::guard::renewals::Renewals;
 use crate::lock::shared_reads::SharedReads;
-use crate::memory::MemoryStore;
-use crate::memory::requests::MemoryLink;
-use crate::redis_backend::connection::{Connection, Limits};
-use crate::redis_backend::scripts::ScriptConnection;
-use crate::redis_backend::wakeups::Wakeups;
+use crate::lock::wakeups::Wakeups;
 use crate::{Error, LockOptions, Operation, RwLock};
 
 /// A handle to a Redis Cluster or a single Redis server, from which locks are made.

@@ -10,6 +10,7 @@ pub(crate) mod options;
 pub(crate) mod requests;
 pub(crate) mod shared_reads;
 pub(crate) mod waiting;
+pub(crate) mod wakeups;
 
 use std::fmt;
 use std::future::Future;
@@ -17,6 +18,8 @@ use std::sync::Arc;
 
 use sync_wrapper::SyncFuture;
 
+use crate::backend::redis::scripts::{ScriptConnection, Target};
+use crate::backend::redis::slot::key_slot;
 use crate::client::{LockClient, UserHandle};
 use crate::error::Doing;
 use crate::guard::lease::Lease;
@@ -25,8 +28,6 @@ use crate::lock::waiting::acquire;
 use crate::metrics::{Acquiring, LockLabel, Mode};
 use crate::protocol::Access;
 use crate::protocol::state::LockState;
-use crate::redis_backend::scripts::{ScriptConnection, Target};
-use crate::redis_backend::slot::key_slot;
 use crate::{
     Error, LockOptions, Operation, RwLockReadGuard, RwLockUpgradableReadGuard, RwLockWriteGuard,
 };

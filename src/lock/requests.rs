@@ -9,9 +9,9 @@ use tokio::time::Instant;
 
 use crate::error::{Doing, ErrorChain};
 use crate::lock::waiting::intent_ttl;
+use crate::lock::wakeups::{Interest, Listener};
 use crate::protocol::token::Token;
 use crate::protocol::{Access, Acquired, LockMode, Renewed, Replicas};
-use crate::redis_backend::wakeups::{Interest, Listener};
 use crate::{Error, Fairness, FencedWrites, Operation, RwLock};
 
 /// The pause between attempts of a release that could not reach Redis.

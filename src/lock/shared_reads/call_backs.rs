@@ -39,8 +39,8 @@ use tokio::task::AbortHandle;
 
 use super::{Entry, SharedReads, Slot};
 use crate::error::ErrorChain;
+use crate::lock::wakeups::{CALL_BACK, EVICTED, RESUBSCRIBED};
 use crate::metrics::LostCause;
-use crate::redis_backend::wakeups::{CALL_BACK, EVICTED, RESUBSCRIBED};
 use crate::{Error, RwLock};
 
 /// Whether the client hears writers' call-backs for a lock.

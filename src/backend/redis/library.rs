@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis::Script;
 
-use crate::redis_backend::connection::Connection;
+use crate::backend::redis::connection::Connection;
 
 /// How many hex digits of the content hash name a library: enough that two
 /// versions of the crate never meet under one name.

@@ -24,10 +24,10 @@ use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::backend::redis::connection::Connection;
 use crate::error::ErrorChain;
 use crate::protocol::Access;
 use crate::protocol::token::Token;
-use crate::redis_backend::connection::Connection;
 use crate::{Error, Fairness};
 
 /// Sent to a channel's listeners when its subscription was restored: messages may

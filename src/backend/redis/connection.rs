@@ -5,7 +5,7 @@
 //! hang or retry for minutes, far longer than any lease); [`cluster_client_builder`]
 //! offers the same limits to connections of the application's own. The lock
 //! connection checks the server with one `INFO server` when it is made (see
-//! [`crate::redis_backend::server`]).
+//! [`crate::backend::redis::server`]).
 
 use std::time::Duration;
 
@@ -22,8 +22,8 @@ use redis::{
 pub(crate) type Pushes = tokio::sync::mpsc::UnboundedSender<PushInfo>;
 
 use crate::Error;
-use crate::memory::requests::MemoryLink;
-use crate::redis_backend::server::ServerInfo;
+use crate::backend::memory::requests::MemoryLink;
+use crate::backend::redis::server::ServerInfo;
 
 /// The longest a single request may wait for its reply.
 pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);

@@ -385,7 +385,7 @@ fn operate(
         state.kept.remove(key.hash);
     }
     if out.evicted {
-        state.publish(key.channel, crate::redis_backend::wakeups::EVICTED);
+        state.publish(key.channel, crate::lock::wakeups::EVICTED);
     }
     if let Some(batch) = out.granted {
         state.publish(key.channel, &batch.to_string());
@@ -394,7 +394,7 @@ fn operate(
         state.publish(key.channel, &wake.to_string());
     }
     if out.recalled {
-        state.publish(key.channel, crate::redis_backend::wakeups::CALL_BACK);
+        state.publish(key.channel, crate::lock::wakeups::CALL_BACK);
     }
     out
 }

@@ -14,4 +14,3 @@ pub(crate) mod library;
 pub(crate) mod scripts;
 pub(crate) mod server;
 pub(crate) mod slot;
-pub(crate) mod wakeups;

@@ -10,8 +10,8 @@ use super::connection::Connection;
 use super::library::{self, Function, Functions, Library};
 use super::slot::hash_tag;
 use crate::Error;
+use crate::backend::memory::requests::{MemoryKey, MemoryLink};
 use crate::error::ErrorChain;
-use crate::memory::requests::{MemoryKey, MemoryLink};
 use crate::protocol::token::Token;
 use crate::protocol::{Access, Acquired, LockMode, RawState, Renewed, Replicas, Write, millis};
 
@@ -56,14 +56,14 @@ impl Operation {
 
     fn source(self) -> &'static str {
         match self {
-            Operation::AcquireRead => include_str!("../../../lua/acquire_read.lua"),
-            Operation::AcquireWrite => include_str!("../../../lua/acquire_write.lua"),
-            Operation::Release => include_str!("../../../lua/release.lua"),
-            Operation::Renew => include_str!("../../../lua/renew.lua"),
-            Operation::Downgrade => include_str!("../../../lua/downgrade.lua"),
-            Operation::FencedWrite => include_str!("../../../lua/fenced_write.lua"),
-            Operation::ForceRelease => include_str!("../../../lua/force_release.lua"),
-            Operation::State => include_str!("../../../lua/state.lua"),
+            Operation::AcquireRead => include_str!("../../../../lua/acquire_read.lua"),
+            Operation::AcquireWrite => include_str!("../../../../lua/acquire_write.lua"),
+            Operation::Release => include_str!("../../../../lua/release.lua"),
+            Operation::Renew => include_str!("../../../../lua/renew.lua"),
+            Operation::Downgrade => include_str!("../../../../lua/downgrade.lua"),
+            Operation::FencedWrite => include_str!("../../../../lua/fenced_write.lua"),
+            Operation::ForceRelease => include_str!("../../../../lua/force_release.lua"),
+            Operation::State => include_str!("../../../../lua/state.lua"),
         }
     }
 
@@ -196,17 +196,17 @@ impl ScriptConnection {
 /// The shared part of every script, in order: the helpers, then (where `{layout}`
 /// stands) one layout's hooks, then the writers' queue and the holds, which use them.
 const SHARED: [&str; 3] = [
-    include_str!("../../../lua/helpers.lua"),
-    include_str!("../../../lua/queue.lua"),
-    include_str!("../../../lua/holds.lua"),
+    include_str!("../../../../lua/helpers.lua"),
+    include_str!("../../../../lua/queue.lua"),
+    include_str!("../../../../lua/holds.lua"),
 ];
 
 /// The hash layout's hooks, then its fast paths: the common operations decided from
 /// a few fields, before the full way (the queue, the holds and the operation).
 const HASH_LAYOUT: &str = concat!(
-    include_str!("../../../lua/hash_layout.lua"),
+    include_str!("../../../../lua/hash_layout.lua"),
     "\n",
-    include_str!("../../../lua/fast_path.lua")
+    include_str!("../../../../lua/fast_path.lua")
 );
 
 /// What comes before the operation in every script: the shared part with `layout`'s
@@ -248,7 +248,7 @@ static HASH: LazyLock<Scripts> = LazyLock::new(|| Scripts::build(HASH_LAYOUT, So
 /// The legacy two-key layout: our state in a companion hash, mirrored into the keys.
 /// No library: its hooks read `KEYS` at the top, before the operation binds them.
 static LEGACY: LazyLock<Scripts> =
-    LazyLock::new(|| Scripts::build(include_str!("../../../lua/legacy_layout.lua"), None));
+    LazyLock::new(|| Scripts::build(include_str!("../../../../lua/legacy_layout.lua"), None));
 
 /// One lock's keys, its scripts and the settings every script call carries.
 pub(crate) struct Target {
