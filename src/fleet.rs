@@ -9,12 +9,10 @@
 use std::collections::{HashSet, VecDeque};
 
 use chrono::{DateTime, Utc};
-use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
-use redis::{Cmd, Value};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
-use crate::backend::redis::connection::Connection;
+use crate::backend::Backend;
 use crate::lock::options::check_name;
 use crate::protocol::state::{Holder, LockMode, LockState};
 use crate::{Error, LockClient, LockOptions};
@@ -418,24 +416,14 @@ impl LockPage {
     }
 }
 
-/// A server to scan: a cluster master, or the one server.
-struct Node {
-    /// `host:port` as the driver names it (a label for the one server).
-    address: String,
-    /// Where a cluster request goes; `None` for the one server.
-    route: Option<(String, u16)>,
-    /// Keys it holds (`DBSIZE`), when known: an empty master is not scanned.
-    keys: Option<u64>,
-}
-
 /// [`LockClient::list_locks`](crate::LockClient::list_locks).
 pub(crate) async fn list_locks(
     client: &LockClient,
     options: ListOptions,
 ) -> Result<LockPage, Error> {
     options.validate()?;
-    let conn = &client.inner.conn.conn;
-    let nodes = nodes(conn).await?;
+    let link = &client.inner.link;
+    let nodes = link.nodes().await?;
     let glob = options.glob();
 
     // Where this page starts: a master's position and its SCAN cursor.
@@ -479,7 +467,7 @@ pub(crate) async fn list_locks(
             break;
         }
         scans += 1;
-        let (next, keys) = scan_node(conn, node, scan, &glob, options.scan_count).await?;
+        let (next, keys) = link.scan(node, scan, &glob, options.scan_count).await?;
         pending.extend(
             keys.iter()
                 .filter_map(|key| options.name_in(key))
@@ -497,93 +485,6 @@ pub(crate) async fn list_locks(
     });
     let locks = read_states(client, &options.key_prefix, names).await?;
     Ok(LockPage { locks, next })
-}
-
-/// The servers to scan: every master of a cluster (in address order, as the driver
-/// knows them, with their `DBSIZE`), or the one server.
-async fn nodes(conn: &Connection) -> Result<Vec<Node>, Error> {
-    let Connection::Cluster(cluster) = conn else {
-        return Ok(vec![Node {
-            address: "server".to_owned(),
-            route: None,
-            keys: None,
-        }]);
-    };
-    // Sent to every master at once; the driver answers with a map from each
-    // master's address to its reply (errors included, as values).
-    let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
-    let reply = cluster
-        .clone()
-        .route_command(redis::cmd("DBSIZE"), routing)
-        .await
-        .and_then(Value::extract_error)?;
-    let Value::Map(replies) = reply else {
-        return Err(unexpected("DBSIZE to every master", &reply));
-    };
-    let mut nodes = Vec::with_capacity(replies.len());
-    for (address, keys) in replies {
-        let address: String = redis::from_redis_value(address).map_err(redis::RedisError::from)?;
-        let keys: u64 = redis::from_redis_value(keys).map_err(redis::RedisError::from)?;
-        let route = address
-            .rsplit_once(':')
-            .and_then(|(host, port)| Some((host.to_owned(), port.parse().ok()?)));
-        if route.is_none() {
-            return Err(unexpected(
-                "a master's address",
-                &Value::SimpleString(address),
-            ));
-        }
-        nodes.push(Node {
-            address,
-            route,
-            keys: Some(keys),
-        });
-    }
-    nodes.sort_by(|a, b| a.address.cmp(&b.address));
-    Ok(nodes)
-}
-
-/// One `SCAN cursor MATCH glob COUNT count TYPE hash` on `node`: the next cursor
-/// (0: done) and the keys found (names that are not UTF-8 are no lock's).
-async fn scan_node(
-    conn: &Connection,
-    node: &Node,
-    cursor: u64,
-    glob: &str,
-    count: u32,
-) -> Result<(u64, Vec<String>), Error> {
-    if let Connection::Memory(memory) = conn {
-        return Ok((0, memory.scan(glob).await?));
-    }
-    let mut cmd: Cmd = redis::cmd("SCAN");
-    cmd.arg(cursor)
-        .arg("MATCH")
-        .arg(glob)
-        .arg("COUNT")
-        .arg(count)
-        .arg("TYPE")
-        .arg("hash");
-    let reply = match (conn, &node.route) {
-        (Connection::Cluster(cluster), Some((host, port))) => {
-            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                host: host.clone(),
-                port: *port,
-            });
-            cluster
-                .clone()
-                .route_command(cmd, routing)
-                .await
-                .and_then(Value::extract_error)?
-        }
-        _ => cmd.query_async(&mut conn.clone()).await?,
-    };
-    let (next, keys): (u64, Vec<Vec<u8>>) =
-        redis::from_redis_value(reply).map_err(redis::RedisError::from)?;
-    let keys = keys
-        .into_iter()
-        .filter_map(|key| String::from_utf8(key).ok())
-        .collect();
-    Ok((next, keys))
 }
 
 /// Each lock's state, a few dozen requests in flight at a time, in the order of
@@ -626,15 +527,6 @@ async fn read_states(
         batch.sort_by_key(|(at, _)| *at);
         locks.extend(batch.into_iter().map(|(_, summary)| summary));
     }
-}
-
-/// A reply of a shape the driver or server should never give.
-fn unexpected(what: &str, reply: &Value) -> Error {
-    Error::from(redis::RedisError::from((
-        redis::ErrorKind::UnexpectedReturnType,
-        "unexpected reply",
-        format!("{what}: {reply:?}"),
-    )))
 }
 
 #[cfg(test)]

@@ -72,7 +72,7 @@ pub use protocol::engine;
 pub use crate::metrics::describe_metrics;
 pub use backend::memory::MemoryStore;
 pub use backend::redis::connection::cluster_client_builder;
-pub use backend::redis::library::library_name;
+pub use backend::redis::library_name;
 pub use client::LockClient;
 pub use client::builder::LockClientBuilder;
 pub use error::{Error, ErrorChain, Mode, Operation, RedisFailure, Result};

@@ -15,9 +15,7 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, timeout_at};
 
 use crate::backend::memory::MemoryStore;
-use crate::backend::memory::requests::MemoryLink;
-use crate::backend::redis::connection::{Connection, Limits};
-use crate::backend::redis::scripts::ScriptConnection;
+use crate::backend::{Backend, Connected, Limits, Link};
 use crate::client::builder::LockClientBuilder;
 use crate::client::live::Live;
 use crate::error::ErrorChain;
@@ -72,8 +70,8 @@ impl Drop for UserHandle {
 }
 
 pub(crate) struct ClientInner {
-    /// Where lock scripts go.
-    pub(crate) conn: ScriptConnection,
+    /// Where the lock's requests go: the backend the client was made with.
+    pub(crate) link: Link,
     pub(crate) wakeups: Wakeups,
     /// The request limits, also for the lock's own retries of a release.
     pub(crate) limits: Limits,
@@ -196,9 +194,7 @@ impl LockClient {
     /// ```
     pub fn in_memory(store: &MemoryStore) -> Self {
         let limits = Limits::default();
-        let (lock, subscriptions, pushes) = MemoryLink::pair(store, limits.overall);
-        let wakeups = Wakeups::new(Connection::Memory(subscriptions), pushes);
-        Self::from_parts(Connection::Memory(lock), wakeups, limits)
+        Self::from_parts(Connected::in_memory(store, limits), limits)
     }
 
     /// A [`LockClientBuilder`]: connects to servers given as URLs or as your own
@@ -221,10 +217,10 @@ impl LockClient {
         LockClientBuilder::new()
     }
 
-    pub(crate) fn from_parts(conn: Connection, wakeups: Wakeups, limits: Limits) -> Self {
+    pub(crate) fn from_parts(connected: Connected, limits: Limits) -> Self {
         let inner = Arc::new(ClientInner {
-            conn: ScriptConnection::new(conn),
-            wakeups,
+            link: connected.link,
+            wakeups: Wakeups::new(connected.subscriber, connected.pushes),
             limits,
             live: Live::new(),
             renewals: Renewals::new(),
@@ -499,7 +495,7 @@ impl LockClient {
 
 impl fmt::Debug for LockClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = if self.inner.conn.is_cluster() {
+        let kind = if self.inner.link.is_cluster() {
             "cluster"
         } else {
             "standalone"

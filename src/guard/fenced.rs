@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::Error;
-use crate::backend::redis::slot::hash_tag;
+use crate::backend::hash_tag;
 use crate::protocol::{Write, millis};
 
 /// A batch of writes to your own keys that share the lock's hash tag (for the lock

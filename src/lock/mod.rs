@@ -18,8 +18,7 @@ use std::sync::Arc;
 
 use sync_wrapper::SyncFuture;
 
-use crate::backend::redis::scripts::{ScriptConnection, Target};
-use crate::backend::redis::slot::key_slot;
+use crate::backend::{Backend, Link, Target};
 use crate::client::{LockClient, UserHandle};
 use crate::error::Doing;
 use crate::guard::lease::Lease;
@@ -442,8 +441,8 @@ impl RwLock {
     /// ```
     pub async fn state(&self) -> Result<LockState, Error> {
         let raw = self
-            .target()?
-            .state(self.conn())
+            .link()
+            .state(self.target()?)
             .await
             .doing(self.name(), Operation::State)?;
         Ok(LockState::from_raw(raw))
@@ -479,9 +478,9 @@ impl RwLock {
     /// # Ok(()) }
     /// ```
     pub async fn force_release(&self) -> Result<u64, Error> {
-        let target = self.target()?;
-        let ended = target
-            .force_release(self.conn())
+        let ended = self
+            .link()
+            .force_release(self.target()?)
             .await
             .doing(self.name(), Operation::ForceRelease)?;
         tracing::warn!(lock = self.name(), ended, "holds force-released");
@@ -526,7 +525,7 @@ impl RwLock {
     /// # Ok(()) }
     /// ```
     pub fn key(&self) -> Result<&str, Error> {
-        Ok(&self.target()?.keys()[0])
+        Ok(self.target()?.key())
     }
 
     /// The options the lock was made with.
@@ -663,8 +662,9 @@ impl RwLock {
             })
     }
 
-    pub(crate) fn conn(&self) -> &ScriptConnection {
-        &self.inner.client.inner.conn
+    /// Where the lock's requests go (see `backend/mod.rs`).
+    pub(crate) fn link(&self) -> &Link {
+        &self.inner.client.inner.link
     }
 
     /// The client the lock was made by (the crate's own copy).
@@ -698,8 +698,7 @@ fn check_legacy_keys(client: &LockClient, read_key: &str, write_key: &str) -> Re
             "the read and write keys are the same key {read_key:?}"
         )));
     }
-    let cluster = client.inner.conn.is_cluster();
-    if cluster && key_slot(read_key.as_bytes()) != key_slot(write_key.as_bytes()) {
+    if !client.inner.link.shares_slot(read_key, write_key) {
         return Err(Error::CrossSlot {
             key: write_key.to_owned(),
             other: read_key.to_owned(),

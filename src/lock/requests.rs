@@ -1,5 +1,5 @@
-//! The requests a lock sends for its guards and waiters: one call per script, with
-//! the lock's options applied (leases, replicas, the writers' queue), and how long a
+//! The requests a lock sends for its guards and waiters: one call of the backend
+//! contract (`backend/mod.rs`) per request, with the lock's options applied (leases, replicas, the writers' queue), and how long a
 //! hold counts and renews. The public API is in `lock/mod.rs`; this is what
 //! `lock/waiting.rs` and `guard/lease.rs` build on.
 
@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::backend::Backend;
 use crate::error::{Doing, ErrorChain};
 use crate::lock::waiting::intent_ttl;
 use crate::lock::wakeups::{Interest, Listener};
@@ -67,7 +68,7 @@ impl RwLock {
         } else {
             Duration::ZERO
         };
-        let conn = self.conn();
+        let link = self.link();
         let (reply, acknowledged) = match access {
             Access::Read | Access::RecursiveRead | Access::UpgradableRead => {
                 // Plain readers that defer to writers wait in line; the others ask.
@@ -79,15 +80,13 @@ impl RwLock {
                 } else {
                     Duration::ZERO
                 };
-                target
-                    .acquire_read(conn, token, lease, in_line, upgradable, intent, replicas)
+                link.acquire_read(target, token, lease, in_line, upgradable, intent, replicas)
                     .await
                     .doing(self.name(), access.operation())?
             }
             Access::Write | Access::Upgrade => {
                 let upgrade = access == Access::Upgrade;
-                target
-                    .acquire_write(conn, token, lease, intent, upgrade, replicas)
+                link.acquire_write(target, token, lease, intent, upgrade, replicas)
                     .await
                     .doing(self.name(), access.operation())?
             }
@@ -109,7 +108,7 @@ impl RwLock {
 
     /// One release request: ends whatever `token` has; true when a hold was removed.
     pub(crate) async fn release_token(&self, token: &Token) -> Result<bool, Error> {
-        self.target()?.release(self.conn(), token).await
+        self.link().release(self.target()?, token).await
     }
 
     /// Releases `token`, sending a fresh request whenever one gets no answer within
@@ -156,7 +155,7 @@ impl RwLock {
         mode: LockMode,
     ) -> Result<Renewed, Error> {
         let lease = self.lease(mode);
-        self.target()?.renew(self.conn(), token, mode, lease).await
+        self.link().renew(self.target()?, token, mode, lease).await
     }
 
     /// Turns `token`'s write hold (`from` [`Access::Write`]) into a read hold of a
@@ -164,8 +163,8 @@ impl RwLock {
     /// into a plain one.
     pub(crate) async fn downgrade_token(&self, token: &Token, from: Access) -> Result<bool, Error> {
         let lease = self.lease(LockMode::Read);
-        self.target()?
-            .downgrade(self.conn(), token, lease, from)
+        self.link()
+            .downgrade(self.target()?, token, lease, from)
             .await
     }
 
@@ -181,8 +180,9 @@ impl RwLock {
         let target = self.target()?;
         writes.check(target.keys())?;
         let required = self.options().min_replicas;
-        let (written, acknowledged) = target
-            .fenced_write(self.conn(), token, &writes.writes, self.replicas())
+        let (written, acknowledged) = self
+            .link()
+            .fenced_write(target, token, &writes.writes, self.replicas())
             .await?;
         if written && acknowledged < required {
             return Err(Error::NotReplicated {

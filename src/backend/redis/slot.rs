@@ -1,6 +1,7 @@
 //! Redis Cluster key slots, to check that keys a script touches together share a
 //! slot before anything is sent. The driver computes slots; the hash tag itself,
-//! which the driver keeps private, is worked out here.
+//! which the driver keeps private, is the contract's (`backend/target.rs`): keys
+//! carry it whichever backend keeps them.
 
 use redis::cluster_routing::Slot;
 
@@ -9,35 +10,10 @@ pub(crate) fn key_slot(key: &[u8]) -> Slot {
     Slot::for_key(key)
 }
 
-/// The part of `key` that decides its slot: the part between the first `{` and
-/// the next `}` when that part is non-empty, else the whole key.
-pub(crate) fn hash_tag(key: &[u8]) -> &[u8] {
-    if let Some(open) = key.iter().position(|&b| b == b'{') {
-        let rest = &key[open + 1..];
-        if let Some(close) = rest.iter().position(|&b| b == b'}')
-            && close > 0
-        {
-            return &rest[..close];
-        }
-    }
-    key
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_hash_tag_is_the_first_non_empty_braced_part() {
-        assert_eq!(hash_tag(b"{user1000}.following"), b"user1000");
-        assert_eq!(hash_tag(b"rwlock:{inventory}:released"), b"inventory");
-        assert_eq!(hash_tag(b"a{b}c{d}"), b"b");
-        assert_eq!(hash_tag(b"foo{{bar}}zap"), b"{bar");
-        // An empty first tag, or none: the whole key decides.
-        assert_eq!(hash_tag(b"foo{}{bar}"), b"foo{}{bar}");
-        assert_eq!(hash_tag(b"open{only"), b"open{only");
-        assert_eq!(hash_tag(b"plain"), b"plain");
-    }
+    use crate::backend::hash_tag;
 
     #[test]
     fn a_key_with_a_tag_lands_in_its_tags_slot() {

@@ -38,6 +38,7 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use super::{Entry, SharedReads, Slot};
+use crate::backend::Backend;
 use crate::error::ErrorChain;
 use crate::lock::wakeups::{CALL_BACK, EVICTED, RESUBSCRIBED};
 use crate::metrics::LostCause;
@@ -241,7 +242,7 @@ pub(crate) async fn make_way(lock: &RwLock) {
 /// wait behind them): the lock's line or pending upgrade exists. One that cannot
 /// tell says yes: the hold then takes no more shares.
 pub(super) async fn writer_waits(lock: &RwLock) -> bool {
-    let looked = async { lock.target()?.writer_waits(lock.conn()).await };
+    let looked = async { lock.link().writer_waits(lock.target()?).await };
     looked.await.unwrap_or_else(|err| {
         tracing::warn!(lock = lock.name(), error = %ErrorChain(&err), "cannot tell whether a writer waits; the read hold takes no more shares");
         true

@@ -1,5 +1,7 @@
-//! Typed wrappers around the Lua scripts in `lua/`: the only place that knows their
-//! argument order and reply shapes.
+//! The Redis backend's side of the contract (`backend/mod.rs`): typed wrappers
+//! around the Lua scripts in `lua/`, the only place that knows their argument order
+//! and reply shapes, and the few plain commands the shared reads and the listing
+//! send.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -8,9 +10,9 @@ use redis::{Cmd, FromRedisValue, Script};
 
 use super::connection::Connection;
 use super::library::{self, Function, Functions, Library};
-use super::slot::hash_tag;
+use super::slot::key_slot;
 use crate::Error;
-use crate::backend::memory::requests::{MemoryKey, MemoryLink};
+use crate::backend::{Backend, Node, Target};
 use crate::error::ErrorChain;
 use crate::protocol::token::Token;
 use crate::protocol::{Access, Acquired, LockMode, RawState, Renewed, Replicas, Write, millis};
@@ -178,19 +180,6 @@ impl ScriptConnection {
             functions: Functions::default(),
         }
     }
-
-    /// A cluster, rather than one server.
-    pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self.conn, Connection::Cluster(_))
-    }
-
-    /// The in-memory store, when the client has no server.
-    pub(crate) fn memory(&self) -> Option<&MemoryLink> {
-        match &self.conn {
-            Connection::Memory(link) => Some(link),
-            _ => None,
-        }
-    }
 }
 
 /// The shared part of every script, in order: the helpers, then (where `{layout}`
@@ -250,70 +239,12 @@ static HASH: LazyLock<Scripts> = LazyLock::new(|| Scripts::build(HASH_LAYOUT, So
 static LEGACY: LazyLock<Scripts> =
     LazyLock::new(|| Scripts::build(include_str!("../../../../lua/legacy_layout.lua"), None));
 
-/// One lock's keys, its scripts and the settings every script call carries.
-pub(crate) struct Target {
-    /// The keys every script gets, our state hash first (see `lua/holds.lua` and
-    /// `lua/legacy_layout.lua`); all in one slot.
-    keys: Vec<String>,
-    /// Where releases are announced, in the keys' slot.
-    pub(crate) channel: String,
-    /// Leases of original-design clients (read, write), in ms.
-    original_ms: (u64, u64),
-    scripts: &'static Scripts,
+/// The compiled scripts of `target`'s layout.
+fn scripts(target: &Target) -> &'static Scripts {
+    if target.is_legacy() { &LEGACY } else { &HASH }
 }
 
-impl Target {
-    /// The hash layout: the hash `"{prefix}:{name}"`.
-    pub(crate) fn hash(prefix: &str, name: &str, original: (Duration, Duration)) -> Self {
-        Self::new(vec![format!("{prefix}:{{{name}}}")], original, &HASH)
-    }
-
-    /// Whether this is the legacy two-key layout (its two keys follow our hash).
-    pub(crate) fn is_legacy(&self) -> bool {
-        self.keys.len() > 1
-    }
-
-    /// The legacy layout: the two keys, and our state in a hash tagged like the read
-    /// key (a key without a tag hashes like `{key}`), so all share one slot.
-    pub(crate) fn legacy(read_key: &str, write_key: &str, original: (Duration, Duration)) -> Self {
-        let tag = String::from_utf8_lossy(hash_tag(read_key.as_bytes())).into_owned();
-        let state = format!("{{{tag}}}:rwlock:legacy");
-        Self::new(
-            vec![state, read_key.to_owned(), write_key.to_owned()],
-            original,
-            &LEGACY,
-        )
-    }
-
-    fn new(keys: Vec<String>, original: (Duration, Duration), scripts: &'static Scripts) -> Self {
-        Target {
-            channel: format!("{}:released", keys[0]),
-            keys,
-            original_ms: (millis(original.0), millis(original.1)),
-            scripts,
-        }
-    }
-
-    /// The lock's keys in an in-memory store: the hash layout's only (the store has
-    /// no original-design clients to share keys with).
-    fn memory_key(&self) -> Result<MemoryKey<'_>, Error> {
-        if self.is_legacy() {
-            return Err(Error::InvalidOptions(
-                "the in-memory store has the hash layout only: LockClient::legacy_rwlock needs Redis".into(),
-            ));
-        }
-        Ok(MemoryKey {
-            hash: &self.keys[0],
-            channel: &self.channel,
-            original_ms: self.original_ms,
-        })
-    }
-
-    /// Every key the lock itself uses, its state hash first.
-    pub(crate) fn keys(&self) -> &[String] {
-        &self.keys
-    }
-
+impl ScriptConnection {
     /// Runs `script` on the lock's key (then `extra_keys`) with the common
     /// arguments and `args`; with `replicas`, pipelines `WAIT` behind it on the same
     /// node connection and also returns how many replicas acknowledged.
@@ -335,34 +266,30 @@ impl Target {
     ///   idempotent per token.
     async fn eval<T: FromRedisValue>(
         &self,
-        conn: &ScriptConnection,
-        script: &Lua,
+        target: &Target,
+        op: Operation,
         extra_keys: &[&str],
         args: impl Fn(&mut Cmd),
         replicas: Option<Replicas>,
     ) -> Result<(T, u32), Error> {
-        let functions = &conn.functions;
+        let script = scripts(target).get(op);
+        let functions = &self.functions;
         let mut via = match script.function {
             Some(_) if functions.in_use() => Via::Function,
             _ => Via::Sha,
         };
         let mut loaded = false;
         let mut redirects = 0;
-        let mut link = conn.conn.clone();
+        let mut link = self.conn.clone();
         loop {
             let (verb, body) = script.call(via);
-            crate::metrics::script_sent(verb, || {
-                Operation::ALL
-                    .into_iter()
-                    .find(|&op| std::ptr::eq(self.scripts.get(op), script))
-                    .map_or("unknown", Operation::name)
-            });
+            crate::metrics::script_sent(verb, || op.name());
             let mut cmd = redis::cmd(verb);
             cmd.arg(body)
-                .arg(self.keys.len() + extra_keys.len())
-                .arg(&self.keys)
+                .arg(target.keys().len() + extra_keys.len())
+                .arg(target.keys())
                 .arg(extra_keys);
-            common_args(&mut cmd, conn.conn.publish_command(), self.original_ms);
+            common_args(&mut cmd, self.conn.publish_command(), target.original_ms);
             args(&mut cmd);
             let reply = match replicas {
                 None => cmd
@@ -384,7 +311,7 @@ impl Target {
                         Via::Sha
                     } else {
                         loaded = true;
-                        match LIBRARY.load(&conn.conn, &self.keys[0]).await {
+                        match LIBRARY.load(&self.conn, target.key()).await {
                             Ok(()) => Via::Function,
                             Err(err) if library::refuses_for_good(&err) => {
                                 functions.give_up(&err);
@@ -408,28 +335,28 @@ impl Target {
                     let pause = (SLOT_MOVE_PAUSE * 2u32.pow(redirects)).min(SLOT_MOVE_MAX_PAUSE);
                     tokio::time::sleep(pause.mul_f64(rand::random_range(0.5..1.0))).await;
                 }
-                other => return other.map_err(|err| Error::from_script(err, &self.keys)),
+                other => return other.map_err(|err| Error::from_script(err, target.keys())),
             }
         }
     }
 
-    /// Runs `script` without waiting for replicas.
+    /// Runs `op` on `target` without waiting for replicas.
     async fn run<T: FromRedisValue>(
         &self,
-        conn: &ScriptConnection,
-        script: &Lua,
+        target: &Target,
+        op: Operation,
         args: impl Fn(&mut Cmd),
     ) -> Result<T, Error> {
-        Ok(self.eval(conn, script, &[], args, None).await?.0)
+        Ok(self.eval(target, op, &[], args, None).await?.0)
     }
+}
 
-    /// Tries to take a read hold for `token` (the upgradable one when `upgradable`);
-    /// when refused under writer preference, a plain reader waits in line for
-    /// `intent` (zero: it does not).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn acquire_read(
+/// The requests as script calls, and the shared reads' look and mark as plain
+/// commands on the lock's hash (`HMGET`, `HSET`, `HDEL`).
+impl Backend for ScriptConnection {
+    async fn acquire_read(
         &self,
-        conn: &ScriptConnection,
+        target: &Target,
         token: &Token,
         lease: Duration,
         writer_preferred: bool,
@@ -437,206 +364,116 @@ impl Target {
         intent: Duration,
         replicas: Option<Replicas>,
     ) -> Result<(Acquired, u32), Error> {
-        if let Some(memory) = conn.memory() {
-            let key = self.memory_key()?;
-            let acquired = memory
-                .acquire_read(&key, token, lease, writer_preferred, upgradable, intent)
-                .await?;
-            return Ok((acquired, replicas.map_or(0, |r| r.count)));
-        }
         let args = args::acquire_read(token, lease, writer_preferred, upgradable, intent);
         let (reply, acked) = self
-            .eval::<reply::Acquire>(
-                conn,
-                self.scripts.get(Operation::AcquireRead),
-                &[],
-                args,
-                replicas,
-            )
+            .eval::<reply::Acquire>(target, Operation::AcquireRead, &[], args, replicas)
             .await?;
         Ok((decode_acquired(reply), acked))
     }
 
-    /// Tries to take the write hold for `token`; when refused, queues it for
-    /// `intent` (zero: does not queue). With `upgrade`, for `token`'s upgradable
-    /// hold: a refusal keeps new readers out for `intent` instead of queueing.
-    pub(crate) async fn acquire_write(
+    async fn acquire_write(
         &self,
-        conn: &ScriptConnection,
+        target: &Target,
         token: &Token,
         lease: Duration,
         intent: Duration,
         upgrade: bool,
         replicas: Option<Replicas>,
     ) -> Result<(Acquired, u32), Error> {
-        if let Some(memory) = conn.memory() {
-            let key = self.memory_key()?;
-            let acquired = memory
-                .acquire_write(&key, token, lease, intent, upgrade)
-                .await?;
-            return Ok((acquired, replicas.map_or(0, |r| r.count)));
-        }
         let args = args::acquire_write(token, lease, intent, upgrade);
         let (reply, acked) = self
-            .eval::<reply::Acquire>(
-                conn,
-                self.scripts.get(Operation::AcquireWrite),
-                &[],
-                args,
-                replicas,
-            )
+            .eval::<reply::Acquire>(target, Operation::AcquireWrite, &[], args, replicas)
             .await?;
         Ok((decode_acquired(reply), acked))
     }
 
-    /// Ends whatever `token` has (a hold in either mode, a place in the writers'
-    /// queue); true when a hold was removed.
-    pub(crate) async fn release(
-        &self,
-        conn: &ScriptConnection,
-        token: &Token,
-    ) -> Result<bool, Error> {
-        if let Some(memory) = conn.memory() {
-            return memory.release(&self.memory_key()?, token).await;
-        }
+    async fn release(&self, target: &Target, token: &Token) -> Result<bool, Error> {
         let removed: reply::Done = self
-            .run(
-                conn,
-                self.scripts.get(Operation::Release),
-                args::release(token),
-            )
+            .run(target, Operation::Release, args::release(token))
             .await?;
         Ok(removed == 1)
     }
 
-    /// Extends `token`'s hold in `mode` to `lease` from now; [`Renewed::Lost`] when
-    /// the lease is lost (the hold is gone or in the other mode, or an
-    /// original-design client holds beside it).
-    pub(crate) async fn renew(
+    async fn renew(
         &self,
-        conn: &ScriptConnection,
+        target: &Target,
         token: &Token,
         mode: LockMode,
         lease: Duration,
     ) -> Result<Renewed, Error> {
-        if let Some(memory) = conn.memory() {
-            return memory.renew(&self.memory_key()?, token, mode, lease).await;
-        }
         let renewed: reply::Done = self
-            .run(
-                conn,
-                self.scripts.get(Operation::Renew),
-                args::renew(token, lease, mode),
-            )
+            .run(target, Operation::Renew, args::renew(token, lease, mode))
             .await?;
         Ok(Renewed::from_reply(renewed))
     }
 
-    /// Turns `token`'s write hold (`from` write) into a read hold of `lease`, or
-    /// its upgradable hold (`from` upgradable read) into a plain one; false when
-    /// that hold is gone.
-    pub(crate) async fn downgrade(
+    async fn downgrade(
         &self,
-        conn: &ScriptConnection,
+        target: &Target,
         token: &Token,
         lease: Duration,
         from: Access,
     ) -> Result<bool, Error> {
-        if let Some(memory) = conn.memory() {
-            return memory
-                .downgrade(&self.memory_key()?, token, lease, from)
-                .await;
-        }
         let done: reply::Done = self
             .run(
-                conn,
-                self.scripts.get(Operation::Downgrade),
+                target,
+                Operation::Downgrade,
                 args::downgrade(token, lease, from),
             )
             .await?;
         Ok(done == 1)
     }
 
-    /// Applies `writes` if `token` still holds the write lock; false (nothing
-    /// written) when it does not. With `replicas`, also how many replicas
-    /// acknowledged the writes in time (`WAIT`).
-    pub(crate) async fn fenced_write(
+    async fn fenced_write(
         &self,
-        conn: &ScriptConnection,
+        target: &Target,
         token: &Token,
         writes: &[Write],
         replicas: Option<Replicas>,
     ) -> Result<(bool, u32), Error> {
-        if let Some(memory) = conn.memory() {
-            return memory
-                .fenced_write(&self.memory_key()?, token, writes, replicas)
-                .await;
-        }
         let keys: Vec<&str> = writes.iter().map(|w| w.key.as_str()).collect();
         let args = args::fenced_write(token, writes);
         let (fence, acknowledged) = self
-            .eval::<reply::Fence>(
-                conn,
-                self.scripts.get(Operation::FencedWrite),
-                &keys,
-                args,
-                replicas,
-            )
+            .eval::<reply::Fence>(target, Operation::FencedWrite, &keys, args, replicas)
             .await?;
         Ok((fence > 0, acknowledged))
     }
 
-    /// Ends every hold (the operator's break-glass); returns how many there were.
-    pub(crate) async fn force_release(&self, conn: &ScriptConnection) -> Result<u64, Error> {
-        if let Some(memory) = conn.memory() {
-            return memory.force_release(&self.memory_key()?).await;
-        }
-        self.run::<reply::Count>(conn, self.scripts.get(Operation::ForceRelease), args::none)
+    async fn force_release(&self, target: &Target) -> Result<u64, Error> {
+        self.run::<reply::Count>(target, Operation::ForceRelease, args::none)
             .await
     }
 
-    /// Who holds the lock, as the scripts see it (expired entries purged).
-    pub(crate) async fn state(&self, conn: &ScriptConnection) -> Result<RawState, Error> {
-        if let Some(memory) = conn.memory() {
-            return memory.state(&self.memory_key()?).await;
-        }
-        self.run::<reply::State>(conn, self.scripts.get(Operation::State), args::none)
+    async fn state(&self, target: &Target) -> Result<RawState, Error> {
+        self.run::<reply::State>(target, Operation::State, args::none)
             .await
     }
 
-    /// Whether a writer or an upgrade waits, or readers wait in line (a read would
-    /// wait behind them): the lock's line or pending upgrade exists.
-    pub(crate) async fn writer_waits(&self, conn: &ScriptConnection) -> Result<bool, Error> {
-        if let Some(memory) = conn.memory() {
-            return memory.writer_waits(&self.memory_key()?).await;
-        }
+    /// The lock's line or pending upgrade exists: `HMGET q:head u:upgrade`.
+    async fn writer_waits(&self, target: &Target) -> Result<bool, Error> {
         let fields: (Option<String>, Option<String>) = redis::cmd("HMGET")
-            .arg(&self.keys[0])
+            .arg(target.key())
             .arg("q:head")
             .arg("u:upgrade")
-            .query_async(&mut conn.conn.clone())
+            .query_async(&mut self.conn.clone())
             .await?;
         Ok(fields.0.is_some() || fields.1.is_some())
     }
 
-    /// Sets (`on`) or clears `token`'s `k:` field: its read hold is kept idle. No
-    /// script writes it; `state.lua` reports it. The set also gives the hash a TTL of
-    /// `lease` if it has none (`NX`), so a mark that comes after the lock's hash went
-    /// leaves no key behind for good; the scripts keep any live hash's TTL past its
-    /// holds.
-    pub(crate) async fn mark_kept(
+    /// `token`'s `k:` field. No script writes it; `state.lua` reports it. The set
+    /// also gives the hash a TTL of `lease` if it has none (`NX`), so a mark that
+    /// comes after the lock's hash went leaves no key behind for good; the scripts
+    /// keep any live hash's TTL past its holds.
+    async fn mark_kept(
         &self,
-        conn: &ScriptConnection,
+        target: &Target,
         token: &Token,
         lease: Duration,
         on: bool,
     ) -> Result<(), Error> {
-        if let Some(memory) = conn.memory() {
-            return memory.mark_kept(&self.memory_key()?, token, on).await;
-        }
-        let key = &self.keys[0];
+        let key = target.key();
         let field = format!("k:{}", token.as_str());
-        let mut link = conn.conn.clone();
+        let mut link = self.conn.clone();
         if on {
             redis::pipe()
                 .atomic()
@@ -657,6 +494,28 @@ impl Target {
                 .await?;
         }
         Ok(())
+    }
+
+    async fn nodes(&self) -> Result<Vec<Node>, Error> {
+        self.conn.nodes().await
+    }
+
+    async fn scan(
+        &self,
+        node: &Node,
+        cursor: u64,
+        glob: &str,
+        count: u32,
+    ) -> Result<(u64, Vec<String>), Error> {
+        self.conn.scan(node, cursor, glob, count).await
+    }
+
+    fn shares_slot(&self, a: &str, b: &str) -> bool {
+        !self.is_cluster() || key_slot(a.as_bytes()) == key_slot(b.as_bytes())
+    }
+
+    fn is_cluster(&self) -> bool {
+        matches!(self.conn, Connection::Cluster(_))
     }
 }
 
