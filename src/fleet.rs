@@ -1,10 +1,10 @@
 //! The fleet view: every lock of a cluster (or a server), who holds it, who waits.
 //!
-//! [`LockClient::list_locks`](crate::LockClient::list_locks) walks each master with
-//! `SCAN` (keys shaped `{prefix}:{name}`, hashes only), a page at a time, and reads
-//! each lock it finds with [`RwLock::state`](crate::RwLock::state): the same
-//! read-only script `status` runs, so a lock listed here looks exactly as it does
-//! there.
+//! [`LockClient::list_locks`](crate::LockClient::list_locks) (defined here, beside
+//! the view it gives) walks each master with `SCAN` (keys shaped `{prefix}:{name}`,
+//! hashes only; the contract's `nodes` and `scan`), a page at a time, and reads each
+//! lock it finds with [`RwLock::state`](crate::RwLock::state): the same read-only
+//! script `status` runs, so a lock listed here looks exactly as it does there.
 
 use std::collections::{HashSet, VecDeque};
 
@@ -15,7 +15,7 @@ use tokio::task::JoinSet;
 use crate::backend::Backend;
 use crate::lock::options::check_name;
 use crate::protocol::state::{Holder, LockMode, LockState};
-use crate::{Error, LockClient, LockOptions};
+use crate::{Error, LockClient, LockOptions, Operation};
 
 /// The most locks one page may hold.
 const MAX_LIMIT: usize = 10_000;
@@ -416,11 +416,82 @@ impl LockPage {
     }
 }
 
+impl LockClient {
+    /// Lists the locks on the cluster (or the server) whose names match
+    /// [`ListOptions::pattern`](crate::ListOptions::pattern), with who holds each and
+    /// who waits: the fleet view.
+    ///
+    /// `SCAN`s every master in turn (each one separately: a cluster-wide `SCAN` does
+    /// not exist) for hashes whose keys have a lock's shape, `"{prefix}:{name}"`,
+    /// then reads each lock found with the read-only script of
+    /// [`RwLock::state`](crate::RwLock::state), a few dozen at a time. Keys of
+    /// another type, keys of another shape and the companion hashes of legacy
+    /// two-key locks (`{tag}:rwlock:legacy`) are skipped: ask a legacy lock with
+    /// `state()`. A present lock is listed even when free (its fencing counter or
+    /// queued writers keep it), until its key expires.
+    ///
+    /// The work of one call is bounded: at most
+    /// [`max_scans`](crate::ListOptions::max_scans) `SCAN` requests of
+    /// [`scan_count`](crate::ListOptions::scan_count) keys, and
+    /// [`limit`](crate::ListOptions::limit) state reads. A call that stops at a
+    /// bound returns a page whose [`next`](crate::LockPage::next) continues the
+    /// listing (pass it to [`ListOptions::after`](crate::ListOptions::after)); on a
+    /// cluster, one `DBSIZE` per master first finds the masters (as the driver knows
+    /// them) and skips the empty ones. Each lock is read at its own instant: a page
+    /// is not one snapshot of the fleet.
+    ///
+    /// Only reads: a user allowed to read the lock keys and run the read-only
+    /// scripts, plus `SCAN` (and `DBSIZE` on a cluster), may list.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOptions`] for a bad pattern, prefix or bound, before any
+    /// I/O; [`Error::Redis`] (doing [`Operation::List`]) when a master cannot be
+    /// reached in time, or refuses a command (e.g. NOPERM for a user without `SCAN`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Reads only; dropping the future abandons the page (reads in flight are
+    /// aborted) and changes nothing on the servers.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(client: redis_rwlock::LockClient) -> Result<(), redis_rwlock::Error> {
+    /// use redis_rwlock::{ListOptions, LockMode};
+    ///
+    /// let mut options = ListOptions::default().pattern("inv*").limit(100);
+    /// loop {
+    ///     let page = client.list_locks(options.clone()).await?;
+    ///     for lock in &page.locks {
+    ///         let mode = match lock.mode() {
+    ///             Some(LockMode::Write) => "write",
+    ///             Some(LockMode::Read) => "read",
+    ///             None => "free",
+    ///         };
+    ///         println!(
+    ///             "{}: {mode}, {} holders, {} writers queued",
+    ///             lock.name,
+    ///             lock.holders(),
+    ///             lock.queued_writers()
+    ///         );
+    ///     }
+    ///     match page.next {
+    ///         Some(cursor) => options = options.after(cursor),
+    ///         None => break,
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn list_locks(&self, options: ListOptions) -> Result<LockPage, Error> {
+        list_locks(self, options)
+            .await
+            .map_err(|err| err.doing(None, Operation::List))
+    }
+}
+
 /// [`LockClient::list_locks`](crate::LockClient::list_locks).
-pub(crate) async fn list_locks(
-    client: &LockClient,
-    options: ListOptions,
-) -> Result<LockPage, Error> {
+async fn list_locks(client: &LockClient, options: ListOptions) -> Result<LockPage, Error> {
     options.validate()?;
     let link = &client.inner.link;
     let nodes = link.nodes().await?;
