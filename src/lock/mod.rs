@@ -1,10 +1,12 @@
 //! [`RwLock`]: a named read-write lock; cheap handle, all state in Redis.
 //!
 //! Beneath the handle: its options (`options.rs`), the requests it sends for its
-//! guards and waiters (`requests.rs`: the one place that calls the backend's
-//! scripts with the lock's options applied), waiting for the lock
-//! (`waiting.rs`) and the reads the tasks of one process share
-//! (`shared_reads/`).
+//! guards and waiters (`requests.rs`: the one place that calls the backend
+//! contract, `backend/mod.rs`, with the lock's options applied), waiting for the
+//! lock (`waiting.rs`), the wake-ups waiters wait for (`wakeups.rs`, fed by
+//! whichever backend the client has) and the reads the tasks of one process share
+//! (`shared_reads/`). It calls the contract, the guards it makes (`guard/`) and its
+//! client (`client/`), never a backend itself.
 
 pub(crate) mod options;
 pub(crate) mod requests;

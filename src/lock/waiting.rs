@@ -23,8 +23,8 @@ use tokio::time::{Instant, sleep_until};
 use tracing::Instrument;
 
 use crate::client::live::{Kind, Registration};
-use crate::lock::shared_reads;
 use crate::error::ErrorChain;
+use crate::lock::shared_reads;
 use crate::lock::wakeups::{Interest, Listener, RESUBSCRIBED};
 use crate::protocol::token::Token;
 use crate::protocol::{Access, Acquired, LockMode};

@@ -1,11 +1,14 @@
-//! Wake-ups: one subscription connection per client, shared by every waiter.
+//! Wake-ups: one subscription side per client, shared by every waiter.
 //!
 //! Release, downgrade and purge scripts publish on the lock's channel who may go
-//! next; waiters listen here instead of polling. The connection carries nothing but
-//! subscriptions (the driver can mistake an unsolicited SUNSUBSCRIBE for another
-//! command's reply), re-subscribes when Redis drops a subscription (failover, slot
-//! migration, reconnection), and hands each waiter a [`Listener`] that receives only
-//! the messages that concern it: a release naming another writer wakes nobody else.
+//! next; waiters listen here instead of polling. Both backends feed this dispatch
+//! the same way: the client's [`Subscriber`] says which channels it listens on, and
+//! what the store publishes or drops arrives as a [`Push`] (on Redis, over a
+//! connection that carries nothing but subscriptions, since the driver can mistake
+//! an unsolicited SUNSUBSCRIBE for another command's reply). The dispatch
+//! re-subscribes when the store drops a subscription (failover, slot migration,
+//! reconnection), and hands each waiter a [`Listener`] that receives only the
+//! messages that concern it: a release naming another writer wakes nobody else.
 //! A channel stays subscribed while someone listens, and a few seconds more, so a
 //! busy lock does not subscribe and unsubscribe for every wait.
 //!

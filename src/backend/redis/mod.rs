@@ -1,13 +1,17 @@
-//! The Redis backend: what reaches Redis (or Valkey), and how.
+//! The Redis backend: what reaches Redis (or Valkey), and how; one implementation
+//! of the backend contract (`backend/mod.rs`).
 //!
 //! The lock's requests go out as the scripts in `lua/`, called through the
-//! function library or as scripts (`scripts/`); wake-ups come back on one
-//! subscription connection per client (`wakeups.rs`). Beneath them: the connections
-//! and their limits (`connection.rs`), the server check at connect (`server.rs`),
-//! the function library's loading (`library.rs`) and the cluster's key slots
-//! (`slot.rs`). What the requests mean is the protocol's (`protocol/`). Outside this
-//! folder only the fleet view (`fleet.rs`, `SCAN`) and the shared reads' looks and
-//! marks (`lock/shared_reads/`, `HMGET`, `HSET`, `HDEL`) send commands of their own.
+//! function library or as scripts (`scripts/`, which implements the contract on
+//! the lock connection), the shared reads' look and mark as `HMGET`, `HSET` and
+//! `HDEL`, the listing as `SCAN` and `DBSIZE`; pushes come back on one
+//! subscription connection per client, read into the contract's `Push`
+//! (`connection.rs`). Beneath them: the connections and their limits
+//! (`connection.rs`), the server check at connect (`server.rs`), the function
+//! library's loading (`library.rs`) and the cluster's key slots (`slot.rs`). What
+//! the requests mean is the protocol's (`protocol/`). Nothing outside this folder
+//! sends a Redis command; nothing here names the lock side or the in-memory
+//! backend.
 
 pub(crate) mod connection;
 pub(crate) mod library;
