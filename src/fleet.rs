@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Scan};
 use crate::lock::options::check_name;
 use crate::protocol::state::{Holder, LockMode, LockState};
 use crate::{Error, LockClient, LockOptions, Operation};
@@ -538,7 +538,13 @@ async fn list_locks(client: &LockClient, options: ListOptions) -> Result<LockPag
             break;
         }
         scans += 1;
-        let (next, keys) = link.scan(node, scan, &glob, options.scan_count).await?;
+        let step = Scan {
+            node,
+            cursor: scan,
+            glob: &glob,
+            count: options.scan_count,
+        };
+        let (next, keys) = link.scan(&step).await?;
         pending.extend(
             keys.iter()
                 .filter_map(|key| options.name_in(key))

@@ -6,8 +6,8 @@
 //! one lock named by its [`Target`] (its keys and channel), each answered as a typed
 //! value:
 //!
-//! - to take a hold, [`acquire_read`](Backend::acquire_read) and
-//!   [`acquire_write`](Backend::acquire_write) (which also upgrade and queue);
+//! - to take a hold, [`acquire`](Backend::acquire) (a read, a write or an upgrade,
+//!   waiting in line or not);
 //! - to keep or end it, [`renew`](Backend::renew), [`release`](Backend::release) and
 //!   [`downgrade`](Backend::downgrade); to write under it,
 //!   [`fenced_write`](Backend::fenced_write);
@@ -32,8 +32,10 @@
 //!
 //! A client holds one [`Link`] (requests) and one [`Subscriber`], made together by
 //! [`Connected`]'s constructors, the only place a backend is chosen. Both are enums
-//! over the two backends: a call is one `match`, with no boxing on the way.
-//! Neither backend names the other; both use this module's types and the protocol's.
+//! over the two backends: a call is one `match`, with no boxing on the way, written
+//! once (`dispatch!`; `contract!` declares each request once, for the trait and for
+//! [`Link`]). Neither backend names the other; both use this module's types and the
+//! protocol's.
 
 pub(crate) mod memory;
 pub(crate) mod redis;
@@ -47,121 +49,153 @@ use self::memory::{MemoryLink, MemoryStore};
 use self::redis::connection::{Connection, Connections};
 use self::redis::scripts::ScriptConnection;
 pub(crate) use self::target::{Target, hash_tag};
-use crate::Error;
 use crate::protocol::token::Token;
 use crate::protocol::{Access, Acquired, LockMode, RawState, Renewed, Replicas, Write};
+use crate::{Error, Result};
 use ::redis::cluster::ClusterClientBuilder;
 
-/// What a lock asks of its store (see the module's doc): the typed requests of the
-/// protocol, each on one lock. [`Link`] dispatches them to the client's backend.
-pub(crate) trait Backend {
-    /// Tries to take a read hold of `lease` for `token` (the upgradable one when
-    /// `upgradable`); when refused under writer preference (`writer_preferred`), a
-    /// plain reader waits in line for `intent` (zero: it does not). With `replicas`,
-    /// also how many replicas acknowledged.
-    #[allow(clippy::too_many_arguments)]
-    async fn acquire_read(
-        &self,
-        target: &Target,
-        token: &Token,
-        lease: Duration,
-        writer_preferred: bool,
-        upgradable: bool,
-        intent: Duration,
-        replicas: Option<Replicas>,
-    ) -> Result<(Acquired, u32), Error>;
+/// Calls `$call` with `$backend` bound to whichever backend `$self` holds: the one
+/// dispatch of [`Link`] and [`Subscriber`].
+macro_rules! dispatch {
+    ($self:expr, $backend:ident => $call:expr) => {
+        match $self {
+            Self::Redis($backend) => $call,
+            Self::Memory($backend) => $call,
+        }
+    };
+}
 
-    /// Tries to take the write hold of `lease` for `token`; when refused, queues it
-    /// for `intent` (zero: does not queue). With `upgrade`, for `token`'s upgradable
-    /// hold: a refusal keeps new readers out for `intent` instead of queueing.
-    async fn acquire_write(
-        &self,
-        target: &Target,
-        token: &Token,
-        lease: Duration,
-        intent: Duration,
-        upgrade: bool,
-        replicas: Option<Replicas>,
-    ) -> Result<(Acquired, u32), Error>;
+/// Declares the contract, [`Backend`], and its dispatch over the backends a
+/// [`Link`] may hold: each request is written once, here.
+macro_rules! contract {
+    (
+        requests {$(
+            $(#[$doc:meta])*
+            async fn $name:ident(&self $(, $arg:ident: $ty:ty)*) -> $ret:ty;
+        )*}
+        answered_here {$(
+            $(#[$sync_doc:meta])*
+            fn $sync:ident(&self $(, $sync_arg:ident: $sync_ty:ty)*) -> $sync_ret:ty;
+        )*}
+    ) => {
+        /// What a lock asks of its store (see the module's doc): the typed requests
+        /// of the protocol, each on one lock. [`Link`] dispatches them to the
+        /// client's backend.
+        pub(crate) trait Backend {
+            $($(#[$doc])* async fn $name(&self $(, $arg: $ty)*) -> $ret;)*
+            $($(#[$sync_doc])* fn $sync(&self $(, $sync_arg: $sync_ty)*) -> $sync_ret;)*
+        }
 
-    /// Ends whatever `token` has (a hold in either mode, a place in line); true when
-    /// a hold was removed.
-    async fn release(&self, target: &Target, token: &Token) -> Result<bool, Error>;
+        impl Backend for Link {
+            $(async fn $name(&self $(, $arg: $ty)*) -> $ret {
+                dispatch!(self, backend => backend.$name($($arg),*).await)
+            })*
+            $(fn $sync(&self $(, $sync_arg: $sync_ty)*) -> $sync_ret {
+                dispatch!(self, backend => backend.$sync($($sync_arg),*))
+            })*
+        }
+    };
+}
 
-    /// Extends `token`'s hold in `mode` to `lease` from now; [`Renewed::Lost`] when
-    /// the lease is lost.
-    async fn renew(
-        &self,
-        target: &Target,
-        token: &Token,
-        mode: LockMode,
-        lease: Duration,
-    ) -> Result<Renewed, Error>;
+contract! {
+    requests {
+        /// Tries to take the hold `ask` asks for; when refused and `ask` has an
+        /// `intent`, keeps its place in line (a writer), waits in line (a reader under
+        /// writer preference) or keeps new readers out (an upgrade) for that long. With
+        /// replicas to wait for, also how many acknowledged.
+        async fn acquire(&self, target: &Target, ask: &Acquire<'_>) -> Result<(Acquired, u32)>;
 
-    /// Turns `token`'s write hold (`from` write) into a read hold of `lease`, or its
-    /// upgradable hold (`from` upgradable read) into a plain one; false when that
-    /// hold is gone.
-    async fn downgrade(
-        &self,
-        target: &Target,
-        token: &Token,
-        lease: Duration,
-        from: Access,
-    ) -> Result<bool, Error>;
+        /// Ends whatever `token` has (a hold in either mode, a place in line); true when
+        /// a hold was removed.
+        async fn release(&self, target: &Target, token: &Token) -> Result<bool>;
 
-    /// Applies `writes` if `token` still holds the write lock; false (nothing
-    /// written) when it does not. With `replicas`, also how many replicas
-    /// acknowledged the writes in time.
-    async fn fenced_write(
-        &self,
-        target: &Target,
-        token: &Token,
-        writes: &[Write],
-        replicas: Option<Replicas>,
-    ) -> Result<(bool, u32), Error>;
+        /// Extends `held`'s hold in `mode` to its lease from now; [`Renewed::Lost`] when
+        /// the lease is lost.
+        async fn renew(&self, target: &Target, held: Held<'_>, mode: LockMode) -> Result<Renewed>;
 
-    /// Ends every hold (the operator's break-glass) and tells the lock's channel;
-    /// returns how many there were.
-    async fn force_release(&self, target: &Target) -> Result<u64, Error>;
+        /// Turns `held`'s write hold (`from` write) into a read hold of its lease, or
+        /// its upgradable hold (`from` upgradable read) into a plain one; false when
+        /// that hold is gone.
+        async fn downgrade(&self, target: &Target, held: Held<'_>, from: Access) -> Result<bool>;
 
-    /// Who holds the lock and who waits, expired entries left out.
-    async fn state(&self, target: &Target) -> Result<RawState, Error>;
+        /// Applies `ask`'s writes if its token still holds the write lock; false
+        /// (nothing written) when it does not. With replicas to wait for, also how many
+        /// acknowledged the writes in time.
+        async fn fenced_write(&self, target: &Target, ask: &Fenced<'_>) -> Result<(bool, u32)>;
 
-    /// The shared reads' look: whether a writer or an upgrade waits, or readers wait
-    /// in line (a read would wait behind them).
-    async fn writer_waits(&self, target: &Target) -> Result<bool, Error>;
+        /// Ends every hold (the operator's break-glass) and tells the lock's channel;
+        /// returns how many there were.
+        async fn force_release(&self, target: &Target) -> Result<u64>;
 
-    /// The shared reads' mark: sets (`on`) or clears the note that `token`'s read
-    /// hold is kept idle, which [`state`](Self::state) reports. A mark set after the
-    /// lock's state went leaves nothing behind for longer than `lease`.
-    async fn mark_kept(
-        &self,
-        target: &Target,
-        token: &Token,
-        lease: Duration,
-        on: bool,
-    ) -> Result<(), Error>;
+        /// Who holds the lock and who waits, expired entries left out.
+        async fn state(&self, target: &Target) -> Result<RawState>;
 
-    /// The servers the listing walks, in a stable order.
-    async fn nodes(&self) -> Result<Vec<Node>, Error>;
+        /// The shared reads' look: whether a writer or an upgrade waits, or readers wait
+        /// in line (a read would wait behind them).
+        async fn writer_waits(&self, target: &Target) -> Result<bool>;
 
-    /// One step of the listing on `node`: from `cursor` (0: the start), about
-    /// `count` keys whose names match the Redis glob `glob` (lock hashes only), and
-    /// the cursor to go on from (0: done).
-    async fn scan(
-        &self,
-        node: &Node,
-        cursor: u64,
-        glob: &str,
-        count: u32,
-    ) -> Result<(u64, Vec<String>), Error>;
+        /// The shared reads' mark: sets (`on`) or clears the note that `held`'s read
+        /// hold is kept idle, which [`state`](Self::state) reports. A mark set after the
+        /// lock's state went leaves nothing behind for longer than its lease.
+        async fn mark_kept(&self, target: &Target, held: Held<'_>, on: bool) -> Result<()>;
 
-    /// Whether one request may touch keys `a` and `b` together: on a cluster only
-    /// when they share a slot.
-    fn shares_slot(&self, a: &str, b: &str) -> bool;
+        /// The servers the listing walks, in a stable order.
+        async fn nodes(&self) -> Result<Vec<Node>>;
 
-    /// Whether the store is a Redis Cluster (for `Debug`).
-    fn is_cluster(&self) -> bool;
+        /// One step of the listing: the keys `scan` finds, and the cursor to go on from
+        /// (0: that node is done).
+        async fn scan(&self, scan: &Scan<'_>) -> Result<(u64, Vec<String>)>;
+    }
+    answered_here {
+        /// Whether one request may touch keys `a` and `b` together: on a cluster only
+        /// when they share a slot.
+        fn shares_slot(&self, a: &str, b: &str) -> bool;
+
+        /// Whether the store is a Redis Cluster (for `Debug`).
+        fn is_cluster(&self) -> bool;
+    }
+}
+
+/// One acquire request, with the lock's options applied.
+#[derive(Clone, Copy)]
+pub(crate) struct Acquire<'a> {
+    pub(crate) token: &'a Token,
+    /// What to take: a read hold (`Read`, `RecursiveRead`, `UpgradableRead`), the
+    /// write hold, or the write hold for `token`'s upgradable one (`Upgrade`).
+    pub(crate) access: Access,
+    pub(crate) lease: Duration,
+    /// A refused reader defers to writers and waits in line (writer preference).
+    pub(crate) in_line: bool,
+    /// How long a refused request keeps its place (zero: it takes none).
+    pub(crate) intent: Duration,
+    /// The replicas to wait for, if any.
+    pub(crate) replicas: Option<Replicas>,
+}
+
+/// A hold as a request on it names it: its owner's token and the lease asked for.
+#[derive(Clone, Copy)]
+pub(crate) struct Held<'a> {
+    pub(crate) token: &'a Token,
+    pub(crate) lease: Duration,
+}
+
+/// A fenced write: the writes, under the write hold of `token`.
+#[derive(Clone, Copy)]
+pub(crate) struct Fenced<'a> {
+    pub(crate) token: &'a Token,
+    pub(crate) writes: &'a [Write],
+    /// The replicas to wait for, if any.
+    pub(crate) replicas: Option<Replicas>,
+}
+
+/// One step of the listing: on `node`, from `cursor` (0: the start), about `count`
+/// keys whose names match the Redis glob `glob` (lock hashes only).
+#[derive(Clone, Copy)]
+pub(crate) struct Scan<'a> {
+    pub(crate) node: &'a Node,
+    pub(crate) cursor: u64,
+    pub(crate) glob: &'a str,
+    pub(crate) count: u32,
 }
 
 /// A server the listing walks.
@@ -201,128 +235,10 @@ pub(crate) type Pushes = mpsc::UnboundedReceiver<Push>;
 /// Where a backend sends a client's pushes.
 pub(crate) type PushSender = mpsc::UnboundedSender<Push>;
 
-/// Calls `$call` with `$backend` bound to whichever backend `$self` holds: the one
-/// dispatch of [`Link`] and [`Subscriber`].
-macro_rules! dispatch {
-    ($self:expr, $backend:ident => $call:expr) => {
-        match $self {
-            Self::Redis($backend) => $call,
-            Self::Memory($backend) => $call,
-        }
-    };
-}
-
 /// A client's way to its store for requests: the backend it was made with.
 pub(crate) enum Link {
     Redis(ScriptConnection),
     Memory(MemoryLink),
-}
-
-impl Backend for Link {
-    async fn acquire_read(
-        &self,
-        target: &Target,
-        token: &Token,
-        lease: Duration,
-        writer_preferred: bool,
-        upgradable: bool,
-        intent: Duration,
-        replicas: Option<Replicas>,
-    ) -> Result<(Acquired, u32), Error> {
-        let (wp, up) = (writer_preferred, upgradable);
-        dispatch!(self, b => b.acquire_read(target, token, lease, wp, up, intent, replicas).await)
-    }
-
-    async fn acquire_write(
-        &self,
-        target: &Target,
-        token: &Token,
-        lease: Duration,
-        intent: Duration,
-        upgrade: bool,
-        replicas: Option<Replicas>,
-    ) -> Result<(Acquired, u32), Error> {
-        let up = upgrade;
-        dispatch!(self, b => b.acquire_write(target, token, lease, intent, up, replicas).await)
-    }
-
-    async fn release(&self, target: &Target, token: &Token) -> Result<bool, Error> {
-        dispatch!(self, b => b.release(target, token).await)
-    }
-
-    async fn renew(
-        &self,
-        target: &Target,
-        token: &Token,
-        mode: LockMode,
-        lease: Duration,
-    ) -> Result<Renewed, Error> {
-        dispatch!(self, b => b.renew(target, token, mode, lease).await)
-    }
-
-    async fn downgrade(
-        &self,
-        target: &Target,
-        token: &Token,
-        lease: Duration,
-        from: Access,
-    ) -> Result<bool, Error> {
-        dispatch!(self, b => b.downgrade(target, token, lease, from).await)
-    }
-
-    async fn fenced_write(
-        &self,
-        target: &Target,
-        token: &Token,
-        writes: &[Write],
-        replicas: Option<Replicas>,
-    ) -> Result<(bool, u32), Error> {
-        dispatch!(self, b => b.fenced_write(target, token, writes, replicas).await)
-    }
-
-    async fn force_release(&self, target: &Target) -> Result<u64, Error> {
-        dispatch!(self, b => b.force_release(target).await)
-    }
-
-    async fn state(&self, target: &Target) -> Result<RawState, Error> {
-        dispatch!(self, b => b.state(target).await)
-    }
-
-    async fn writer_waits(&self, target: &Target) -> Result<bool, Error> {
-        dispatch!(self, b => b.writer_waits(target).await)
-    }
-
-    async fn mark_kept(
-        &self,
-        target: &Target,
-        token: &Token,
-        lease: Duration,
-        on: bool,
-    ) -> Result<(), Error> {
-        dispatch!(self, b => b.mark_kept(target, token, lease, on).await)
-    }
-
-    async fn nodes(&self) -> Result<Vec<Node>, Error> {
-        dispatch!(self, b => b.nodes().await)
-    }
-
-    async fn scan(
-        &self,
-        node: &Node,
-        cursor: u64,
-        glob: &str,
-        count: u32,
-    ) -> Result<(u64, Vec<String>), Error> {
-        dispatch!(self, b => b.scan(node, cursor, glob, count).await)
-    }
-
-    fn shares_slot(&self, a: &str, b: &str) -> bool {
-        dispatch!(self, link => link.shares_slot(a, b))
-    }
-
-    fn is_cluster(&self) -> bool {
-        dispatch!(self, b => b.is_cluster())
-    }
 }
 
 /// A client's subscription side: the channels it listens on. Cheap to clone.
@@ -335,12 +251,12 @@ pub(crate) enum Subscriber {
 impl Subscriber {
     /// Listens on `channel` from now on: what is published there arrives as a
     /// [`Push::Message`].
-    pub(crate) async fn subscribe(&self, channel: &str) -> Result<(), Error> {
+    pub(crate) async fn subscribe(&self, channel: &str) -> Result<()> {
         dispatch!(self, b => b.subscribe(channel).await)
     }
 
     /// Stops listening on `channel`.
-    pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<(), Error> {
+    pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<()> {
         dispatch!(self, b => b.unsubscribe(channel).await)
     }
 }

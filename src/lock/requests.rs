@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::Backend;
+use crate::backend::{Acquire, Backend, Fenced, Held};
 use crate::error::{Doing, ErrorChain};
 use crate::lock::waiting::intent_ttl;
 use crate::lock::wakeups::{Interest, Listener};
@@ -61,36 +61,38 @@ impl RwLock {
     ) -> Result<Acquired, Error> {
         let target = self.target()?;
         let options = self.options();
-        let replicas = self.replicas();
-        let lease = self.lease(access.mode());
         let intent = if wait {
             intent_ttl(options.write_lease)
         } else {
             Duration::ZERO
         };
-        let link = self.link();
-        let (reply, acknowledged) = match access {
+        let (in_line, intent) = match access {
             Access::Read | Access::RecursiveRead | Access::UpgradableRead => {
                 // Plain readers that defer to writers wait in line; the others ask.
                 let in_line = options.fairness == Fairness::WriterPreferred
                     && access != Access::RecursiveRead;
-                let upgradable = access == Access::UpgradableRead;
                 let intent = if access == Access::Read && in_line {
                     intent
                 } else {
                     Duration::ZERO
                 };
-                link.acquire_read(target, token, lease, in_line, upgradable, intent, replicas)
-                    .await
-                    .doing(self.name(), access.operation())?
+                (in_line, intent)
             }
-            Access::Write | Access::Upgrade => {
-                let upgrade = access == Access::Upgrade;
-                link.acquire_write(target, token, lease, intent, upgrade, replicas)
-                    .await
-                    .doing(self.name(), access.operation())?
-            }
+            Access::Write | Access::Upgrade => (false, intent),
         };
+        let ask = Acquire {
+            token,
+            access,
+            lease: self.lease(access.mode()),
+            in_line,
+            intent,
+            replicas: self.replicas(),
+        };
+        let (reply, acknowledged) = self
+            .link()
+            .acquire(target, &ask)
+            .await
+            .doing(self.name(), access.operation())?;
         if matches!(reply, Acquired::Granted { .. }) && acknowledged < options.min_replicas {
             if let Err(err) = self.release_token(token).await {
                 tracing::warn!(lock = self.name(), error = %ErrorChain(&err), "could not release an unreplicated hold; it ends with its lease");
@@ -155,7 +157,8 @@ impl RwLock {
         mode: LockMode,
     ) -> Result<Renewed, Error> {
         let lease = self.lease(mode);
-        self.link().renew(self.target()?, token, mode, lease).await
+        let held = Held { token, lease };
+        self.link().renew(self.target()?, held, mode).await
     }
 
     /// Turns `token`'s write hold (`from` [`Access::Write`]) into a read hold of a
@@ -164,7 +167,7 @@ impl RwLock {
     pub(crate) async fn downgrade_token(&self, token: &Token, from: Access) -> Result<bool, Error> {
         let lease = self.lease(LockMode::Read);
         self.link()
-            .downgrade(self.target()?, token, lease, from)
+            .downgrade(self.target()?, Held { token, lease }, from)
             .await
     }
 
@@ -182,7 +185,14 @@ impl RwLock {
         let required = self.options().min_replicas;
         let (written, acknowledged) = self
             .link()
-            .fenced_write(target, token, &writes.writes, self.replicas())
+            .fenced_write(
+                target,
+                &Fenced {
+                    token,
+                    writes: &writes.writes,
+                    replicas: self.replicas(),
+                },
+            )
             .await?;
         if written && acknowledged < required {
             return Err(Error::NotReplicated {

@@ -10,11 +10,12 @@ use tokio::time::Instant;
 
 use super::{MemoryStore, State, micros};
 use crate::Error;
-use crate::backend::{Backend, Node, PushSender, Pushes, Target};
+use crate::Result;
+use crate::backend::{Acquire, Backend, Fenced, Held, Node, PushSender, Pushes, Scan, Target};
 use crate::protocol::engine::{self, Field, Outcome, Reply, Time, Tok, Val};
 use crate::protocol::token::Token;
 use crate::protocol::{
-    Access, Acquired, CALL_BACK, EVICTED, LockMode, RawState, Renewed, Replicas, Write,
+    Access, Acquired, CALL_BACK, EVICTED, LockMode, RawState, Renewed, Replicas,
 };
 
 /// How long a forced release waits before it returns: on a server its `x` message
@@ -135,55 +136,28 @@ impl MemoryLink {
 /// The contract's requests on the store. It has no replicas (every count asked for
 /// acknowledges), one node, and every key in one place.
 impl Backend for MemoryLink {
-    async fn acquire_read(
-        &self,
-        target: &Target,
-        token: &Token,
-        lease: Duration,
-        writer_preferred: bool,
-        upgradable: bool,
-        intent: Duration,
-        replicas: Option<Replicas>,
-    ) -> Result<(Acquired, u32), Error> {
+    async fn acquire(&self, target: &Target, ask: &Acquire<'_>) -> Result<(Acquired, u32)> {
         let key = &MemoryKey::of(target)?;
-        let token = tok(token);
+        let Acquire {
+            access, in_line, ..
+        } = *ask;
+        let (token, lease, intent) = (tok(ask.token), micros(ask.lease), micros(ask.intent));
         let out = self
-            .run(key, |h, p, now| {
-                engine::acquire_read(
-                    h,
-                    p,
-                    now,
-                    token,
-                    micros(lease),
-                    writer_preferred,
-                    upgradable,
-                    micros(intent),
-                )
+            .run(key, |h, p, now| match access.mode() {
+                LockMode::Read => {
+                    let upgradable = access == Access::UpgradableRead;
+                    engine::acquire_read(h, p, now, token, lease, in_line, upgradable, intent)
+                }
+                LockMode::Write => {
+                    let upgrade = access == Access::Upgrade;
+                    engine::acquire_write(h, p, now, token, lease, intent, upgrade)
+                }
             })
             .await?;
-        Ok((acquired(out.reply), acknowledged(replicas)))
+        Ok((acquired(out.reply), acknowledged(ask.replicas)))
     }
 
-    async fn acquire_write(
-        &self,
-        target: &Target,
-        token: &Token,
-        lease: Duration,
-        intent: Duration,
-        upgrade: bool,
-        replicas: Option<Replicas>,
-    ) -> Result<(Acquired, u32), Error> {
-        let key = &MemoryKey::of(target)?;
-        let token = tok(token);
-        let out = self
-            .run(key, |h, p, now| {
-                engine::acquire_write(h, p, now, token, micros(lease), micros(intent), upgrade)
-            })
-            .await?;
-        Ok((acquired(out.reply), acknowledged(replicas)))
-    }
-
-    async fn release(&self, target: &Target, token: &Token) -> Result<bool, Error> {
+    async fn release(&self, target: &Target, token: &Token) -> Result<bool> {
         let key = &MemoryKey::of(target)?;
         let token = tok(token);
         let out = self
@@ -192,19 +166,13 @@ impl Backend for MemoryLink {
         Ok(out.reply == Reply::Int(1))
     }
 
-    async fn renew(
-        &self,
-        target: &Target,
-        token: &Token,
-        mode: LockMode,
-        lease: Duration,
-    ) -> Result<Renewed, Error> {
+    async fn renew(&self, target: &Target, held: Held<'_>, mode: LockMode) -> Result<Renewed> {
         let key = &MemoryKey::of(target)?;
-        let token = tok(token);
+        let (token, lease) = (tok(held.token), micros(held.lease));
         let write = mode == LockMode::Write;
         let out = self
             .run(key, |h, p, now| {
-                engine::renew(h, p, now, token, micros(lease), write)
+                engine::renew(h, p, now, token, lease, write)
             })
             .await?;
         Ok(match out.reply {
@@ -213,19 +181,13 @@ impl Backend for MemoryLink {
         })
     }
 
-    async fn downgrade(
-        &self,
-        target: &Target,
-        token: &Token,
-        lease: Duration,
-        from: Access,
-    ) -> Result<bool, Error> {
+    async fn downgrade(&self, target: &Target, held: Held<'_>, from: Access) -> Result<bool> {
         let key = &MemoryKey::of(target)?;
-        let token = tok(token);
+        let (token, lease) = (tok(held.token), micros(held.lease));
         let from_write = from.mode() == LockMode::Write;
         let out = self
             .run(key, |h, p, now| {
-                engine::downgrade(h, p, now, token, micros(lease), from_write)
+                engine::downgrade(h, p, now, token, lease, from_write)
             })
             .await?;
         Ok(out.reply == Reply::Int(1))
@@ -233,15 +195,12 @@ impl Backend for MemoryLink {
 
     /// Applies `writes` when `token` holds the write lock. The store has no
     /// replicas: every count asked for acknowledges.
-    async fn fenced_write(
-        &self,
-        target: &Target,
-        token: &Token,
-        writes: &[Write],
-        replicas: Option<Replicas>,
-    ) -> Result<(bool, u32), Error> {
+    async fn fenced_write(&self, target: &Target, ask: &Fenced<'_>) -> Result<(bool, u32)> {
         let key = &MemoryKey::of(target)?;
-        let token = tok(token);
+        let Fenced {
+            writes, replicas, ..
+        } = *ask;
+        let token = tok(ask.token);
         let written = self
             .request(|state| {
                 let out = operate(state, key, |h, p, now| {
@@ -267,7 +226,7 @@ impl Backend for MemoryLink {
         Ok((written, acknowledged(replicas)))
     }
 
-    async fn force_release(&self, target: &Target) -> Result<u64, Error> {
+    async fn force_release(&self, target: &Target) -> Result<u64> {
         let key = &MemoryKey::of(target)?;
         let out = self.run(key, engine::force_release).await?;
         // The subscribers hear of the eviction before anyone acts on the reply.
@@ -279,7 +238,7 @@ impl Backend for MemoryLink {
     }
 
     /// Who holds the lock, in the shape of `state.lua`'s reply.
-    async fn state(&self, target: &Target) -> Result<RawState, Error> {
+    async fn state(&self, target: &Target) -> Result<RawState> {
         let key = &MemoryKey::of(target)?;
         self.request(|state| {
             let now = state.tick();
@@ -336,7 +295,7 @@ impl Backend for MemoryLink {
 
     /// Whether a writer or an upgrade waits, or readers wait in line: the lock's
     /// line or pending upgrade exists (`HMGET q:head u:upgrade` on Redis).
-    async fn writer_waits(&self, target: &Target) -> Result<bool, Error> {
+    async fn writer_waits(&self, target: &Target) -> Result<bool> {
         let key = &MemoryKey::of(target)?;
         self.request(|state| {
             let now = state.tick();
@@ -351,14 +310,9 @@ impl Backend for MemoryLink {
     }
 
     /// Marks `token`'s read hold as kept idle (`on`), or clears the mark.
-    async fn mark_kept(
-        &self,
-        target: &Target,
-        token: &Token,
-        _lease: Duration,
-        on: bool,
-    ) -> Result<(), Error> {
+    async fn mark_kept(&self, target: &Target, held: Held<'_>, on: bool) -> Result<()> {
         let key = &MemoryKey::of(target)?;
+        let token = held.token;
         self.request(|state| {
             if on && !state.hashes.contains_key(key.hash) {
                 // The hold is gone with its hash: nothing to mark.
@@ -377,19 +331,14 @@ impl Backend for MemoryLink {
         .await
     }
 
-    async fn nodes(&self) -> Result<Vec<Node>, Error> {
+    async fn nodes(&self) -> Result<Vec<Node>> {
         Ok(vec![Node::single()])
     }
 
     /// The keys of the lock hashes in the store that match `glob` (Redis's glob), in
     /// order: one `SCAN` that sees everything.
-    async fn scan(
-        &self,
-        _node: &Node,
-        _cursor: u64,
-        glob: &str,
-        _count: u32,
-    ) -> Result<(u64, Vec<String>), Error> {
+    async fn scan(&self, scan: &Scan<'_>) -> Result<(u64, Vec<String>)> {
+        let glob = scan.glob;
         let keys = self.request(|state| {
             let now = state.tick();
             state.hashes.retain(|_, hash| {

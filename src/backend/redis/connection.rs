@@ -22,7 +22,7 @@ use redis::{
 
 use super::server::ServerInfo;
 use crate::Error;
-use crate::backend::{Limits, Node, Push, PushSender};
+use crate::backend::{Limits, Node, Push, PushSender, Scan};
 
 /// Retries after a timeout, a lost connection, TRYAGAIN or CLUSTERDOWN.
 const RETRIES: u32 = 3;
@@ -308,88 +308,87 @@ fn push_sender(push: PushSender) -> impl AsyncPushSender + Clone {
     }
 }
 
-/// The listing's walk (`fleet.rs`).
-impl Connection {
-    /// The servers to scan: every master of a cluster (in address order, as the driver
-    /// knows them, with their `DBSIZE`), or the one server.
-    pub(crate) async fn nodes(&self) -> Result<Vec<Node>, Error> {
-        let Connection::Cluster(cluster) = self else {
-            return Ok(vec![Node::single()]);
-        };
-        // Sent to every master at once; the driver answers with a map from each
-        // master's address to its reply (errors included, as values).
-        let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
-        let reply = cluster
-            .clone()
-            .route_command(redis::cmd("DBSIZE"), routing)
-            .await
-            .and_then(Value::extract_error)?;
-        let Value::Map(replies) = reply else {
-            return Err(unexpected("DBSIZE to every master", &reply));
-        };
-        let mut nodes = Vec::with_capacity(replies.len());
-        for (address, keys) in replies {
-            let address: String =
-                redis::from_redis_value(address).map_err(redis::RedisError::from)?;
-            let keys: u64 = redis::from_redis_value(keys).map_err(redis::RedisError::from)?;
-            let route = address
-                .rsplit_once(':')
-                .and_then(|(host, port)| Some((host.to_owned(), port.parse().ok()?)));
-            if route.is_none() {
-                return Err(unexpected(
-                    "a master's address",
-                    &Value::SimpleString(address),
-                ));
-            }
-            nodes.push(Node {
-                address,
-                route,
-                keys: Some(keys),
-            });
+/// The servers the listing scans: every master of a cluster (in address order, as
+/// the driver knows them, with their `DBSIZE`), or the one server.
+pub(crate) async fn masters(conn: &Connection) -> Result<Vec<Node>, Error> {
+    let Connection::Cluster(cluster) = conn else {
+        return Ok(vec![Node::single()]);
+    };
+    // Sent to every master at once; the driver answers with a map from each
+    // master's address to its reply (errors included, as values).
+    let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+    let reply = cluster
+        .clone()
+        .route_command(redis::cmd("DBSIZE"), routing)
+        .await
+        .and_then(Value::extract_error)?;
+    let Value::Map(replies) = reply else {
+        return Err(unexpected("DBSIZE to every master", &reply));
+    };
+    let mut nodes = Vec::with_capacity(replies.len());
+    for (address, keys) in replies {
+        let address: String = redis::from_redis_value(address).map_err(redis::RedisError::from)?;
+        let keys: u64 = redis::from_redis_value(keys).map_err(redis::RedisError::from)?;
+        let route = address
+            .rsplit_once(':')
+            .and_then(|(host, port)| Some((host.to_owned(), port.parse().ok()?)));
+        if route.is_none() {
+            return Err(unexpected(
+                "a master's address",
+                &Value::SimpleString(address),
+            ));
         }
-        nodes.sort_by(|a, b| a.address.cmp(&b.address));
-        Ok(nodes)
+        nodes.push(Node {
+            address,
+            route,
+            keys: Some(keys),
+        });
     }
+    nodes.sort_by(|a, b| a.address.cmp(&b.address));
+    Ok(nodes)
+}
 
-    /// One `SCAN cursor MATCH glob COUNT count TYPE hash` on `node`: the next cursor
-    /// (0: done) and the keys found (names that are not UTF-8 are no lock's).
-    pub(crate) async fn scan(
-        &self,
-        node: &Node,
-        cursor: u64,
-        glob: &str,
-        count: u32,
-    ) -> Result<(u64, Vec<String>), Error> {
-        let mut cmd: Cmd = redis::cmd("SCAN");
-        cmd.arg(cursor)
-            .arg("MATCH")
-            .arg(glob)
-            .arg("COUNT")
-            .arg(count)
-            .arg("TYPE")
-            .arg("hash");
-        let reply = match (self, &node.route) {
-            (Connection::Cluster(cluster), Some((host, port))) => {
-                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                    host: host.clone(),
-                    port: *port,
-                });
-                cluster
-                    .clone()
-                    .route_command(cmd, routing)
-                    .await
-                    .and_then(Value::extract_error)?
-            }
-            _ => cmd.query_async(&mut self.clone()).await?,
-        };
-        let (next, keys): (u64, Vec<Vec<u8>>) =
-            redis::from_redis_value(reply).map_err(redis::RedisError::from)?;
-        let keys = keys
-            .into_iter()
-            .filter_map(|key| String::from_utf8(key).ok())
-            .collect();
-        Ok((next, keys))
-    }
+/// One `SCAN cursor MATCH glob COUNT count TYPE hash` on the scan's node: the next
+/// cursor (0: done) and the keys found (names that are not UTF-8 are no lock's).
+pub(crate) async fn scan_node(
+    conn: &Connection,
+    scan: &Scan<'_>,
+) -> Result<(u64, Vec<String>), Error> {
+    let Scan {
+        node,
+        cursor,
+        glob,
+        count,
+    } = *scan;
+    let mut cmd: Cmd = redis::cmd("SCAN");
+    cmd.arg(cursor)
+        .arg("MATCH")
+        .arg(glob)
+        .arg("COUNT")
+        .arg(count)
+        .arg("TYPE")
+        .arg("hash");
+    let reply = match (conn, &node.route) {
+        (Connection::Cluster(cluster), Some((host, port))) => {
+            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                host: host.clone(),
+                port: *port,
+            });
+            cluster
+                .clone()
+                .route_command(cmd, routing)
+                .await
+                .and_then(Value::extract_error)?
+        }
+        _ => cmd.query_async(&mut conn.clone()).await?,
+    };
+    let (next, keys): (u64, Vec<Vec<u8>>) =
+        redis::from_redis_value(reply).map_err(redis::RedisError::from)?;
+    let keys = keys
+        .into_iter()
+        .filter_map(|key| String::from_utf8(key).ok())
+        .collect();
+    Ok((next, keys))
 }
 
 /// A reply of a shape the driver or server should never give.

@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use redis::{Cmd, FromRedisValue, Script};
 
-use super::connection::Connection;
+use super::connection::{Connection, masters, scan_node};
 use super::library::{self, Function, Functions, Library};
 use super::slot::key_slot;
 use crate::Error;
-use crate::backend::{Backend, Node, Target};
+use crate::Result;
+use crate::backend::{Acquire, Backend, Fenced, Held, Node, Scan, Target};
 use crate::error::ErrorChain;
 use crate::protocol::token::Token;
 use crate::protocol::{Access, Acquired, LockMode, RawState, Renewed, Replicas, Write, millis};
@@ -354,83 +355,53 @@ impl ScriptConnection {
 /// The requests as script calls, and the shared reads' look and mark as plain
 /// commands on the lock's hash (`HMGET`, `HSET`, `HDEL`).
 impl Backend for ScriptConnection {
-    async fn acquire_read(
-        &self,
-        target: &Target,
-        token: &Token,
-        lease: Duration,
-        writer_preferred: bool,
-        upgradable: bool,
-        intent: Duration,
-        replicas: Option<Replicas>,
-    ) -> Result<(Acquired, u32), Error> {
-        let args = args::acquire_read(token, lease, writer_preferred, upgradable, intent);
-        let (reply, acked) = self
-            .eval::<reply::Acquire>(target, Operation::AcquireRead, &[], args, replicas)
-            .await?;
+    async fn acquire(&self, target: &Target, ask: &Acquire<'_>) -> Result<(Acquired, u32)> {
+        let Acquire {
+            token,
+            access,
+            lease,
+            in_line,
+            intent,
+            replicas,
+        } = *ask;
+        let (reply, acked) = if access.mode() == LockMode::Read {
+            let upgradable = access == Access::UpgradableRead;
+            let args = args::acquire_read(token, lease, in_line, upgradable, intent);
+            self.eval::<reply::Acquire>(target, Operation::AcquireRead, &[], args, replicas)
+                .await?
+        } else {
+            let args = args::acquire_write(token, lease, intent, access == Access::Upgrade);
+            self.eval::<reply::Acquire>(target, Operation::AcquireWrite, &[], args, replicas)
+                .await?
+        };
         Ok((decode_acquired(reply), acked))
     }
 
-    async fn acquire_write(
-        &self,
-        target: &Target,
-        token: &Token,
-        lease: Duration,
-        intent: Duration,
-        upgrade: bool,
-        replicas: Option<Replicas>,
-    ) -> Result<(Acquired, u32), Error> {
-        let args = args::acquire_write(token, lease, intent, upgrade);
-        let (reply, acked) = self
-            .eval::<reply::Acquire>(target, Operation::AcquireWrite, &[], args, replicas)
-            .await?;
-        Ok((decode_acquired(reply), acked))
-    }
-
-    async fn release(&self, target: &Target, token: &Token) -> Result<bool, Error> {
+    async fn release(&self, target: &Target, token: &Token) -> Result<bool> {
         let removed: reply::Done = self
             .run(target, Operation::Release, args::release(token))
             .await?;
         Ok(removed == 1)
     }
 
-    async fn renew(
-        &self,
-        target: &Target,
-        token: &Token,
-        mode: LockMode,
-        lease: Duration,
-    ) -> Result<Renewed, Error> {
-        let renewed: reply::Done = self
-            .run(target, Operation::Renew, args::renew(token, lease, mode))
-            .await?;
+    async fn renew(&self, target: &Target, held: Held<'_>, mode: LockMode) -> Result<Renewed> {
+        let args = args::renew(held.token, held.lease, mode);
+        let renewed: reply::Done = self.run(target, Operation::Renew, args).await?;
         Ok(Renewed::from_reply(renewed))
     }
 
-    async fn downgrade(
-        &self,
-        target: &Target,
-        token: &Token,
-        lease: Duration,
-        from: Access,
-    ) -> Result<bool, Error> {
-        let done: reply::Done = self
-            .run(
-                target,
-                Operation::Downgrade,
-                args::downgrade(token, lease, from),
-            )
-            .await?;
+    async fn downgrade(&self, target: &Target, held: Held<'_>, from: Access) -> Result<bool> {
+        let args = args::downgrade(held.token, held.lease, from);
+        let done: reply::Done = self.run(target, Operation::Downgrade, args).await?;
         Ok(done == 1)
     }
 
-    async fn fenced_write(
-        &self,
-        target: &Target,
-        token: &Token,
-        writes: &[Write],
-        replicas: Option<Replicas>,
-    ) -> Result<(bool, u32), Error> {
+    async fn fenced_write(&self, target: &Target, ask: &Fenced<'_>) -> Result<(bool, u32)> {
+        let Fenced {
+            token,
+            writes,
+            replicas,
+        } = *ask;
         let keys: Vec<&str> = writes.iter().map(|w| w.key.as_str()).collect();
         let args = args::fenced_write(token, writes);
         let (fence, acknowledged) = self
@@ -439,18 +410,18 @@ impl Backend for ScriptConnection {
         Ok((fence > 0, acknowledged))
     }
 
-    async fn force_release(&self, target: &Target) -> Result<u64, Error> {
+    async fn force_release(&self, target: &Target) -> Result<u64> {
         self.run::<reply::Count>(target, Operation::ForceRelease, args::none)
             .await
     }
 
-    async fn state(&self, target: &Target) -> Result<RawState, Error> {
+    async fn state(&self, target: &Target) -> Result<RawState> {
         self.run::<reply::State>(target, Operation::State, args::none)
             .await
     }
 
     /// The lock's line or pending upgrade exists: `HMGET q:head u:upgrade`.
-    async fn writer_waits(&self, target: &Target) -> Result<bool, Error> {
+    async fn writer_waits(&self, target: &Target) -> Result<bool> {
         let fields: (Option<String>, Option<String>) = redis::cmd("HMGET")
             .arg(target.key())
             .arg("q:head")
@@ -464,15 +435,9 @@ impl Backend for ScriptConnection {
     /// also gives the hash a TTL of `lease` if it has none (`NX`), so a mark that
     /// comes after the lock's hash went leaves no key behind for good; the scripts
     /// keep any live hash's TTL past its holds.
-    async fn mark_kept(
-        &self,
-        target: &Target,
-        token: &Token,
-        lease: Duration,
-        on: bool,
-    ) -> Result<(), Error> {
+    async fn mark_kept(&self, target: &Target, held: Held<'_>, on: bool) -> Result<()> {
         let key = target.key();
-        let field = format!("k:{}", token.as_str());
+        let field = format!("k:{}", held.token.as_str());
         let mut link = self.conn.clone();
         if on {
             redis::pipe()
@@ -481,7 +446,7 @@ impl Backend for ScriptConnection {
                 .ignore()
                 .cmd("PEXPIRE")
                 .arg(key)
-                .arg(millis(lease))
+                .arg(millis(held.lease))
                 .arg("NX")
                 .ignore()
                 .query_async::<()>(&mut link)
@@ -496,18 +461,12 @@ impl Backend for ScriptConnection {
         Ok(())
     }
 
-    async fn nodes(&self) -> Result<Vec<Node>, Error> {
-        self.conn.nodes().await
+    async fn nodes(&self) -> Result<Vec<Node>> {
+        masters(&self.conn).await
     }
 
-    async fn scan(
-        &self,
-        node: &Node,
-        cursor: u64,
-        glob: &str,
-        count: u32,
-    ) -> Result<(u64, Vec<String>), Error> {
-        self.conn.scan(node, cursor, glob, count).await
+    async fn scan(&self, scan: &Scan<'_>) -> Result<(u64, Vec<String>)> {
+        scan_node(&self.conn, scan).await
     }
 
     fn shares_slot(&self, a: &str, b: &str) -> bool {
