@@ -24,7 +24,6 @@ use tracing::Instrument;
 
 use crate::client::live::{Kind, Registration};
 use crate::error::ErrorChain;
-use crate::lock::shared_reads;
 use crate::lock::wakeups::{Interest, Listener, RESUBSCRIBED};
 use crate::protocol::token::Token;
 use crate::protocol::{Access, Acquired, LockMode};
@@ -117,15 +116,13 @@ pub(crate) async fn acquire(lock: &RwLock, access: Access, wait: bool) -> Result
 }
 
 /// Upgrades `token`'s upgradable hold to the write hold, waiting as [`acquire`]
-/// does, once the client's idle kept read hold of the lock is out of the way (as
-/// for a write: `shared_reads::make_way`). [`Error::LeaseLost`] when the upgradable
-/// hold is gone. Whatever the outcome, the token stays the caller's to release:
-/// nothing is withdrawn here (a refused upgrade's mark that keeps new readers out
-/// lapses with its intent, or goes with the caller's release).
+/// does. [`Error::LeaseLost`] when the upgradable hold is gone. Whatever the outcome,
+/// the token stays the caller's to release: nothing is withdrawn here (a refused
+/// upgrade's mark that keeps new readers out lapses with its intent, or goes with
+/// the caller's release).
 pub(crate) async fn upgrade(lock: &RwLock, token: &Token, wait: bool) -> Result<Granted, Error> {
     let span = tracing::debug_span!("acquire", lock = lock.name(), access = ?Access::Upgrade, wait);
     lock.check()?;
-    shared_reads::make_way(lock).await;
     let pending = Pending::borrowed(lock, token.clone());
     attempt_until_granted(lock, Access::Upgrade, wait, pending)
         .instrument(span)
