@@ -1,7 +1,9 @@
 //! What an uncontended acquire and release costs on the in-memory backend: one
 //! task, one lock, nothing else running. No server: `cargo bench --bench memory`.
 //!
-//! Prints microseconds per acquire + release for each kind of hold (median of
+//! Prints microseconds per acquire + release for each kind of hold, and for a lone
+//! read with shared reads on (the default: what the sharing's bookkeeping costs a
+//! read that has no one to share with, against the plain read above it) (median of
 //! `MEMORY_BENCH_RUNS` runs, default 5, of `MEMORY_BENCH_ITERS` pairs each, default
 //! 100,000), with the runs' min and max. Without `--bench` (as `cargo test
 //! --benches` runs it, unoptimized) it only checks that it works: one run of 100.
@@ -35,10 +37,11 @@ async fn main() -> Result<(), redis_rwlock::Error> {
     // Shared reads off: every read is a request to the store, as a write is.
     let options = LockOptions::default().share_reads(false);
     let lock = client.rwlock_with("bench", options);
+    let sharing = client.rwlock("bench-shared");
     println!(
         "in-memory backend: us per uncontended acquire + release, median (min-max) of {runs} runs of {iters}"
     );
-    for kind in ["write", "read", "upgradable read"] {
+    for kind in ["write", "read", "read, shared", "upgradable read"] {
         let mut per_pair = Vec::with_capacity(runs);
         for _ in 0..runs {
             let started = Instant::now();
@@ -46,6 +49,7 @@ async fn main() -> Result<(), redis_rwlock::Error> {
                 match kind {
                     "write" => lock.write().await?.release().await?,
                     "read" => lock.read().await?.release().await?,
+                    "read, shared" => sharing.read().await?.release().await?,
                     _ => lock.upgradable_read().await?.release().await?,
                 }
             }

@@ -12,10 +12,12 @@
 //! read_heavy_scripts_kept,
 //! redis_benchmark, handoff,
 //! stream, reader_behind_writers, waiting, contention_writers, contention_readers,
-//! upgradable, shared_reads, sweep);
+//! upgradable, shared_reads, sharing_cost, sweep);
 //! `BENCH_IMPLS=redis_rwlock,original` likewise limits the implementations
 //! (redis_rwlock, original, rslock, rds_lock); `BENCH_OUT=dir` writes the report
-//! there instead of `bench-results/`.
+//! there instead of `bench-results/`; `BENCH_SHARING=shared` (or `unshared`) runs
+//! the soak-like mix of `sharing_cost` one way only, so that the process's RSS
+//! (`rss_mib_after_*`) is that way's alone.
 //! The launcher runs `REDIS_SERVER` / `REDIS_CLI` when set, so
 //! `eval "$(bash cluster-compose/ensure-redis.sh --valkey)"` first benchmarks on the
 //! pinned Valkey; `redis-benchmark` (or `valkey-benchmark`, or `REDIS_BENCHMARK`) is
@@ -30,6 +32,7 @@
 mod cluster;
 mod contention;
 mod locks;
+mod process;
 mod read_heavy;
 mod reader_behind_writers;
 mod report;

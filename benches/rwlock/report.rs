@@ -438,6 +438,13 @@ fn sharing_cost_targets(r: &Results, out: &mut Vec<Target>) {
         "tasks",
         |x| x <= 1.2,
     ));
+    out.push(ratio_target(
+        "... the heap at its peak during the mix with shared reads <= 1.2x without (the process's RSS follows it)".into(),
+        soak("heap_peak_mib_shared"),
+        soak("heap_peak_mib_unshared"),
+        "MiB",
+        |x| x <= 1.2,
+    ));
     let hot = |name: &str| r.get(ONE_LOCK_KEPT, Impl::Ours, name);
     out.push(ratio_target(
         "one lock, 64 tasks of one client, 5% writes from the same client: acquisitions/s with keep_reads(500 ms) >= 1.0x the default".into(),

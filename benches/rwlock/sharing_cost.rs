@@ -13,6 +13,12 @@
 //! - **one hot lock, reads kept** (`one_lock_kept`): 64 tasks of one client on one
 //!   lock, 95% read / 5% write (the writes from the same client), hold one
 //!   `yield_now`: `keep_reads(500 ms)` against the default, acquisitions per second.
+//!
+//! Each mix also records what it cost per acquisition: the masters' scripts,
+//! commands and main-thread CPU, the benchmark process's CPU (the client's side,
+//! which shares the two cores with the servers), and the process's heap at its peak
+//! and after the mix. Run one way at a time (`BENCH_SHARING`, main.rs), the soak-like
+//! mix's `rss_mib_after_*` is the process's RSS for that way alone.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,7 +29,9 @@ use redis_rwlock::{Error, LockClient, LockOptions, RwLock, RwLockReadGuard, RwLo
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep, timeout};
 
+use crate::cluster::Counters;
 use crate::locks::Impl;
+use crate::process;
 use crate::scenarios::{Bench, LONG_WAIT};
 
 /// Result names.
@@ -59,22 +67,40 @@ impl Bench {
             .iter()
             .map(|clients| clients.ours.clone())
             .collect();
-        for shared in order {
+        // `BENCH_SHARING=shared` (or `unshared`) runs the soak-like mix one way
+        // only, and nothing else: the process's RSS then belongs to that way alone.
+        let only = std::env::var("BENCH_SHARING").ok();
+        let soak_order = order.map(|shared| {
+            only.as_deref()
+                .is_none_or(|only| (only == "shared") == shared)
+                .then_some(shared)
+        });
+        for shared in soak_order.into_iter().flatten() {
             let options = LockOptions::default().share_reads(shared);
             let base = format!("soak-{run}-{shared}-{}", std::process::id());
-            let (rate, failures) = soak(&clients, &base, options, secs).await;
+            let costs = Costs::start(self).await;
+            let mix = soak(&clients, &base, options, secs).await;
+            let label = if shared { "shared" } else { "unshared" };
+            let mut r = self.results.of(SOAK_MIX, Impl::Ours);
+            r.put(format!("acquisitions_per_s_{label}"), "/s", mix.rate);
+            costs.put(self, SOAK_MIX, label, mix.granted).await;
             // What stays alive once the mix is over: its guards are gone, so what
             // lives is the crate's own (listening, lingering entries, timers).
             let tasks = tokio::runtime::Handle::current()
                 .metrics()
                 .num_alive_tasks();
-            let label = if shared { "shared" } else { "unshared" };
             let mut r = self.results.of(SOAK_MIX, Impl::Ours);
-            r.put(format!("acquisitions_per_s_{label}"), "/s", rate);
             r.put(format!("live_tasks_after_{label}"), "tasks", tasks as f64);
-            if failures > 0 {
-                self.note(format!("soak mix ({label}): {failures} failed acquires"));
+            r.put(format!("rss_mib_after_{label}"), "MiB", process::rss_mib());
+            if mix.failed > 0 {
+                self.note(format!(
+                    "soak mix ({label}): {} failed acquires",
+                    mix.failed
+                ));
             }
+        }
+        if only.is_some() {
+            return;
         }
         let client = self.clients.ours.clone();
         for keep in order {
@@ -85,16 +111,19 @@ impl Bench {
             };
             let name = format!("hotkept-{run}-{keep}-{}", std::process::id());
             let lock = client.rwlock_with(self.name_on(0, &name), options.wait_timeout(LONG_WAIT));
-            let (rate, failures) = hot_lock(&lock, secs).await;
+            let costs = Costs::start(self).await;
+            let mix = hot_lock(&lock, secs).await;
             let label = if keep { "kept" } else { "default" };
             self.results.of(ONE_LOCK_KEPT, Impl::Ours).put(
                 format!("acquisitions_per_s_{label}"),
                 "/s",
-                rate,
+                mix.rate,
             );
-            if failures > 0 {
+            costs.put(self, ONE_LOCK_KEPT, label, mix.granted).await;
+            if mix.failed > 0 {
                 self.note(format!(
-                    "one lock, reads kept ({label}): {failures} failed acquires"
+                    "one lock, reads kept ({label}): {} failed acquires",
+                    mix.failed
                 ));
             }
         }
@@ -127,7 +156,7 @@ async fn acquire(lock: &RwLock, write: bool) -> Result<Held, Error> {
 
 /// Runs the soak-like mix for `secs` on locks named after `base`; acquisitions per
 /// second (granted, counted at the grant), and failed acquires (not cancelled ones).
-async fn soak(clients: &[LockClient], base: &str, options: LockOptions, secs: f64) -> (f64, u64) {
+async fn soak(clients: &[LockClient], base: &str, options: LockOptions, secs: f64) -> Mix {
     let locks: Vec<Vec<RwLock>> = clients
         .iter()
         .map(|client| {
@@ -189,12 +218,16 @@ async fn soak(clients: &[LockClient], base: &str, options: LockOptions, secs: f6
         }
     }
     let rate = rate_over(secs, &stop, &granted, tasks).await;
-    (rate, failed.load(Ordering::Relaxed))
+    Mix {
+        rate,
+        granted: granted.load(Ordering::Relaxed),
+        failed: failed.load(Ordering::Relaxed),
+    }
 }
 
 /// 64 tasks of one client on one lock, 95% reads, writes from the same client,
 /// hold one `yield_now`, for `secs`: acquisitions per second, and failed acquires.
-async fn hot_lock(lock: &RwLock, secs: f64) -> (f64, u64) {
+async fn hot_lock(lock: &RwLock, secs: f64) -> Mix {
     let (stop, granted, failed) = (
         Arc::new(AtomicBool::new(false)),
         Arc::new(AtomicU64::new(0)),
@@ -222,7 +255,82 @@ async fn hot_lock(lock: &RwLock, secs: f64) -> (f64, u64) {
         });
     }
     let rate = rate_over(secs, &stop, &granted, tasks).await;
-    (rate, failed.load(Ordering::Relaxed))
+    Mix {
+        rate,
+        granted: granted.load(Ordering::Relaxed),
+        failed: failed.load(Ordering::Relaxed),
+    }
+}
+
+/// What a mix did.
+struct Mix {
+    /// Acquisitions per second over the timed window.
+    rate: f64,
+    /// Acquisitions in all, the stop included.
+    granted: u64,
+    /// Failed acquires and releases (not cancelled acquires).
+    failed: u64,
+}
+
+/// What a mix costs, per acquisition: the masters' scripts, commands and
+/// main-thread CPU, the benchmark process's CPU (the client's side: on two cores
+/// the two share the machine), and the heap at its peak and once the mix is over.
+struct Costs {
+    server: Option<Counters>,
+    client_cpu_us: f64,
+}
+
+impl Costs {
+    async fn start(bench: &mut Bench) -> Self {
+        process::reset_peak();
+        Costs {
+            server: bench.masters.total().await.ok(),
+            client_cpu_us: process::process_cpu_us(),
+        }
+    }
+
+    /// Records the costs of a mix of `granted` acquisitions as `<what>_<label>`
+    /// results of `scenario`.
+    async fn put(self, bench: &mut Bench, scenario: &'static str, label: &str, granted: u64) {
+        let client_cpu = process::process_cpu_us() - self.client_cpu_us;
+        let peak = process::peak();
+        let server = bench.masters.total().await.ok();
+        let per = |v: f64| v / granted.max(1) as f64;
+        let mut r = bench.results.of(scenario, Impl::Ours);
+        if let (Some(before), Some(after)) = (self.server, server) {
+            let d = after.since(&before);
+            r.put(
+                format!("scripts_per_acq_{label}"),
+                "",
+                per(d.scripts as f64),
+            );
+            r.put(
+                format!("commands_per_acq_{label}"),
+                "",
+                per(d.commands as f64),
+            );
+            r.put(
+                format!("server_cpu_us_per_acq_{label}"),
+                "us",
+                per(d.cpu_us),
+            );
+        }
+        r.put(
+            format!("client_cpu_us_per_acq_{label}"),
+            "us",
+            per(client_cpu),
+        );
+        r.put(format!("heap_peak_mib_{label}"), "MiB", mib(peak));
+        r.put(
+            format!("heap_live_after_mib_{label}"),
+            "MiB",
+            mib(process::live()),
+        );
+    }
+}
+
+fn mib(bytes: usize) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
 }
 
 /// Lets `tasks` run for `secs`, then stops them (`stop`) and waits for them: the

@@ -102,11 +102,21 @@ struct Channel {
     listeners: HashMap<u64, Mailbox>,
 }
 
-struct Mailbox {
-    /// `None`: a shared read hold's, which wants only call-backs.
-    interest: Option<Interest>,
-    sender: mpsc::UnboundedSender<Arc<str>>,
+enum Mailbox {
+    /// A waiter's: the messages its interest wants go to its [`Listener`].
+    Waiter {
+        interest: Interest,
+        sender: mpsc::UnboundedSender<Arc<str>>,
+    },
+    /// A shared read hold's: writers' call-backs, forced releases and restored
+    /// subscriptions, handed to it as they come, with no task of its own.
+    CallBacks(OnCallBack),
 }
+
+/// What a client that shares a lock's read hold does with a call-back (`w`), a
+/// forced release (`x`) or [`RESUBSCRIBED`]. Called by the dispatch, outside every
+/// lock of the hub's.
+pub(crate) type OnCallBack = Arc<dyn Fn(&str) + Send + Sync>;
 
 impl Wakeups {
     /// Serves wake-ups through `subscriber`, the client's subscription side, whose
@@ -136,7 +146,7 @@ impl Wakeups {
         // listener is registered; if it is busy, take the slow path.
         match self.hub.subscribed.try_lock() {
             Ok(subscribed) if subscribed.contains(channel) => {
-                Ok(self.hub.register(&self.hub, channel, Some(interest)))
+                Ok(self.hub.listener(&self.hub, channel, interest))
             }
             _ => Err(interest),
         }
@@ -156,28 +166,31 @@ impl Wakeups {
         channel: &str,
         interest: Interest,
     ) -> Result<Listener, Error> {
-        self.subscribe(channel, Some(interest)).await
+        self.subscribe(channel, interest).await
     }
 
     /// Starts listening on `channel` for writers' call-backs (`w`), forced
-    /// releases (`x`) and [`RESUBSCRIBED`] only, as [`listen`](Self::listen) does.
+    /// releases (`x`) and [`RESUBSCRIBED`] only: each is handed to `on` as it comes,
+    /// until the returned registration is dropped.
     ///
     /// # Errors
     ///
     /// [`Error::Redis`] when the channel could not be subscribed: unlike a waiter,
     /// which has its re-check timer, the caller would not hear a call-back.
-    pub(crate) async fn listen_for_call_backs(&self, channel: &str) -> Result<Listener, Error> {
-        let listener = self.hub.register(&self.hub, channel, None);
-        self.hub.sync(channel).await?;
-        Ok(listener)
-    }
-
-    async fn subscribe(
+    pub(crate) async fn listen_for_call_backs(
         &self,
         channel: &str,
-        interest: Option<Interest>,
-    ) -> Result<Listener, Error> {
-        let listener = self.hub.register(&self.hub, channel, interest);
+        on: OnCallBack,
+    ) -> Result<Registration, Error> {
+        let registration = self
+            .hub
+            .register(&self.hub, channel, Mailbox::CallBacks(on));
+        self.hub.sync(channel).await?;
+        Ok(registration)
+    }
+
+    async fn subscribe(&self, channel: &str, interest: Interest) -> Result<Listener, Error> {
+        let listener = self.hub.listener(&self.hub, channel, interest);
         if let Err(err) = self.hub.sync(channel).await {
             if matches!(&err, Error::Redis(failure) if failure.code() == Some("NOPERM")) {
                 return Err(err);
@@ -199,18 +212,25 @@ impl Hub {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn register(&self, hub: &Arc<Hub>, channel: &str, interest: Option<Interest>) -> Listener {
-        let (sender, receiver) = mpsc::unbounded_channel();
+    fn register(&self, hub: &Arc<Hub>, channel: &str, mailbox: Mailbox) -> Registration {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.channels()
             .entry(channel.to_owned())
             .or_default()
             .listeners
-            .insert(id, Mailbox { interest, sender });
-        Listener {
+            .insert(id, mailbox);
+        Registration {
             hub: hub.clone(),
             channel: channel.to_owned(),
             id,
+        }
+    }
+
+    fn listener(&self, hub: &Arc<Hub>, channel: &str, interest: Interest) -> Listener {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let registration = self.register(hub, channel, Mailbox::Waiter { interest, sender });
+        Listener {
+            _registration: registration,
             receiver,
         }
     }
@@ -218,19 +238,30 @@ impl Hub {
     /// Hands `payload` to the listeners of `channel` it concerns (all of them for a
     /// restored subscription).
     fn deliver(&self, channel: &str, payload: &str) {
-        if let Some(channel) = self.channels().get_mut(channel) {
-            let payload: Arc<str> = Arc::from(payload);
+        let mut call_backs = Vec::new();
+        if let Some(channel) = self.channels().get(channel) {
+            let shared: Arc<str> = Arc::from(payload);
             for mailbox in channel.listeners.values() {
-                let wanted = match &mailbox.interest {
-                    Some(interest) => payload.as_ref() == RESUBSCRIBED || interest.wants(&payload),
+                match mailbox {
+                    Mailbox::Waiter { interest, sender } => {
+                        if payload == RESUBSCRIBED || interest.wants(payload) {
+                            let _ = sender.send(shared.clone());
+                        }
+                    }
                     // Listening for call-backs: also forced releases, and that
                     // messages may have been lost.
-                    None => [CALL_BACK, EVICTED, RESUBSCRIBED].contains(&payload.as_ref()),
-                };
-                if wanted {
-                    let _ = mailbox.sender.send(payload.clone());
+                    Mailbox::CallBacks(on) => {
+                        if [CALL_BACK, EVICTED, RESUBSCRIBED].contains(&payload) {
+                            call_backs.push(on.clone());
+                        }
+                    }
                 }
             }
+        }
+        // Outside the channels' lock: a call-back takes the client's shared reads'
+        // lock, under which a registration may go (and take the channels' lock).
+        for on in call_backs {
+            on(payload);
         }
     }
 
@@ -300,10 +331,16 @@ async fn dispatch(hub: Weak<Hub>, mut pushes: Pushes) {
 
 /// One waiter's mailbox on a channel: receives the messages that concern it.
 pub(crate) struct Listener {
+    _registration: Registration,
+    receiver: mpsc::UnboundedReceiver<Arc<str>>,
+}
+
+/// A mailbox's place on its channel: dropped, the mailbox goes, and the channel is
+/// unsubscribed `LINGER` after its last one went.
+pub(crate) struct Registration {
     hub: Arc<Hub>,
     channel: String,
     id: u64,
-    receiver: mpsc::UnboundedReceiver<Arc<str>>,
 }
 
 impl Listener {
@@ -326,7 +363,7 @@ impl Listener {
     }
 }
 
-impl Drop for Listener {
+impl Drop for Registration {
     fn drop(&mut self) {
         let mut channels = self.hub.channels();
         let Some(channel) = channels.get_mut(&self.channel) else {

@@ -34,13 +34,14 @@
 //! anything else the release sends): the hold is marked lost at once (every share's
 //! `lost()` fires) and no task joins it.
 
+use std::sync::Arc;
+
 use tokio::sync::watch;
-use tokio::task::AbortHandle;
 
 use super::{Entry, SharedReads, Slot};
 use crate::backend::Backend;
 use crate::error::ErrorChain;
-use crate::lock::wakeups::{CALL_BACK, EVICTED, RESUBSCRIBED};
+use crate::lock::wakeups::{CALL_BACK, EVICTED, OnCallBack, RESUBSCRIBED, Registration};
 use crate::metrics::LostCause;
 use crate::{Error, RwLock};
 
@@ -50,17 +51,8 @@ pub(super) enum Listening {
     No,
     /// A task subscribes and looks for a waiting writer; the others wait for it.
     Starting(watch::Receiver<()>),
-    /// The task that listens.
-    Yes { _listens: Listens },
-}
-
-/// The task that listens for a lock's call-backs; it ends when this is dropped.
-pub(super) struct Listens(AbortHandle);
-
-impl Drop for Listens {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
+    /// It listens (until this is dropped).
+    Yes { _listens: Registration },
 }
 
 /// A task making the client hear call-backs for a lock. Dropped before it is done
@@ -115,39 +107,44 @@ impl Starting {
         matches!(&entry.listening, Listening::Starting(started) if started.same_channel(&self.started))
     }
 
-    /// Subscribes, and listens for call-backs in the background.
-    async fn listen(&self) -> Result<Listens, Error> {
+    /// Subscribes; the call-backs that come are handled as they arrive, by the
+    /// client's wake-up dispatch (no task per lock), until the registration goes.
+    async fn listen(&self) -> Result<Registration, Error> {
         let lock = &self.lock;
         let channel = &lock.target()?.channel;
-        let wakeups = &lock.client().inner.wakeups;
-        let mut listener = wakeups.listen_for_call_backs(channel).await?;
-        let (lock, key) = (lock.internal(), self.key.clone());
-        let task = tokio::spawn(async move {
-            let reads = &lock.client().inner.shared_reads;
-            loop {
-                let message = listener.recv().await;
-                match &*message {
-                    CALL_BACK => {
-                        tracing::debug!(lock = lock.name(), "a writer called the read hold back");
-                        reads.call_back(&key, Recall::Writer);
-                    }
-                    // The subscription lapsed: a call-back may have been lost.
-                    RESUBSCRIBED => {
-                        tracing::debug!(
-                            lock = lock.name(),
-                            "call-backs may have been lost; the read hold takes no more shares"
-                        );
-                        reads.call_back(&key, Recall::Writer);
-                    }
-                    EVICTED => {
-                        tracing::debug!(lock = lock.name(), "a forced release ended the read hold");
-                        reads.call_back(&key, Recall::Evicted);
-                    }
-                    _ => {}
+        // The client, weakly: listening keeps no dropped client alive.
+        let client = Arc::downgrade(&lock.client().inner);
+        let (name, key) = (lock.name().to_owned(), self.key.clone());
+        let on: OnCallBack = Arc::new(move |message: &str| {
+            let Some(client) = client.upgrade() else {
+                return;
+            };
+            let why = match message {
+                CALL_BACK => {
+                    tracing::debug!(lock = name, "a writer called the read hold back");
+                    Recall::Writer
                 }
-            }
+                // The subscription lapsed: a call-back may have been lost.
+                RESUBSCRIBED => {
+                    tracing::debug!(
+                        lock = name,
+                        "call-backs may have been lost; the read hold takes no more shares"
+                    );
+                    Recall::Writer
+                }
+                EVICTED => {
+                    tracing::debug!(lock = name, "a forced release ended the read hold");
+                    Recall::Evicted
+                }
+                _ => return,
+            };
+            client.shared_reads.call_back(&key, why);
         });
-        Ok(Listens(task.abort_handle()))
+        lock.client()
+            .inner
+            .wakeups
+            .listen_for_call_backs(channel, on)
+            .await
     }
 }
 

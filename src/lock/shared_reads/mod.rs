@@ -29,12 +29,14 @@ mod kept;
 mod writes;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::client::ClientInner;
 use crate::guard::lease::{Hold, Lease};
 use crate::metrics::{Acquiring, Holding, Local, Mode};
 use crate::protocol::Access;
@@ -55,6 +57,10 @@ const LINGER: Duration = Duration::from_secs(5);
 #[derive(Default)]
 pub(crate) struct SharedReads {
     locks: Mutex<HashMap<String, Entry>>,
+    /// A task sweeps out the entries idle for `LINGER` (`sweep`: one per client,
+    /// while any entry is idle, however many locks it reads). Set and cleared with
+    /// `locks` held, so an entry that goes idle always finds a sweeper.
+    sweeping: AtomicBool,
 }
 
 /// What the client knows of one lock's reads.
@@ -68,9 +74,6 @@ struct Entry {
     recalled: bool,
     /// When the slot emptied: the entry goes `LINGER` later unless used again.
     idle_since: Option<Instant>,
-    /// A task waits to remove the entry once it has been idle for `LINGER` (one
-    /// per entry, however often its slot empties).
-    lingering: bool,
     /// A task of this client writes the lock: new readers wait for it (`writes.rs`).
     writing: Option<writes::Writing>,
 }
@@ -333,43 +336,15 @@ impl SharedReads {
             return;
         }
         entry.idle_since = Some(Instant::now());
-        if entry.lingering {
-            return;
-        }
         let runtime = tokio::runtime::Handle::try_current();
         let (Ok(runtime), false) = (runtime, lock.client().is_abandoned()) else {
             locks.remove(key);
             return;
         };
-        entry.lingering = true;
-        // The client, weakly: a lingering entry keeps no dropped client alive.
-        let (client, key) = (Arc::downgrade(&lock.client().inner), key.to_owned());
-        runtime.spawn(async move {
-            let mut idle_since = Instant::now();
-            loop {
-                tokio::time::sleep_until(idle_since + LINGER).await;
-                let Some(client) = client.upgrade() else {
-                    return;
-                };
-                let mut locks = client.shared_reads.locks();
-                let Some(entry) = locks.get_mut(&key) else {
-                    return;
-                };
-                match entry.idle() {
-                    // Used again: the slot's next emptying starts another wait.
-                    None => {
-                        entry.lingering = false;
-                        return;
-                    }
-                    Some(since) if since + LINGER <= Instant::now() => {
-                        locks.remove(&key);
-                        return;
-                    }
-                    // Emptied again meanwhile: wait from then.
-                    Some(since) => idle_since = since,
-                }
-            }
-        });
+        if !self.sweeping.swap(true, Ordering::Relaxed) {
+            // The client, weakly: a sweeper keeps no dropped client alive.
+            runtime.spawn(sweep(Arc::downgrade(&lock.client().inner)));
+        }
     }
 
     /// The client's last handle went (`LockClient`'s docs): every kept hold is
@@ -394,6 +369,29 @@ impl SharedReads {
     }
 }
 
+/// Removes the client's entries once idle for `LINGER`, as long as any entry is
+/// idle: it wakes when the first of them is due.
+async fn sweep(client: Weak<ClientInner>) {
+    let mut due = Instant::now() + LINGER;
+    loop {
+        tokio::time::sleep_until(due).await;
+        let Some(client) = client.upgrade() else {
+            return;
+        };
+        let reads = &client.shared_reads;
+        let mut locks = reads.locks();
+        let now = Instant::now();
+        locks.retain(|_, entry| entry.idle().is_none_or(|since| since + LINGER > now));
+        match locks.values().filter_map(Entry::idle).min() {
+            Some(first) => due = first + LINGER,
+            None => {
+                reads.sweeping.store(false, Ordering::Relaxed);
+                return;
+            }
+        }
+    }
+}
+
 impl Entry {
     fn new() -> Self {
         Entry {
@@ -401,7 +399,6 @@ impl Entry {
             listening: Listening::No,
             recalled: false,
             idle_since: None,
-            lingering: false,
             writing: None,
         }
     }
@@ -609,5 +606,48 @@ impl Drop for Share {
             // The last share's lease releases itself in the background as it drops.
             drop(self.leave());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{LockClient, MemoryStore};
+
+    fn entries(client: &LockClient) -> usize {
+        client.inner.shared_reads.locks().len()
+    }
+
+    /// A lock's entry (with its listening) outlives its last hold by `LINGER`, and
+    /// no more: one sweeper per client removes it, and a second entry that went idle
+    /// later goes at its own time.
+    #[tokio::test(start_paused = true)]
+    async fn idle_entries_go_linger_after_their_last_hold() -> Result<(), Error> {
+        let client = LockClient::in_memory(&MemoryStore::new());
+        let (a, b) = (client.rwlock("a"), client.rwlock("b"));
+        // Two shares of each: the second share starts listening, so the entry lingers.
+        let a_shares = (a.read().await?, a.read().await?);
+        let b_shares = (b.read().await?, b.read().await?);
+        a_shares.0.release().await?;
+        a_shares.1.release().await?;
+        tokio::time::sleep(LINGER / 2).await;
+        b_shares.0.release().await?;
+        b_shares.1.release().await?;
+        assert_eq!(entries(&client), 2, "both entries linger");
+        tokio::time::sleep(LINGER / 2 + Duration::from_millis(100)).await;
+        assert_eq!(
+            entries(&client),
+            1,
+            "a's entry went LINGER after a's last hold"
+        );
+        tokio::time::sleep(LINGER / 2 - Duration::from_millis(200)).await;
+        assert_eq!(entries(&client), 1, "b's entry lingers until its own time");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            entries(&client),
+            0,
+            "b's entry went LINGER after b's last hold"
+        );
+        Ok(())
     }
 }
