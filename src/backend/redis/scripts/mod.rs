@@ -3,7 +3,7 @@
 //! and reply shapes, and the few plain commands the shared reads and the listing
 //! send.
 
-use std::sync::LazyLock;
+use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
 
 use redis::{Cmd, FromRedisValue, Script};
@@ -112,7 +112,9 @@ pub(crate) struct Scripts {
 /// the function library when its layout has one.
 struct Lua {
     source: String,
-    sha: String,
+    /// Worked out at the first EVALSHA of this script: a layout with a library
+    /// calls its functions by name and may never need it.
+    sha: OnceLock<String>,
     read_only: bool,
     function: Option<String>,
 }
@@ -134,11 +136,17 @@ impl Lua {
         match (via, &self.function, self.read_only) {
             (Via::Function, Some(name), false) => ("FCALL", name),
             (Via::Function, Some(name), true) => ("FCALL_RO", name),
-            (Via::Function | Via::Sha, _, false) => ("EVALSHA", &self.sha),
-            (Via::Function | Via::Sha, _, true) => ("EVALSHA_RO", &self.sha),
+            (Via::Function | Via::Sha, _, false) => ("EVALSHA", self.sha()),
+            (Via::Function | Via::Sha, _, true) => ("EVALSHA_RO", self.sha()),
             (Via::Source, _, false) => ("EVAL", &self.source),
             (Via::Source, _, true) => ("EVAL_RO", &self.source),
         }
+    }
+
+    /// The SHA1 EVALSHA names the script by.
+    fn sha(&self) -> &str {
+        self.sha
+            .get_or_init(|| Script::new(&self.source).get_hash().to_owned())
     }
 }
 
@@ -147,15 +155,11 @@ impl Scripts {
     /// layout's operations can also be called as its functions.
     fn build(layout: &str, library: Option<&Library>) -> Self {
         let prelude = prelude(layout);
-        let make = |op: Operation| {
-            let source = format!("{prelude}\n{}", op.source());
-            let sha = Script::new(&source).get_hash().to_owned();
-            Lua {
-                source,
-                sha,
-                read_only: op.read_only(),
-                function: library.map(|library| library.function_name(op.name())),
-            }
+        let make = |op: Operation| Lua {
+            source: format!("{prelude}\n{}", op.source()),
+            sha: OnceLock::new(),
+            read_only: op.read_only(),
+            function: library.map(|library| library.function_name(op.name())),
         };
         Scripts {
             scripts: Operation::ALL.map(make),
@@ -176,6 +180,10 @@ pub(crate) struct ScriptConnection {
 
 impl ScriptConnection {
     pub(crate) fn new(conn: Connection) -> Self {
+        // The hash layout's scripts and the library's name are put together once
+        // per process, at the first connect, not in some lock's first request,
+        // which would wait for it.
+        LazyLock::force(&HASH);
         ScriptConnection {
             conn,
             functions: Functions::default(),
