@@ -16,8 +16,9 @@
 //!   [`scan`](Backend::scan));
 //! - for the reads a client's tasks share, a look ([`writer_waits`](Backend::writer_waits))
 //!   and a mark ([`mark_kept`](Backend::mark_kept));
-//! - and whether two keys may be touched by one request
-//!   ([`shares_slot`](Backend::shares_slot)).
+//! - and, answered without a request, whether two keys may be touched by one
+//!   request ([`shares_slot`](Backend::shares_slot)) and whether the store is a
+//!   cluster ([`is_cluster`](Backend::is_cluster)).
 //!
 //! Every request may fail with [`Error`]: a store that cannot be reached in time or
 //! refuses the request (`Error::Redis`), a lock's key of another type
@@ -32,9 +33,8 @@
 //!
 //! A client holds one [`Link`] (requests) and one [`Subscriber`], made together by
 //! [`Connected`]'s constructors, the only place a backend is chosen. Both are enums
-//! over the two backends: a call is one `match`, with no boxing on the way, written
-//! once (`dispatch!`; `contract!` declares each request once, for the trait and for
-//! [`Link`]). Neither backend names the other; both use this module's types and the
+//! over the two backends: a call is one `match` (`dispatch!`), with no boxing on the
+//! way. Neither backend names the other; both use this module's types and the
 //! protocol's.
 
 pub(crate) mod memory;
@@ -65,95 +65,65 @@ macro_rules! dispatch {
     };
 }
 
-/// Declares the contract, [`Backend`], and its dispatch over the backends a
-/// [`Link`] may hold: each request is written once, here.
-macro_rules! contract {
-    (
-        requests {$(
-            $(#[$doc:meta])*
-            async fn $name:ident(&self $(, $arg:ident: $ty:ty)*) -> $ret:ty;
-        )*}
-        answered_here {$(
-            $(#[$sync_doc:meta])*
-            fn $sync:ident(&self $(, $sync_arg:ident: $sync_ty:ty)*) -> $sync_ret:ty;
-        )*}
-    ) => {
-        /// What a lock asks of its store (see the module's doc): the typed requests
-        /// of the protocol, each on one lock. [`Link`] dispatches them to the
-        /// client's backend.
-        pub(crate) trait Backend {
-            $($(#[$doc])* async fn $name(&self $(, $arg: $ty)*) -> $ret;)*
-            $($(#[$sync_doc])* fn $sync(&self $(, $sync_arg: $sync_ty)*) -> $sync_ret;)*
-        }
+/// What a lock asks of its store (see the module's doc): the typed requests of
+/// the protocol, each on one lock. Redis (`redis/scripts/`) and the in-memory
+/// store (`memory/requests.rs`) implement it; [`Link`] hands each request to the
+/// client's one.
+pub(crate) trait Backend {
+    /// Tries to take the hold `ask` asks for; when refused and `ask` has an
+    /// `intent`, keeps its place in line (a writer), waits in line (a reader under
+    /// writer preference) or keeps new readers out (an upgrade) for that long. With
+    /// replicas to wait for, also how many acknowledged.
+    async fn acquire(&self, target: &Target, ask: &Acquire<'_>) -> Result<(Acquired, u32)>;
 
-        impl Backend for Link {
-            $(async fn $name(&self $(, $arg: $ty)*) -> $ret {
-                dispatch!(self, backend => backend.$name($($arg),*).await)
-            })*
-            $(fn $sync(&self $(, $sync_arg: $sync_ty)*) -> $sync_ret {
-                dispatch!(self, backend => backend.$sync($($sync_arg),*))
-            })*
-        }
-    };
-}
+    /// Ends whatever `token` has (a hold in either mode, a place in line); true when
+    /// a hold was removed.
+    async fn release(&self, target: &Target, token: &Token) -> Result<bool>;
 
-contract! {
-    requests {
-        /// Tries to take the hold `ask` asks for; when refused and `ask` has an
-        /// `intent`, keeps its place in line (a writer), waits in line (a reader under
-        /// writer preference) or keeps new readers out (an upgrade) for that long. With
-        /// replicas to wait for, also how many acknowledged.
-        async fn acquire(&self, target: &Target, ask: &Acquire<'_>) -> Result<(Acquired, u32)>;
+    /// Extends `held`'s hold in `mode` to its lease from now; [`Renewed::Lost`] when
+    /// the lease is lost.
+    async fn renew(&self, target: &Target, held: Held<'_>, mode: LockMode) -> Result<Renewed>;
 
-        /// Ends whatever `token` has (a hold in either mode, a place in line); true when
-        /// a hold was removed.
-        async fn release(&self, target: &Target, token: &Token) -> Result<bool>;
+    /// Turns `held`'s write hold (`from` write) into a read hold of its lease, or
+    /// its upgradable hold (`from` upgradable read) into a plain one; false when
+    /// that hold is gone.
+    async fn downgrade(&self, target: &Target, held: Held<'_>, from: Access) -> Result<bool>;
 
-        /// Extends `held`'s hold in `mode` to its lease from now; [`Renewed::Lost`] when
-        /// the lease is lost.
-        async fn renew(&self, target: &Target, held: Held<'_>, mode: LockMode) -> Result<Renewed>;
+    /// Applies `ask`'s writes if its token still holds the write lock; false
+    /// (nothing written) when it does not. With replicas to wait for, also how many
+    /// acknowledged the writes in time.
+    async fn fenced_write(&self, target: &Target, ask: &Fenced<'_>) -> Result<(bool, u32)>;
 
-        /// Turns `held`'s write hold (`from` write) into a read hold of its lease, or
-        /// its upgradable hold (`from` upgradable read) into a plain one; false when
-        /// that hold is gone.
-        async fn downgrade(&self, target: &Target, held: Held<'_>, from: Access) -> Result<bool>;
+    /// Ends every hold (the operator's break-glass) and tells the lock's channel;
+    /// returns how many there were.
+    async fn force_release(&self, target: &Target) -> Result<u64>;
 
-        /// Applies `ask`'s writes if its token still holds the write lock; false
-        /// (nothing written) when it does not. With replicas to wait for, also how many
-        /// acknowledged the writes in time.
-        async fn fenced_write(&self, target: &Target, ask: &Fenced<'_>) -> Result<(bool, u32)>;
+    /// Who holds the lock and who waits, expired entries left out.
+    async fn state(&self, target: &Target) -> Result<RawState>;
 
-        /// Ends every hold (the operator's break-glass) and tells the lock's channel;
-        /// returns how many there were.
-        async fn force_release(&self, target: &Target) -> Result<u64>;
+    /// The shared reads' look: whether a writer or an upgrade waits, or readers wait
+    /// in line (a read would wait behind them).
+    async fn writer_waits(&self, target: &Target) -> Result<bool>;
 
-        /// Who holds the lock and who waits, expired entries left out.
-        async fn state(&self, target: &Target) -> Result<RawState>;
+    /// The shared reads' mark: sets (`on`) or clears the note that `held`'s read
+    /// hold is kept idle, which [`state`](Self::state) reports. A mark set after the
+    /// lock's state went leaves nothing behind for longer than its lease.
+    async fn mark_kept(&self, target: &Target, held: Held<'_>, on: bool) -> Result<()>;
 
-        /// The shared reads' look: whether a writer or an upgrade waits, or readers wait
-        /// in line (a read would wait behind them).
-        async fn writer_waits(&self, target: &Target) -> Result<bool>;
+    /// The servers the listing walks, in a stable order.
+    async fn nodes(&self) -> Result<Vec<Node>>;
 
-        /// The shared reads' mark: sets (`on`) or clears the note that `held`'s read
-        /// hold is kept idle, which [`state`](Self::state) reports. A mark set after the
-        /// lock's state went leaves nothing behind for longer than its lease.
-        async fn mark_kept(&self, target: &Target, held: Held<'_>, on: bool) -> Result<()>;
+    /// One step of the listing: the keys `scan` finds, and the cursor to go on from
+    /// (0: that node is done).
+    async fn scan(&self, scan: &Scan<'_>) -> Result<(u64, Vec<String>)>;
 
-        /// The servers the listing walks, in a stable order.
-        async fn nodes(&self) -> Result<Vec<Node>>;
+    /// Whether one request may touch keys `a` and `b` together: on a cluster only
+    /// when they share a slot. Answered without a request.
+    fn shares_slot(&self, a: &str, b: &str) -> bool;
 
-        /// One step of the listing: the keys `scan` finds, and the cursor to go on from
-        /// (0: that node is done).
-        async fn scan(&self, scan: &Scan<'_>) -> Result<(u64, Vec<String>)>;
-    }
-    answered_here {
-        /// Whether one request may touch keys `a` and `b` together: on a cluster only
-        /// when they share a slot.
-        fn shares_slot(&self, a: &str, b: &str) -> bool;
-
-        /// Whether the store is a Redis Cluster (for `Debug`).
-        fn is_cluster(&self) -> bool;
-    }
+    /// Whether the store is a Redis Cluster (for `Debug`). Answered without a
+    /// request.
+    fn is_cluster(&self) -> bool;
 }
 
 /// One acquire request, with the lock's options applied.
@@ -239,6 +209,61 @@ pub(crate) type PushSender = mpsc::UnboundedSender<Push>;
 pub(crate) enum Link {
     Redis(ScriptConnection),
     Memory(MemoryLink),
+}
+
+/// Each request goes to the client's backend as it is: one `match`, no boxing.
+impl Backend for Link {
+    async fn acquire(&self, target: &Target, ask: &Acquire<'_>) -> Result<(Acquired, u32)> {
+        dispatch!(self, b => b.acquire(target, ask).await)
+    }
+
+    async fn release(&self, target: &Target, token: &Token) -> Result<bool> {
+        dispatch!(self, b => b.release(target, token).await)
+    }
+
+    async fn renew(&self, target: &Target, held: Held<'_>, mode: LockMode) -> Result<Renewed> {
+        dispatch!(self, b => b.renew(target, held, mode).await)
+    }
+
+    async fn downgrade(&self, target: &Target, held: Held<'_>, from: Access) -> Result<bool> {
+        dispatch!(self, b => b.downgrade(target, held, from).await)
+    }
+
+    async fn fenced_write(&self, target: &Target, ask: &Fenced<'_>) -> Result<(bool, u32)> {
+        dispatch!(self, b => b.fenced_write(target, ask).await)
+    }
+
+    async fn force_release(&self, target: &Target) -> Result<u64> {
+        dispatch!(self, b => b.force_release(target).await)
+    }
+
+    async fn state(&self, target: &Target) -> Result<RawState> {
+        dispatch!(self, b => b.state(target).await)
+    }
+
+    async fn writer_waits(&self, target: &Target) -> Result<bool> {
+        dispatch!(self, b => b.writer_waits(target).await)
+    }
+
+    async fn mark_kept(&self, target: &Target, held: Held<'_>, on: bool) -> Result<()> {
+        dispatch!(self, b => b.mark_kept(target, held, on).await)
+    }
+
+    async fn nodes(&self) -> Result<Vec<Node>> {
+        dispatch!(self, b => b.nodes().await)
+    }
+
+    async fn scan(&self, scan: &Scan<'_>) -> Result<(u64, Vec<String>)> {
+        dispatch!(self, b => b.scan(scan).await)
+    }
+
+    fn shares_slot(&self, a: &str, b: &str) -> bool {
+        dispatch!(self, backend => backend.shares_slot(a, b))
+    }
+
+    fn is_cluster(&self) -> bool {
+        dispatch!(self, b => b.is_cluster())
+    }
 }
 
 /// A client's subscription side: the channels it listens on. Cheap to clone.
