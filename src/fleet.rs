@@ -1,23 +1,21 @@
 //! The fleet view: every lock of a cluster (or a server), who holds it, who waits.
 //!
-//! [`LockClient::list_locks`](crate::LockClient::list_locks) walks each master with
-//! `SCAN` (keys shaped `{prefix}:{name}`, hashes only), a page at a time, and reads
-//! each lock it finds with [`RwLock::state`](crate::RwLock::state): the same
-//! read-only script `status` runs, so a lock listed here looks exactly as it does
-//! there.
+//! [`LockClient::list_locks`](crate::LockClient::list_locks) (defined here, beside
+//! the view it gives) walks each master with `SCAN` (keys shaped `{prefix}:{name}`,
+//! hashes only; the contract's `nodes` and `scan`), a page at a time, and reads each
+//! lock it finds with [`RwLock::state`](crate::RwLock::state): the same read-only
+//! script `status` runs, so a lock listed here looks exactly as it does there.
 
 use std::collections::{HashSet, VecDeque};
 
 use chrono::{DateTime, Utc};
-use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
-use redis::{Cmd, Value};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
+use crate::backend::{Backend, Scan};
 use crate::lock::options::check_name;
 use crate::protocol::state::{Holder, LockMode, LockState};
-use crate::redis_backend::connection::Connection;
-use crate::{Error, LockClient, LockOptions};
+use crate::{Error, LockClient, LockOptions, Operation};
 
 /// The most locks one page may hold.
 const MAX_LIMIT: usize = 10_000;
@@ -418,24 +416,85 @@ impl LockPage {
     }
 }
 
-/// A server to scan: a cluster master, or the one server.
-struct Node {
-    /// `host:port` as the driver names it (a label for the one server).
-    address: String,
-    /// Where a cluster request goes; `None` for the one server.
-    route: Option<(String, u16)>,
-    /// Keys it holds (`DBSIZE`), when known: an empty master is not scanned.
-    keys: Option<u64>,
+impl LockClient {
+    /// Lists the locks on the cluster (or the server) whose names match
+    /// [`ListOptions::pattern`](crate::ListOptions::pattern), with who holds each and
+    /// who waits: the fleet view.
+    ///
+    /// `SCAN`s every master in turn (each one separately: a cluster-wide `SCAN` does
+    /// not exist) for hashes whose keys have a lock's shape, `"{prefix}:{name}"`,
+    /// then reads each lock found with the read-only script of
+    /// [`RwLock::state`](crate::RwLock::state), a few dozen at a time. Keys of
+    /// another type, keys of another shape and the companion hashes of legacy
+    /// two-key locks (`{tag}:rwlock:legacy`) are skipped: ask a legacy lock with
+    /// `state()`. A present lock is listed even when free (its fencing counter or
+    /// queued writers keep it), until its key expires.
+    ///
+    /// The work of one call is bounded: at most
+    /// [`max_scans`](crate::ListOptions::max_scans) `SCAN` requests of
+    /// [`scan_count`](crate::ListOptions::scan_count) keys, and
+    /// [`limit`](crate::ListOptions::limit) state reads. A call that stops at a
+    /// bound returns a page whose [`next`](crate::LockPage::next) continues the
+    /// listing (pass it to [`ListOptions::after`](crate::ListOptions::after)); on a
+    /// cluster, one `DBSIZE` per master first finds the masters (as the driver knows
+    /// them) and skips the empty ones. Each lock is read at its own instant: a page
+    /// is not one snapshot of the fleet.
+    ///
+    /// Only reads: a user allowed to read the lock keys and run the read-only
+    /// scripts, plus `SCAN` (and `DBSIZE` on a cluster), may list.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOptions`] for a bad pattern, prefix or bound, before any
+    /// I/O; [`Error::Redis`] (doing [`Operation::List`]) when a master cannot be
+    /// reached in time, or refuses a command (e.g. NOPERM for a user without `SCAN`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Reads only; dropping the future abandons the page (reads in flight are
+    /// aborted) and changes nothing on the servers.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(client: redis_rwlock::LockClient) -> Result<(), redis_rwlock::Error> {
+    /// use redis_rwlock::{ListOptions, LockMode};
+    ///
+    /// let mut options = ListOptions::default().pattern("inv*").limit(100);
+    /// loop {
+    ///     let page = client.list_locks(options.clone()).await?;
+    ///     for lock in &page.locks {
+    ///         let mode = match lock.mode() {
+    ///             Some(LockMode::Write) => "write",
+    ///             Some(LockMode::Read) => "read",
+    ///             None => "free",
+    ///         };
+    ///         println!(
+    ///             "{}: {mode}, {} holders, {} writers queued",
+    ///             lock.name,
+    ///             lock.holders(),
+    ///             lock.queued_writers()
+    ///         );
+    ///     }
+    ///     match page.next {
+    ///         Some(cursor) => options = options.after(cursor),
+    ///         None => break,
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn list_locks(&self, options: ListOptions) -> Result<LockPage, Error> {
+        list_locks(self, options)
+            .await
+            .map_err(|err| err.doing(None, Operation::List))
+    }
 }
 
 /// [`LockClient::list_locks`](crate::LockClient::list_locks).
-pub(crate) async fn list_locks(
-    client: &LockClient,
-    options: ListOptions,
-) -> Result<LockPage, Error> {
+async fn list_locks(client: &LockClient, options: ListOptions) -> Result<LockPage, Error> {
     options.validate()?;
-    let conn = &client.inner.conn.conn;
-    let nodes = nodes(conn).await?;
+    let link = &client.inner.link;
+    let nodes = link.nodes().await?;
     let glob = options.glob();
 
     // Where this page starts: a master's position and its SCAN cursor.
@@ -479,7 +538,13 @@ pub(crate) async fn list_locks(
             break;
         }
         scans += 1;
-        let (next, keys) = scan_node(conn, node, scan, &glob, options.scan_count).await?;
+        let step = Scan {
+            node,
+            cursor: scan,
+            glob: &glob,
+            count: options.scan_count,
+        };
+        let (next, keys) = link.scan(&step).await?;
         pending.extend(
             keys.iter()
                 .filter_map(|key| options.name_in(key))
@@ -497,93 +562,6 @@ pub(crate) async fn list_locks(
     });
     let locks = read_states(client, &options.key_prefix, names).await?;
     Ok(LockPage { locks, next })
-}
-
-/// The servers to scan: every master of a cluster (in address order, as the driver
-/// knows them, with their `DBSIZE`), or the one server.
-async fn nodes(conn: &Connection) -> Result<Vec<Node>, Error> {
-    let Connection::Cluster(cluster) = conn else {
-        return Ok(vec![Node {
-            address: "server".to_owned(),
-            route: None,
-            keys: None,
-        }]);
-    };
-    // Sent to every master at once; the driver answers with a map from each
-    // master's address to its reply (errors included, as values).
-    let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
-    let reply = cluster
-        .clone()
-        .route_command(redis::cmd("DBSIZE"), routing)
-        .await
-        .and_then(Value::extract_error)?;
-    let Value::Map(replies) = reply else {
-        return Err(unexpected("DBSIZE to every master", &reply));
-    };
-    let mut nodes = Vec::with_capacity(replies.len());
-    for (address, keys) in replies {
-        let address: String = redis::from_redis_value(address).map_err(redis::RedisError::from)?;
-        let keys: u64 = redis::from_redis_value(keys).map_err(redis::RedisError::from)?;
-        let route = address
-            .rsplit_once(':')
-            .and_then(|(host, port)| Some((host.to_owned(), port.parse().ok()?)));
-        if route.is_none() {
-            return Err(unexpected(
-                "a master's address",
-                &Value::SimpleString(address),
-            ));
-        }
-        nodes.push(Node {
-            address,
-            route,
-            keys: Some(keys),
-        });
-    }
-    nodes.sort_by(|a, b| a.address.cmp(&b.address));
-    Ok(nodes)
-}
-
-/// One `SCAN cursor MATCH glob COUNT count TYPE hash` on `node`: the next cursor
-/// (0: done) and the keys found (names that are not UTF-8 are no lock's).
-async fn scan_node(
-    conn: &Connection,
-    node: &Node,
-    cursor: u64,
-    glob: &str,
-    count: u32,
-) -> Result<(u64, Vec<String>), Error> {
-    if let Connection::Memory(memory) = conn {
-        return Ok((0, memory.scan(glob).await?));
-    }
-    let mut cmd: Cmd = redis::cmd("SCAN");
-    cmd.arg(cursor)
-        .arg("MATCH")
-        .arg(glob)
-        .arg("COUNT")
-        .arg(count)
-        .arg("TYPE")
-        .arg("hash");
-    let reply = match (conn, &node.route) {
-        (Connection::Cluster(cluster), Some((host, port))) => {
-            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                host: host.clone(),
-                port: *port,
-            });
-            cluster
-                .clone()
-                .route_command(cmd, routing)
-                .await
-                .and_then(Value::extract_error)?
-        }
-        _ => cmd.query_async(&mut conn.clone()).await?,
-    };
-    let (next, keys): (u64, Vec<Vec<u8>>) =
-        redis::from_redis_value(reply).map_err(redis::RedisError::from)?;
-    let keys = keys
-        .into_iter()
-        .filter_map(|key| String::from_utf8(key).ok())
-        .collect();
-    Ok((next, keys))
 }
 
 /// Each lock's state, a few dozen requests in flight at a time, in the order of
@@ -626,15 +604,6 @@ async fn read_states(
         batch.sort_by_key(|(at, _)| *at);
         locks.extend(batch.into_iter().map(|(_, summary)| summary));
     }
-}
-
-/// A reply of a shape the driver or server should never give.
-fn unexpected(what: &str, reply: &Value) -> Error {
-    Error::from(redis::RedisError::from((
-        redis::ErrorKind::UnexpectedReturnType,
-        "unexpected reply",
-        format!("{what}: {reply:?}"),
-    )))
 }
 
 #[cfg(test)]

@@ -57,20 +57,22 @@ the drop contract. Each guard ([`RwLockReadGuard`], [`RwLockWriteGuard`],
 tunes them; every failure is one [`Error`]."]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod backend;
 mod client;
 mod error;
 mod fleet;
 mod guard;
 mod lock;
-mod memory;
 mod metrics;
 mod protocol;
 #[doc(hidden)]
 pub use protocol::engine;
-mod redis_backend;
 
 #[cfg(feature = "metrics")]
 pub use crate::metrics::describe_metrics;
+pub use backend::memory::MemoryStore;
+pub use backend::redis::connection::cluster_client_builder;
+pub use backend::redis::library_name;
 pub use client::LockClient;
 pub use client::builder::LockClientBuilder;
 pub use error::{Error, ErrorChain, Mode, Operation, RedisFailure, Result};
@@ -78,11 +80,8 @@ pub use fleet::{ListCursor, ListOptions, LockPage, LockSummary};
 pub use guard::{FencedWrites, RwLockReadGuard, RwLockUpgradableReadGuard, RwLockWriteGuard};
 pub use lock::RwLock;
 pub use lock::options::{Fairness, LockOptions};
-pub use memory::MemoryStore;
 pub use protocol::{Holder, LockMode, LockState};
 pub use redis;
-pub use redis_backend::connection::cluster_client_builder;
-pub use redis_backend::library::library_name;
 
 #[cfg(test)]
 mod tests {

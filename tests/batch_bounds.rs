@@ -231,21 +231,25 @@ enum Ahead {
 }
 
 /// Takes the write hold that the batch will wait behind: a writer's, or an
-/// upgrade's. For an upgrade, `doomed` starts waiting while the upgrade is pending,
-/// and the upgrade is granted once it waits; returns the write guard.
+/// upgrade's; only then starts reader D (the tool, reading `name`), so that it
+/// cannot take the lock first, and waits until D waits in a batch behind the hold.
+/// For an upgrade, D starts once the upgrade is pending, and the upgrade is granted
+/// once D waits. Returns the write guard, the state that showed D waiting, and D.
 async fn hold_ahead(
     lock: &RwLock,
     ahead: Ahead,
-    doomed: &mut Exec,
-) -> (RwLockWriteGuard, LockState) {
+    name: &str,
+) -> (RwLockWriteGuard, LockState, Exec) {
     let waits = |s: &LockState| s.waiting_readers.len() == 1;
+    let start_doomed = || Exec::start(name, LockMode::Read, LEASE, &["cat"]);
     match ahead {
         Ahead::Writer => {
             let writer = lock.write().await.unwrap();
+            let mut doomed = start_doomed();
             let state = doomed
                 .until(lock, "the reader waits in a batch", waits)
                 .await;
-            (writer, state)
+            (writer, state, doomed)
         }
         Ahead::Upgrade => {
             let upgradable = lock.upgradable_read().await.unwrap();
@@ -253,18 +257,19 @@ async fn hold_ahead(
             // The upgrade waits for the other reader, which leaves once the batch formed.
             let batch_formed = async {
                 wait_for(lock, |s| s.upgrade_pending).await;
+                let mut doomed = start_doomed();
                 let state = doomed
                     .until(lock, "the reader waits in a batch", waits)
                     .await;
                 other.release().await.unwrap();
-                state
+                (state, doomed)
             };
-            let (writer, state) = timeout(Duration::from_secs(15), async {
+            let (writer, (state, doomed)) = timeout(Duration::from_secs(15), async {
                 tokio::join!(upgradable.upgrade(), batch_formed)
             })
             .await
             .expect("the upgrade was granted when the other reader left");
-            (writer.unwrap(), state)
+            (writer.unwrap(), state, doomed)
         }
     }
 }
@@ -289,8 +294,7 @@ async fn writer_behind_a_batch_with_a_dead_reader(ahead: Ahead) -> (Duration, St
     let name = unique_name("dead-batch-reader");
     let lock = holders.rwlock_with(&name, options());
 
-    let mut doomed = Exec::start(&name, LockMode::Read, LEASE, &["cat"]);
-    let (w1, state) = hold_ahead(&lock, ahead, &mut doomed).await;
+    let (w1, state, mut doomed) = hold_ahead(&lock, ahead, &name).await;
     let dead = state.waiting_readers[0].token.clone().unwrap();
 
     // D dies right after an attempt refreshed the batch's place (it waits alone in

@@ -2,7 +2,7 @@
 //! full paths, on a real standalone server.
 //!
 //! Every step runs on two copies of one lock: the "real" copy gets the scripts as
-//! `src/redis_backend/scripts/mod.rs` assembles them, the "full" copy the same scripts with
+//! `src/backend/redis/scripts/mod.rs` assembles them, the "full" copy the same scripts with
 //! `layout.fast_path` switched off (`NO_FAST_PATH`, a function returning nil, defined
 //! between the shared parts and the operation), so every operation goes the full way
 //! there. After each step the two copies must agree exactly: the replies, every field

@@ -1,5 +1,5 @@
 //! Keeps the model honest: random sequences of script calls run against the REAL
-//! Lua scripts (prelude + operation, as `src/redis_backend/scripts/mod.rs` builds them) on a real
+//! Lua scripts (prelude + operation, as `src/backend/redis/scripts/mod.rs` builds them) on a real
 //! server and against their mirror in Rust (the engine, `src/protocol/engine/`), and every reply,
 //! every wake-up message, the fencing tokens' order and every field of the hash
 //! (`HGETALL`, and the key's TTL) must agree. See docs/PROTOCOL.md.
@@ -247,7 +247,7 @@ impl Run<'_> {
         Stop::Mismatch(msg)
     }
 
-    /// Calls `script` with the common arguments and `args`, like src/redis_backend/scripts/mod.rs.
+    /// Calls `script` with the common arguments and `args`, like src/backend/redis/scripts/mod.rs.
     fn call(&mut self, script: &Script, args: &[String]) -> Result<Value, Stop> {
         self.call_plain(script, &[&self.common_args()[..], args].concat())
     }

@@ -9,7 +9,7 @@ but one shard: the profile behind BENCHMARKS.md's "Where the time goes".
 Starts a one-shard cluster on free loopback ports (a master holding every slot and
 one replica, as the benchmark's masters have; never 7000-7005) and stops exactly
 the servers it started. Loads the library composed from `lua/` the way
-src/redis_backend/library.rs composes it (and, with `--against DIR`, the one from `DIR/lua`,
+src/backend/redis/library.rs composes it (and, with `--against DIR`, the one from `DIR/lua`,
 e.g. a `git worktree` of an older commit), sends the calls one at a time from one
 connection (no pipelining: each call pays its own event-loop turn, as a client's
 does) and reads `INFO commandstats` (script time: every FCALL and EVALSHA) and the
@@ -89,7 +89,7 @@ def read(root, name):
 
 
 def library(root, name, bodies=None):
-    """The library text, as src/redis_backend/library.rs composes it (prelude, then one function
+    """The library text, as src/backend/redis/library.rs composes it (prelude, then one function
     per operation file); `bodies` replaces some operations' files."""
     layout = read(root, "hash_layout.lua") + "\n" + read(root, "fast_path.lua")
     prelude = "\n".join([read(root, "helpers.lua"), layout, read(root, "queue.lua"),

@@ -4,14 +4,12 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::backend::redis::connection::{check_url, cluster_client_builder};
+use crate::backend::{Connected, Limits};
+use crate::client::LockClient;
+use crate::{Error, Operation};
 use redis::Client;
 use redis::cluster::ClusterClientBuilder;
-use tokio::sync::mpsc;
-
-use crate::client::LockClient;
-use crate::redis_backend::connection::{Connection, Limits, check_url, cluster_client_builder};
-use crate::redis_backend::wakeups::Wakeups;
-use crate::{Error, Operation};
 
 /// Configures and connects a [`LockClient`]: where the servers are (URLs, or a
 /// redis-rs client configured by the application with its TLS, credentials and
@@ -283,10 +281,9 @@ impl LockClientBuilder {
     async fn connect(self) -> Result<LockClient, Error> {
         self.limits.check()?;
         #[cfg(feature = "tls-rustls")]
-        crate::redis_backend::connection::install_crypto_provider();
-        let (push_tx, push_rx) = mpsc::unbounded_channel();
+        crate::backend::redis::connection::install_crypto_provider();
         let limits = self.limits;
-        let connections = match self.target {
+        let connected = match self.target {
             None => {
                 return Err(Error::InvalidOptions(
                     "no server given: call cluster_nodes, standalone_url, cluster_client or \
@@ -305,27 +302,16 @@ impl LockClientBuilder {
                     )?;
                 }
                 let first = first.clone();
-                Connection::cluster(
-                    cluster_client_builder(&nodes),
-                    limits,
-                    push_tx,
-                    Some(&first),
-                )
-                .await?
+                Connected::cluster(cluster_client_builder(&nodes), limits, Some(&first)).await?
             }
-            Some(Target::Cluster(builder)) => {
-                Connection::cluster(*builder, limits, push_tx, None).await?
-            }
+            Some(Target::Cluster(builder)) => Connected::cluster(*builder, limits, None).await?,
             Some(Target::Url(url)) => {
                 check_url(&url, "the server URL")?;
-                Connection::standalone(Client::open(url.as_str())?, limits, push_tx).await?
+                Connected::standalone(Client::open(url.as_str())?, limits).await?
             }
-            Some(Target::Client(client)) => {
-                Connection::standalone(*client, limits, push_tx).await?
-            }
+            Some(Target::Client(client)) => Connected::standalone(*client, limits).await?,
         };
-        let wakeups = Wakeups::new(connections.subscriptions, push_rx);
-        Ok(LockClient::from_parts(connections.lock, wakeups, limits))
+        Ok(LockClient::from_parts(connected, limits))
     }
 }
 

@@ -1,7 +1,9 @@
 //! [`LockClient`]: the connections every lock of a process shares.
 //!
 //! Here too: how a client is built (`builder.rs`) and what it has in flight, for
-//! its shutdown (`live.rs`).
+//! its shutdown (`live.rs`). A client holds its store as the backend contract's
+//! [`Link`] and [`Subscriber`](crate::backend::Subscriber) (`backend/mod.rs`); its
+//! constructors are the one place a backend is chosen.
 
 pub(crate) mod builder;
 pub(crate) mod live;
@@ -14,17 +16,15 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, timeout_at};
 
+use crate::backend::memory::MemoryStore;
+use crate::backend::{Backend, Connected, Limits, Link};
 use crate::client::builder::LockClientBuilder;
 use crate::client::live::Live;
 use crate::error::ErrorChain;
 use crate::guard::lease::release_unconfirmed;
 use crate::guard::renewals::Renewals;
 use crate::lock::shared_reads::SharedReads;
-use crate::memory::MemoryStore;
-use crate::memory::requests::MemoryLink;
-use crate::redis_backend::connection::{Connection, Limits};
-use crate::redis_backend::scripts::ScriptConnection;
-use crate::redis_backend::wakeups::Wakeups;
+use crate::lock::wakeups::Wakeups;
 use crate::{Error, LockOptions, Operation, RwLock};
 
 /// A handle to a Redis Cluster or a single Redis server, from which locks are made.
@@ -72,8 +72,8 @@ impl Drop for UserHandle {
 }
 
 pub(crate) struct ClientInner {
-    /// Where lock scripts go.
-    pub(crate) conn: ScriptConnection,
+    /// Where the lock's requests go: the backend the client was made with.
+    pub(crate) link: Link,
     pub(crate) wakeups: Wakeups,
     /// The request limits, also for the lock's own retries of a release.
     pub(crate) limits: Limits,
@@ -196,9 +196,7 @@ impl LockClient {
     /// ```
     pub fn in_memory(store: &MemoryStore) -> Self {
         let limits = Limits::default();
-        let (lock, subscriptions, pushes) = MemoryLink::pair(store, limits.overall);
-        let wakeups = Wakeups::new(Connection::Memory(subscriptions), pushes);
-        Self::from_parts(Connection::Memory(lock), wakeups, limits)
+        Self::from_parts(Connected::in_memory(store, limits), limits)
     }
 
     /// A [`LockClientBuilder`]: connects to servers given as URLs or as your own
@@ -221,10 +219,10 @@ impl LockClient {
         LockClientBuilder::new()
     }
 
-    pub(crate) fn from_parts(conn: Connection, wakeups: Wakeups, limits: Limits) -> Self {
+    pub(crate) fn from_parts(connected: Connected, limits: Limits) -> Self {
         let inner = Arc::new(ClientInner {
-            conn: ScriptConnection::new(conn),
-            wakeups,
+            link: connected.link,
+            wakeups: Wakeups::new(connected.subscriber, connected.pushes),
             limits,
             live: Live::new(),
             renewals: Renewals::new(),
@@ -423,83 +421,9 @@ impl LockClient {
     }
 }
 
-impl LockClient {
-    /// Lists the locks on the cluster (or the server) whose names match
-    /// [`ListOptions::pattern`](crate::ListOptions::pattern), with who holds each and
-    /// who waits: the fleet view.
-    ///
-    /// `SCAN`s every master in turn (each one separately: a cluster-wide `SCAN` does
-    /// not exist) for hashes whose keys have a lock's shape, `"{prefix}:{name}"`,
-    /// then reads each lock found with the read-only script of
-    /// [`RwLock::state`](crate::RwLock::state), a few dozen at a time. Keys of
-    /// another type, keys of another shape and the companion hashes of legacy
-    /// two-key locks (`{tag}:rwlock:legacy`) are skipped: ask a legacy lock with
-    /// `state()`. A present lock is listed even when free (its fencing counter or
-    /// queued writers keep it), until its key expires.
-    ///
-    /// The work of one call is bounded: at most
-    /// [`max_scans`](crate::ListOptions::max_scans) `SCAN` requests of
-    /// [`scan_count`](crate::ListOptions::scan_count) keys, and
-    /// [`limit`](crate::ListOptions::limit) state reads. A call that stops at a
-    /// bound returns a page whose [`next`](crate::LockPage::next) continues the
-    /// listing (pass it to [`ListOptions::after`](crate::ListOptions::after)); on a
-    /// cluster, one `DBSIZE` per master first finds the masters (as the driver knows
-    /// them) and skips the empty ones. Each lock is read at its own instant: a page
-    /// is not one snapshot of the fleet.
-    ///
-    /// Only reads: a user allowed to read the lock keys and run the read-only
-    /// scripts, plus `SCAN` (and `DBSIZE` on a cluster), may list.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidOptions`] for a bad pattern, prefix or bound, before any
-    /// I/O; [`Error::Redis`] (doing [`Operation::List`]) when a master cannot be
-    /// reached in time, or refuses a command (e.g. NOPERM for a user without `SCAN`).
-    ///
-    /// # Cancel safety
-    ///
-    /// Reads only; dropping the future abandons the page (reads in flight are
-    /// aborted) and changes nothing on the servers.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn run(client: redis_rwlock::LockClient) -> Result<(), redis_rwlock::Error> {
-    /// use redis_rwlock::{ListOptions, LockMode};
-    ///
-    /// let mut options = ListOptions::default().pattern("inv*").limit(100);
-    /// loop {
-    ///     let page = client.list_locks(options.clone()).await?;
-    ///     for lock in &page.locks {
-    ///         let mode = match lock.mode() {
-    ///             Some(LockMode::Write) => "write",
-    ///             Some(LockMode::Read) => "read",
-    ///             None => "free",
-    ///         };
-    ///         println!(
-    ///             "{}: {mode}, {} holders, {} writers queued",
-    ///             lock.name,
-    ///             lock.holders(),
-    ///             lock.queued_writers()
-    ///         );
-    ///     }
-    ///     match page.next {
-    ///         Some(cursor) => options = options.after(cursor),
-    ///         None => break,
-    ///     }
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn list_locks(&self, options: crate::ListOptions) -> Result<crate::LockPage, Error> {
-        crate::fleet::list_locks(self, options)
-            .await
-            .map_err(|err| err.doing(None, Operation::List))
-    }
-}
-
 impl fmt::Debug for LockClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = if self.inner.conn.is_cluster() {
+        let kind = if self.inner.link.is_cluster() {
             "cluster"
         } else {
             "standalone"

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use crate::Error;
+use crate::backend::hash_tag;
 use crate::protocol::{Write, millis};
-use crate::redis_backend::slot::hash_tag;
 
 /// A batch of writes to your own keys that share the lock's hash tag (for the lock
 /// `inventory`: `cache:{inventory}`, `{inventory}:etag`, ...), applied by

@@ -505,7 +505,6 @@ impl Lease {
     /// its answer is not taken for a lost lease ([`Upgrading`]).
     pub(crate) async fn upgrade(&mut self, wait: bool) -> Result<(Lease, u64), Error> {
         let hold = self.believed()?.clone();
-        crate::lock::shared_reads::make_way(&hold.lock).await;
         let mut upgrading = hold.upgrading();
         let granted = match upgrade(&hold.lock, &hold.token, wait).await {
             Ok(granted) => granted,

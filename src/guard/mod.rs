@@ -5,7 +5,8 @@
 //! (`lease.rs`: the hold's deadline, lost signal, renewal and release), renewed by
 //! the client's renewal queue (`renewals.rs`); a read guard's lease may be a share
 //! of the process's read hold (`lock/shared_reads/`). The write guard's fenced
-//! writes are built as [`FencedWrites`] (`fenced.rs`).
+//! writes are built as [`FencedWrites`] (`fenced.rs`). A lease sends its renewals
+//! and release through its lock (`lock/requests.rs`), never to a backend itself.
 
 /// The guard core: what every guard does with its hold, whichever its mode, written
 /// once beneath the three guards. Inside a guard's `impl` block it makes the public

@@ -3,6 +3,7 @@
 use std::fmt;
 
 use crate::guard::lease::Lease;
+use crate::lock::shared_reads;
 use crate::metrics::Mode;
 use crate::protocol::state::LockMode;
 use crate::{Error, RwLockReadGuard, RwLockWriteGuard};
@@ -100,6 +101,7 @@ impl RwLockUpgradableReadGuard {
     /// ```
     pub async fn upgrade(mut self) -> Result<RwLockWriteGuard, Error> {
         let acquiring = self.lease.acquiring(Mode::Upgrade);
+        self.make_way().await;
         let result = match self.lease.upgrade(true).await {
             Ok((lease, fence)) => Ok(RwLockWriteGuard::new(lease, fence)),
             Err(err @ Error::Timeout { .. }) => {
@@ -147,6 +149,7 @@ impl RwLockUpgradableReadGuard {
     /// ```
     pub async fn try_upgrade(&mut self) -> Result<RwLockWriteGuard, Error> {
         let acquiring = self.lease.acquiring(Mode::Upgrade);
+        self.make_way().await;
         let result = self.lease.upgrade(false).await;
         acquiring.finish(&result);
         let (lease, fence) = result?;
@@ -215,5 +218,16 @@ impl fmt::Debug for RwLockUpgradableReadGuard {
             .field("token", &self.lease.token())
             .field("held", &self.is_held())
             .finish()
+    }
+}
+
+impl RwLockUpgradableReadGuard {
+    /// Before an upgrade, as before a write (`RwLock::write`): the client's idle kept
+    /// read hold of the lock goes first, so the upgrade does not wait for it
+    /// (`lock/shared_reads/`). Nothing when this guard no longer holds.
+    async fn make_way(&self) {
+        if let Some(hold) = self.lease.hold().filter(|hold| hold.is_held()) {
+            shared_reads::make_way(&hold.lock).await;
+        }
     }
 }

@@ -1,15 +1,18 @@
 //! [`RwLock`]: a named read-write lock; cheap handle, all state in Redis.
 //!
 //! Beneath the handle: its options (`options.rs`), the requests it sends for its
-//! guards and waiters (`requests.rs`: the one place that calls the backend's
-//! scripts with the lock's options applied), waiting for the lock
-//! (`waiting.rs`) and the reads the tasks of one process share
-//! (`shared_reads/`).
+//! guards and waiters (`requests.rs`: the one place that calls the backend
+//! contract, `backend/mod.rs`, with the lock's options applied), waiting for the
+//! lock (`waiting.rs`), the wake-ups waiters wait for (`wakeups.rs`, fed by
+//! whichever backend the client has) and the reads the tasks of one process share
+//! (`shared_reads/`). It calls the contract, the guards it makes (`guard/`) and its
+//! client (`client/`), never a backend itself.
 
 pub(crate) mod options;
 pub(crate) mod requests;
 pub(crate) mod shared_reads;
 pub(crate) mod waiting;
+pub(crate) mod wakeups;
 
 use std::fmt;
 use std::future::Future;
@@ -17,6 +20,7 @@ use std::sync::Arc;
 
 use sync_wrapper::SyncFuture;
 
+use crate::backend::{Backend, Link, Target};
 use crate::client::{LockClient, UserHandle};
 use crate::error::Doing;
 use crate::guard::lease::Lease;
@@ -25,8 +29,6 @@ use crate::lock::waiting::acquire;
 use crate::metrics::{Acquiring, LockLabel, Mode};
 use crate::protocol::Access;
 use crate::protocol::state::LockState;
-use crate::redis_backend::scripts::{ScriptConnection, Target};
-use crate::redis_backend::slot::key_slot;
 use crate::{
     Error, LockOptions, Operation, RwLockReadGuard, RwLockUpgradableReadGuard, RwLockWriteGuard,
 };
@@ -441,8 +443,8 @@ impl RwLock {
     /// ```
     pub async fn state(&self) -> Result<LockState, Error> {
         let raw = self
-            .target()?
-            .state(self.conn())
+            .link()
+            .state(self.target()?)
             .await
             .doing(self.name(), Operation::State)?;
         Ok(LockState::from_raw(raw))
@@ -478,9 +480,9 @@ impl RwLock {
     /// # Ok(()) }
     /// ```
     pub async fn force_release(&self) -> Result<u64, Error> {
-        let target = self.target()?;
-        let ended = target
-            .force_release(self.conn())
+        let ended = self
+            .link()
+            .force_release(self.target()?)
             .await
             .doing(self.name(), Operation::ForceRelease)?;
         tracing::warn!(lock = self.name(), ended, "holds force-released");
@@ -525,7 +527,7 @@ impl RwLock {
     /// # Ok(()) }
     /// ```
     pub fn key(&self) -> Result<&str, Error> {
-        Ok(&self.target()?.keys()[0])
+        Ok(self.target()?.key())
     }
 
     /// The options the lock was made with.
@@ -662,8 +664,9 @@ impl RwLock {
             })
     }
 
-    pub(crate) fn conn(&self) -> &ScriptConnection {
-        &self.inner.client.inner.conn
+    /// Where the lock's requests go (see `backend/mod.rs`).
+    pub(crate) fn link(&self) -> &Link {
+        &self.inner.client.inner.link
     }
 
     /// The client the lock was made by (the crate's own copy).
@@ -697,8 +700,7 @@ fn check_legacy_keys(client: &LockClient, read_key: &str, write_key: &str) -> Re
             "the read and write keys are the same key {read_key:?}"
         )));
     }
-    let cluster = client.inner.conn.is_cluster();
-    if cluster && key_slot(read_key.as_bytes()) != key_slot(write_key.as_bytes()) {
+    if !client.inner.link.shares_slot(read_key, write_key) {
         return Err(Error::CrossSlot {
             key: write_key.to_owned(),
             other: read_key.to_owned(),

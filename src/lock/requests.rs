@@ -1,5 +1,5 @@
-//! The requests a lock sends for its guards and waiters: one call per script, with
-//! the lock's options applied (leases, replicas, the writers' queue), and how long a
+//! The requests a lock sends for its guards and waiters: one call of the backend
+//! contract (`backend/mod.rs`) per request, with the lock's options applied (leases, replicas, the writers' queue), and how long a
 //! hold counts and renews. The public API is in `lock/mod.rs`; this is what
 //! `lock/waiting.rs` and `guard/lease.rs` build on.
 
@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::backend::{Acquire, Backend, Fenced, Held};
 use crate::error::{Doing, ErrorChain};
 use crate::lock::waiting::intent_ttl;
+use crate::lock::wakeups::{Interest, Listener};
 use crate::protocol::token::Token;
 use crate::protocol::{Access, Acquired, Downgraded, LockMode, Renewed, Replicas};
-use crate::redis_backend::wakeups::{Interest, Listener};
 use crate::{Error, Fairness, FencedWrites, Operation, RwLock};
 
 /// The pause between attempts of a release that could not reach Redis.
@@ -60,38 +61,38 @@ impl RwLock {
     ) -> Result<Acquired, Error> {
         let target = self.target()?;
         let options = self.options();
-        let replicas = self.replicas();
-        let lease = self.lease(access.mode());
         let intent = if wait {
             intent_ttl(options.write_lease)
         } else {
             Duration::ZERO
         };
-        let conn = self.conn();
-        let (reply, acknowledged) = match access {
+        let (in_line, intent) = match access {
             Access::Read | Access::RecursiveRead | Access::UpgradableRead => {
                 // Plain readers that defer to writers wait in line; the others ask.
                 let in_line = options.fairness == Fairness::WriterPreferred
                     && access != Access::RecursiveRead;
-                let upgradable = access == Access::UpgradableRead;
                 let intent = if access == Access::Read && in_line {
                     intent
                 } else {
                     Duration::ZERO
                 };
-                target
-                    .acquire_read(conn, token, lease, in_line, upgradable, intent, replicas)
-                    .await
-                    .doing(self.name(), access.operation())?
+                (in_line, intent)
             }
-            Access::Write | Access::Upgrade => {
-                let upgrade = access == Access::Upgrade;
-                target
-                    .acquire_write(conn, token, lease, intent, upgrade, replicas)
-                    .await
-                    .doing(self.name(), access.operation())?
-            }
+            Access::Write | Access::Upgrade => (false, intent),
         };
+        let ask = Acquire {
+            token,
+            access,
+            lease: self.lease(access.mode()),
+            in_line,
+            intent,
+            replicas: self.replicas(),
+        };
+        let (reply, acknowledged) = self
+            .link()
+            .acquire(target, &ask)
+            .await
+            .doing(self.name(), access.operation())?;
         if matches!(reply, Acquired::Granted { .. }) && acknowledged < options.min_replicas {
             if let Err(err) = self.release_token(token).await {
                 tracing::warn!(lock = self.name(), error = %ErrorChain(&err), "could not release an unreplicated hold; it ends with its lease");
@@ -109,7 +110,7 @@ impl RwLock {
 
     /// One release request: ends whatever `token` has; true when a hold was removed.
     pub(crate) async fn release_token(&self, token: &Token) -> Result<bool, Error> {
-        self.target()?.release(self.conn(), token).await
+        self.link().release(self.target()?, token).await
     }
 
     /// Releases `token`, sending a fresh request whenever one gets no answer within
@@ -156,7 +157,8 @@ impl RwLock {
         mode: LockMode,
     ) -> Result<Renewed, Error> {
         let lease = self.lease(mode);
-        self.target()?.renew(self.conn(), token, mode, lease).await
+        let held = Held { token, lease };
+        self.link().renew(self.target()?, held, mode).await
     }
 
     /// Turns `token`'s write hold (`from` [`Access::Write`]) into a read hold of a
@@ -168,8 +170,8 @@ impl RwLock {
         from: Access,
     ) -> Result<Downgraded, Error> {
         let lease = self.lease(LockMode::Read);
-        self.target()?
-            .downgrade(self.conn(), token, lease, from)
+        self.link()
+            .downgrade(self.target()?, Held { token, lease }, from)
             .await
     }
 
@@ -185,8 +187,16 @@ impl RwLock {
         let target = self.target()?;
         writes.check(target.keys())?;
         let required = self.options().min_replicas;
-        let (written, acknowledged) = target
-            .fenced_write(self.conn(), token, &writes.writes, self.replicas())
+        let (written, acknowledged) = self
+            .link()
+            .fenced_write(
+                target,
+                &Fenced {
+                    token,
+                    writes: &writes.writes,
+                    replicas: self.replicas(),
+                },
+            )
             .await?;
         if written && acknowledged < required {
             return Err(Error::NotReplicated {

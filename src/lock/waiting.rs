@@ -1,7 +1,7 @@
 //! Waiting for the lock: one attempt, then wake-ups plus a bounded re-check timer.
 //!
 //! A waiter listens on the lock's channel (one subscription per process and lock,
-//! see [`crate::redis_backend::wakeups`]). If the channel is already subscribed, it starts
+//! see [`crate::lock::wakeups`]). If the channel is already subscribed, it starts
 //! listening before its first attempt, for free; otherwise a refused waiter
 //! subscribes and tries again at once (a release may have slipped in before the
 //! subscription). Then it sleeps until a message that concerns it arrives or its
@@ -24,9 +24,9 @@ use tracing::Instrument;
 
 use crate::client::live::{Kind, Registration};
 use crate::error::ErrorChain;
+use crate::lock::wakeups::{Interest, Listener, RESUBSCRIBED};
 use crate::protocol::token::Token;
 use crate::protocol::{Access, Acquired, LockMode};
-use crate::redis_backend::wakeups::{Interest, Listener, RESUBSCRIBED};
 use crate::{Error, RwLock};
 
 /// The shortest re-check period: at most about two scripts per waiter per second.

@@ -5,7 +5,7 @@
 //!
 //! These are the words the lock and the guards speak; how a request reaches Redis
 //! (script calls, argument order, reply shapes) is the Redis backend's
-//! (`redis_backend/`).
+//! (`backend/redis/`).
 
 #[doc(hidden)]
 pub mod engine;
@@ -15,6 +15,15 @@ pub(crate) mod token;
 use std::time::Duration;
 
 pub use state::{Holder, LockMode, LockState};
+
+/// What a waiting writer or upgrade publishes on the lock's channel to call back
+/// the readers that hold (lua/acquire_write.lua).
+pub(crate) const CALL_BACK: &str = "w";
+
+/// What an operator's forced release publishes on the lock's channel: every hold
+/// of the lock ended (lua/force_release.lua), so the processes that listen on it
+/// lose their shared and kept read holds at once.
+pub(crate) const EVICTED: &str = "x";
 
 /// The answer of an acquire script.
 #[derive(Clone, Debug, PartialEq, Eq)]

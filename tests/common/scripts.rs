@@ -1,4 +1,4 @@
-//! The hash layout's scripts as `src/redis_backend/scripts/mod.rs` assembles them, for tests that run
+//! The hash layout's scripts as `src/backend/redis/scripts/mod.rs` assembles them, for tests that run
 //! a script directly.
 
 /// The source of the hash-layout script whose operation file is `operation`: the

@@ -389,7 +389,7 @@ impl Lock {
         })
     }
 
-    /// A wake-up reaches every waiter it concerns (`wants` in src/redis_backend/wakeups.rs,
+    /// A wake-up reaches every waiter it concerns (`wants` in src/lock/wakeups.rs,
     /// writer preference); a hand-over reaches the writer or upgrade it names. An
     /// upgrade waits for nothing else.
     fn deliver(&self, s: &mut State, wake: Wake) {

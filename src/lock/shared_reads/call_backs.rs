@@ -39,9 +39,10 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::{Entry, SharedReads, Slot};
+use crate::backend::Backend;
 use crate::error::ErrorChain;
+use crate::lock::wakeups::{CALL_BACK, EVICTED, OnCallBack, RESUBSCRIBED, Registration};
 use crate::metrics::LostCause;
-use crate::redis_backend::wakeups::{CALL_BACK, EVICTED, OnCallBack, RESUBSCRIBED, Registration};
 use crate::{Error, RwLock};
 
 /// Whether the client hears writers' call-backs for a lock.
@@ -238,7 +239,7 @@ pub(crate) async fn make_way(lock: &RwLock) {
 /// wait behind them): the lock's line or pending upgrade exists. One that cannot
 /// tell says yes: the hold then takes no more shares.
 pub(super) async fn writer_waits(lock: &RwLock) -> bool {
-    let looked = async { lock.target()?.writer_waits(lock.conn()).await };
+    let looked = async { lock.link().writer_waits(lock.target()?).await };
     looked.await.unwrap_or_else(|err| {
         tracing::warn!(lock = lock.name(), error = %ErrorChain(&err), "cannot tell whether a writer waits; the read hold takes no more shares");
         true

@@ -35,6 +35,7 @@ use tokio::time::Instant;
 use super::call_backs::{Listening, Starting, writer_waits};
 use super::writes::LocalWrite;
 use super::{Entry, Share, Shared, Slot, State, shareable};
+use crate::backend::{Backend, Held};
 use crate::error::ErrorChain;
 use crate::guard::lease::{Lease, release_unconfirmed};
 use crate::{Error, RwLock};
@@ -216,7 +217,13 @@ async fn set_mark(hold: &crate::guard::lease::Hold, on: bool) {
     let lock = &hold.lock;
     let lease = lock.options().read_lease;
     let sent = match lock.target() {
-        Ok(target) => target.mark_kept(lock.conn(), &hold.token, lease, on).await,
+        Ok(target) => {
+            let held = Held {
+                token: &hold.token,
+                lease,
+            };
+            lock.link().mark_kept(target, held, on).await
+        }
         Err(err) => Err(err),
     };
     if let Err(err) = sent {

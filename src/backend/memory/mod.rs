@@ -2,15 +2,17 @@
 //! that takes them. [`MemoryStore`] stands where Redis would; every request runs the
 //! engine (`protocol/engine/`), the same transition functions that the model checker
 //! explores and the conformance test holds equal to the Lua scripts. What a script
-//! publishes arrives at the client's wake-up code as a Redis message would. Time is
+//! publishes arrives at the client as a [`Push`], as a Redis message does. Time is
 //! tokio's, so a test with a paused clock expires a lease the moment it advances past
 //! it.
 //!
-//! `requests.rs` runs each request on the store; here are the store, its clock and
-//! the faults a test can inject.
+//! `requests.rs` runs each request of the contract (`backend/mod.rs`) on the store;
+//! here are the store, its clock and the faults a test can inject.
 
 mod glob;
-pub(crate) mod requests;
+mod requests;
+
+pub(crate) use requests::MemoryLink;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -18,10 +20,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, Utc};
-use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::backend::{Push, PushSender, Pushes};
 use crate::protocol::engine::{self, Time};
 
 /// How long an idle lock hash outlives its last deadline (the scripts' `+ 1000` ms of
@@ -93,7 +95,7 @@ pub(crate) struct State {
     /// What fenced writes left: value and expiry, by key.
     pub(crate) values: HashMap<String, (Vec<u8>, Option<Time>)>,
     /// Who listens on each channel.
-    subscribers: HashMap<String, HashMap<u64, mpsc::UnboundedSender<PushInfo>>>,
+    subscribers: HashMap<String, HashMap<u64, PushSender>>,
     next_subscriber: u64,
     /// Requests still to fail ([`MemoryStore::fail_next`]).
     failures: u32,
@@ -133,10 +135,7 @@ impl MemoryStore {
                 .into_iter()
                 .flat_map(HashMap::into_values)
             {
-                let _ = pushes.send(PushInfo {
-                    kind: PushKind::SUnsubscribe,
-                    data: vec![Value::BulkString(channel.as_bytes().to_vec())],
-                });
+                let _ = pushes.send(Push::Dropped(Some(channel.clone())));
             }
         }
     }
@@ -189,12 +188,12 @@ impl MemoryStore {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A new subscriber's id, and the pushes it will receive.
-    pub(crate) fn subscriber(&self) -> (u64, mpsc::UnboundedReceiver<PushInfo>, Pushes) {
+    /// A new subscriber's id, where its pushes go, and where they arrive.
+    pub(crate) fn subscriber(&self) -> (u64, PushSender, Pushes) {
         let (sender, receiver) = mpsc::unbounded_channel();
         let mut state = self.state();
         state.next_subscriber += 1;
-        (state.next_subscriber, receiver, Pushes(sender))
+        (state.next_subscriber, sender, receiver)
     }
 }
 
@@ -207,10 +206,6 @@ impl fmt::Debug for MemoryStore {
             .finish()
     }
 }
-
-/// Where one client's subscription connection receives its messages.
-#[derive(Clone)]
-pub(crate) struct Pushes(mpsc::UnboundedSender<PushInfo>);
 
 impl State {
     /// The store's clock, in microseconds since its first request: tokio's time, but
@@ -252,24 +247,19 @@ impl State {
             return;
         };
         listeners.retain(|_, pushes| {
-            let data = vec![
-                Value::BulkString(channel.as_bytes().to_vec()),
-                Value::BulkString(payload.as_bytes().to_vec()),
-            ];
-            pushes
-                .send(PushInfo {
-                    kind: PushKind::Message,
-                    data,
-                })
-                .is_ok()
+            let message = Push::Message {
+                channel: channel.to_owned(),
+                payload: payload.to_owned(),
+            };
+            pushes.send(message).is_ok()
         });
     }
 
-    pub(crate) fn subscribe(&mut self, channel: &str, id: u64, pushes: &Pushes) {
+    pub(crate) fn subscribe(&mut self, channel: &str, id: u64, pushes: &PushSender) {
         self.subscribers
             .entry(channel.to_owned())
             .or_default()
-            .insert(id, pushes.0.clone());
+            .insert(id, pushes.clone());
     }
 
     pub(crate) fn unsubscribe(&mut self, channel: &str, id: u64) {

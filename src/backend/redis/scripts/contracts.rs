@@ -4,7 +4,7 @@
 //! `ARGV` to `bind`; each layout is called with the right verbs.
 
 use super::*;
-use crate::redis_backend::slot::key_slot;
+use crate::backend::redis::slot::key_slot;
 
 #[test]
 fn every_key_of_a_lock_shares_one_slot() {
@@ -55,7 +55,7 @@ fn contracts() -> Vec<Contract> {
     vec![
         Contract {
             file: "acquire_read.lua",
-            header: include_str!("../../../lua/acquire_read.lua"),
+            header: include_str!("../../../../lua/acquire_read.lua"),
             args: &[
                 "token",
                 "read lease",
@@ -69,7 +69,7 @@ fn contracts() -> Vec<Contract> {
         },
         Contract {
             file: "acquire_write.lua",
-            header: include_str!("../../../lua/acquire_write.lua"),
+            header: include_str!("../../../../lua/acquire_write.lua"),
             args: &["token", "write lease", "intent lifetime", "upgrade"],
             sent: |cmd| args::acquire_write(&TOKEN, LEASE, LEASE, false)(cmd),
             per_write: 0,
@@ -77,7 +77,7 @@ fn contracts() -> Vec<Contract> {
         },
         Contract {
             file: "release.lua",
-            header: include_str!("../../../lua/release.lua"),
+            header: include_str!("../../../../lua/release.lua"),
             args: &["token"],
             sent: |cmd| args::release(&TOKEN)(cmd),
             per_write: 0,
@@ -85,7 +85,7 @@ fn contracts() -> Vec<Contract> {
         },
         Contract {
             file: "renew.lua",
-            header: include_str!("../../../lua/renew.lua"),
+            header: include_str!("../../../../lua/renew.lua"),
             args: &["token", "lease", "'write' or 'read'"],
             sent: |cmd| args::renew(&TOKEN, LEASE, LockMode::Write)(cmd),
             per_write: 0,
@@ -93,7 +93,7 @@ fn contracts() -> Vec<Contract> {
         },
         Contract {
             file: "downgrade.lua",
-            header: include_str!("../../../lua/downgrade.lua"),
+            header: include_str!("../../../../lua/downgrade.lua"),
             args: &["token", "read lease", "'write' or 'upgradable'"],
             sent: |cmd| args::downgrade(&TOKEN, LEASE, Access::Write)(cmd),
             per_write: 0,
@@ -101,7 +101,7 @@ fn contracts() -> Vec<Contract> {
         },
         Contract {
             file: "fenced_write.lua",
-            header: include_str!("../../../lua/fenced_write.lua"),
+            header: include_str!("../../../../lua/fenced_write.lua"),
             args: &["token"],
             sent: |cmd| args::fenced_write(&TOKEN, &[])(cmd),
             per_write: {
@@ -119,7 +119,7 @@ fn contracts() -> Vec<Contract> {
         },
         Contract {
             file: "force_release.lua",
-            header: include_str!("../../../lua/force_release.lua"),
+            header: include_str!("../../../../lua/force_release.lua"),
             args: &[],
             sent: args::none,
             per_write: 0,
@@ -127,7 +127,7 @@ fn contracts() -> Vec<Contract> {
         },
         Contract {
             file: "state.lua",
-            header: include_str!("../../../lua/state.lua"),
+            header: include_str!("../../../../lua/state.lua"),
             args: &[],
             sent: args::none,
             per_write: 0,
@@ -225,7 +225,7 @@ fn measured(sent: impl Fn(&mut Cmd)) -> usize {
 #[test]
 fn headers_state_the_contracts() {
     // The common ARGV[1..3]: what eval() sends, as helpers.lua lists it.
-    let prelude = header(include_str!("../../../lua/helpers.lua"));
+    let prelude = header(include_str!("../../../../lua/helpers.lua"));
     let common = argv_lines(&prelude);
     let sent = measured(|cmd| common_args(cmd, "SPUBLISH", (1, 2)));
     assert_eq!(
@@ -297,7 +297,7 @@ fn headers_state_the_contracts() {
     }
 
     // The legacy layout's keys, as legacy_layout.lua lists them.
-    let legacy = header(include_str!("../../../lua/legacy_layout.lua"));
+    let legacy = header(include_str!("../../../../lua/legacy_layout.lua"));
     let keys: Vec<&str> = legacy
         .iter()
         .filter_map(|l| l.strip_prefix("KEYS["))
@@ -381,7 +381,9 @@ fn each_layout_calls_its_scripts_with_the_right_verbs() {
         release.call(Via::Function),
         ("FCALL", &*function(Operation::Release))
     );
-    assert_eq!(release.call(Via::Sha), ("EVALSHA", &*release.sha));
+    // EVALSHA names a script by the SHA1 of its source, as SCRIPT LOAD would.
+    let sha = |lua: &Lua| redis::Script::new(&lua.source).get_hash().to_owned();
+    assert_eq!(release.call(Via::Sha), ("EVALSHA", &*sha(release)));
     assert_eq!(state.call(Via::Source), ("EVAL_RO", &*state.source));
     // The library holds every operation, with its flags.
     for op in Operation::ALL {
@@ -396,7 +398,7 @@ fn each_layout_calls_its_scripts_with_the_right_verbs() {
     }
     // The legacy layout has no library.
     let legacy = LEGACY.get(Operation::State);
-    assert_eq!(legacy.call(Via::Function), ("EVALSHA_RO", &*legacy.sha));
+    assert_eq!(legacy.call(Via::Function), ("EVALSHA_RO", &*sha(legacy)));
     assert!(legacy.source.contains("legacy_layout.lua"));
 }
 

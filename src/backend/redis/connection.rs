@@ -5,32 +5,25 @@
 //! hang or retry for minutes, far longer than any lease); [`cluster_client_builder`]
 //! offers the same limits to connections of the application's own. The lock
 //! connection checks the server with one `INFO server` when it is made (see
-//! [`crate::redis_backend::server`]).
+//! [`super::server`]).
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{AsyncPushSender, ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClientBuilder, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::cluster_routing::{
+    MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
+};
 use redis::{
-    Client, Cmd, IntoConnectionInfo, Pipeline, ProtocolVersion, PushInfo, RedisFuture, RedisResult,
-    Value,
+    Client, Cmd, IntoConnectionInfo, Pipeline, ProtocolVersion, PushInfo, PushKind, RedisFuture,
+    RedisResult, Value,
 };
 
-/// Where a subscription connection delivers its pushes.
-pub(crate) type Pushes = tokio::sync::mpsc::UnboundedSender<PushInfo>;
-
+use super::server::ServerInfo;
 use crate::Error;
-use crate::memory::requests::MemoryLink;
-use crate::redis_backend::server::ServerInfo;
+use crate::backend::{Limits, Node, Push, PushSender, Scan};
 
-/// The longest a single request may wait for its reply.
-pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
-/// The longest a request may take in all, retries and redirections included.
-pub(crate) const OVERALL_TIMEOUT: Duration = Duration::from_secs(4);
-/// The longest a (re)connection attempt may take.
-pub(crate) const CONNECTION_TIMEOUT: Duration = Duration::from_secs(1);
 /// Retries after a timeout, a lost connection, TRYAGAIN or CLUSTERDOWN.
 const RETRIES: u32 = 3;
 const MIN_RETRY_WAIT_MS: u64 = 10;
@@ -63,57 +56,14 @@ where
     S: AsRef<str>,
 {
     let nodes: Vec<String> = nodes.into_iter().map(|n| n.as_ref().to_owned()).collect();
+    let limits = Limits::default();
     ClusterClientBuilder::new(nodes)
-        .connection_timeout(CONNECTION_TIMEOUT)
-        .response_timeout(RESPONSE_TIMEOUT)
-        .overall_response_timeout(Some(OVERALL_TIMEOUT))
+        .connection_timeout(limits.connection)
+        .response_timeout(limits.response)
+        .overall_response_timeout(Some(limits.overall))
         .retries(RETRIES)
         .min_retry_wait(MIN_RETRY_WAIT_MS)
         .max_retry_wait(MAX_RETRY_WAIT_MS)
-}
-
-/// The limits on every request of a [`LockClient`](crate::LockClient).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Limits {
-    /// The longest a (re)connection attempt may take.
-    pub(crate) connection: Duration,
-    /// The longest a single request may wait for its reply.
-    pub(crate) response: Duration,
-    /// The longest a request may take in all, retries and redirections included.
-    pub(crate) overall: Duration,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            connection: CONNECTION_TIMEOUT,
-            response: RESPONSE_TIMEOUT,
-            overall: OVERALL_TIMEOUT,
-        }
-    }
-}
-
-impl Limits {
-    /// Every limit is positive, and a request may wait for at least one reply.
-    pub(crate) fn check(&self) -> Result<(), Error> {
-        let zero = [
-            ("connection_timeout", self.connection),
-            ("response_timeout", self.response),
-            ("overall_timeout", self.overall),
-        ]
-        .into_iter()
-        .find(|(_, limit)| limit.is_zero());
-        if let Some((name, _)) = zero {
-            return Err(Error::InvalidOptions(format!("{name} must be positive")));
-        }
-        if self.overall < self.response {
-            return Err(Error::InvalidOptions(format!(
-                "overall_timeout ({:?}) is shorter than response_timeout ({:?})",
-                self.overall, self.response
-            )));
-        }
-        Ok(())
-    }
 }
 
 /// A connection to a cluster or to one server; cheap to clone (clones share the
@@ -122,9 +72,6 @@ impl Limits {
 pub(crate) enum Connection {
     Cluster(ClusterConnection),
     Standalone(Standalone),
-    /// No server: the locks live in a [`MemoryStore`](crate::MemoryStore), and
-    /// requests run the engine there (`memory/`). It takes no raw commands.
-    Memory(MemoryLink),
 }
 
 /// A connection to one server, with the overall limit the driver's connection
@@ -167,7 +114,7 @@ impl Connection {
     pub(crate) async fn cluster(
         builder: ClusterClientBuilder,
         limits: Limits,
-        push: Pushes,
+        push: PushSender,
         first: Option<&str>,
     ) -> Result<Connections, Error> {
         // The builder's fields are private; its Debug output is the only view of
@@ -210,7 +157,7 @@ impl Connection {
         let config = ClusterConfig::new()
             .set_connection_timeout(limits.connection)
             .set_response_timeout(limits.response)
-            .set_push_sender(push);
+            .set_push_sender(push_sender(push));
         let subscriptions = client.get_async_connection_with_config(config).await?;
         Ok(Connections {
             lock: Connection::Cluster(conn),
@@ -225,7 +172,7 @@ impl Connection {
     pub(crate) async fn standalone(
         client: Client,
         limits: Limits,
-        push: Pushes,
+        push: PushSender,
     ) -> Result<Connections, Error> {
         let info = client.get_connection_info().clone();
         let config = ConnectionManagerConfig::new()
@@ -269,7 +216,9 @@ impl Connection {
             .clone()
             .set_protocol(ProtocolVersion::RESP3);
         let subscriber = Client::open(info.set_redis_settings(settings))?;
-        let config = config.set_push_sender(push).set_automatic_resubscription();
+        let config = config
+            .set_push_sender(push_sender(push))
+            .set_automatic_resubscription();
         let subscriptions = ConnectionManager::new_with_config(subscriber, config).await?;
         let overall = limits.overall;
         Ok(Connections {
@@ -285,7 +234,7 @@ impl Connection {
     pub(crate) fn publish_command(&self) -> &'static str {
         match self {
             Connection::Cluster(_) => "SPUBLISH",
-            Connection::Standalone(_) | Connection::Memory(_) => "PUBLISH",
+            Connection::Standalone(_) => "PUBLISH",
         }
     }
 
@@ -304,33 +253,151 @@ impl Connection {
                     .and_then(Value::extract_error)
             }
             Connection::Standalone(_) => cmd.query_async(&mut self.clone()).await,
-            Connection::Memory(_) => Err(no_raw_commands()),
         }
     }
 
-    /// Subscribes this (subscription-only) connection to `channel`.
-    pub(crate) async fn subscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
-        match self {
-            Connection::Cluster(conn) => conn.ssubscribe(channel).await,
-            Connection::Standalone(s) => s.conn.subscribe(channel).await,
-            Connection::Memory(link) => {
-                link.subscribe(channel);
-                Ok(())
-            }
+    /// Subscribes this (subscription-only) connection to `channel`: sharded on a
+    /// cluster.
+    pub(crate) async fn subscribe(&self, channel: &str) -> Result<(), Error> {
+        match self.clone() {
+            Connection::Cluster(mut conn) => conn.ssubscribe(channel).await?,
+            Connection::Standalone(mut s) => s.conn.subscribe(channel).await?,
         }
+        Ok(())
     }
 
     /// Ends this connection's subscription to `channel`.
-    pub(crate) async fn unsubscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
-        match self {
-            Connection::Cluster(conn) => conn.sunsubscribe(channel).await,
-            Connection::Standalone(s) => s.conn.unsubscribe(channel).await,
-            Connection::Memory(link) => {
-                link.unsubscribe(channel);
-                Ok(())
-            }
+    pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<(), Error> {
+        match self.clone() {
+            Connection::Cluster(mut conn) => conn.sunsubscribe(channel).await?,
+            Connection::Standalone(mut s) => s.conn.unsubscribe(channel).await?,
+        }
+        Ok(())
+    }
+}
+
+/// Hands the pushes a subscription connection receives to `push` as the lock side
+/// reads them: messages, and dropped subscriptions (Redis drops sharded ones on
+/// failover and slot moves; an unsubscribe of ours arrives here too).
+fn push_sender(push: PushSender) -> impl AsyncPushSender + Clone {
+    move |info: PushInfo| {
+        let text = |value: &Value| match value {
+            Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
+            Value::SimpleString(s) => Some(s.clone()),
+            _ => None,
+        };
+        let read = match info.kind {
+            PushKind::Message | PushKind::SMessage => match info.data.as_slice() {
+                [channel, payload, ..] => text(channel)
+                    .zip(text(payload))
+                    .map(|(channel, payload)| Push::Message { channel, payload }),
+                _ => None,
+            },
+            PushKind::SUnsubscribe | PushKind::Unsubscribe => info
+                .data
+                .first()
+                .and_then(text)
+                .map(|channel| Push::Dropped(Some(channel))),
+            PushKind::Disconnection => Some(Push::Dropped(None)),
+            _ => None,
+        };
+        match read {
+            Some(read) => push.send(read),
+            None => Ok(()),
         }
     }
+}
+
+/// The servers the listing scans: every master of a cluster (in address order, as
+/// the driver knows them, with their `DBSIZE`), or the one server.
+pub(crate) async fn masters(conn: &Connection) -> Result<Vec<Node>, Error> {
+    let Connection::Cluster(cluster) = conn else {
+        return Ok(vec![Node::single()]);
+    };
+    // Sent to every master at once; the driver answers with a map from each
+    // master's address to its reply (errors included, as values).
+    let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+    let reply = cluster
+        .clone()
+        .route_command(redis::cmd("DBSIZE"), routing)
+        .await
+        .and_then(Value::extract_error)?;
+    let Value::Map(replies) = reply else {
+        return Err(unexpected("DBSIZE to every master", &reply));
+    };
+    let mut nodes = Vec::with_capacity(replies.len());
+    for (address, keys) in replies {
+        let address: String = redis::from_redis_value(address).map_err(redis::RedisError::from)?;
+        let keys: u64 = redis::from_redis_value(keys).map_err(redis::RedisError::from)?;
+        let route = address
+            .rsplit_once(':')
+            .and_then(|(host, port)| Some((host.to_owned(), port.parse().ok()?)));
+        if route.is_none() {
+            return Err(unexpected(
+                "a master's address",
+                &Value::SimpleString(address),
+            ));
+        }
+        nodes.push(Node {
+            address,
+            route,
+            keys: Some(keys),
+        });
+    }
+    nodes.sort_by(|a, b| a.address.cmp(&b.address));
+    Ok(nodes)
+}
+
+/// One `SCAN cursor MATCH glob COUNT count TYPE hash` on the scan's node: the next
+/// cursor (0: done) and the keys found (names that are not UTF-8 are no lock's).
+pub(crate) async fn scan_node(
+    conn: &Connection,
+    scan: &Scan<'_>,
+) -> Result<(u64, Vec<String>), Error> {
+    let Scan {
+        node,
+        cursor,
+        glob,
+        count,
+    } = *scan;
+    let mut cmd: Cmd = redis::cmd("SCAN");
+    cmd.arg(cursor)
+        .arg("MATCH")
+        .arg(glob)
+        .arg("COUNT")
+        .arg(count)
+        .arg("TYPE")
+        .arg("hash");
+    let reply = match (conn, &node.route) {
+        (Connection::Cluster(cluster), Some((host, port))) => {
+            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                host: host.clone(),
+                port: *port,
+            });
+            cluster
+                .clone()
+                .route_command(cmd, routing)
+                .await
+                .and_then(Value::extract_error)?
+        }
+        _ => cmd.query_async(&mut conn.clone()).await?,
+    };
+    let (next, keys): (u64, Vec<Vec<u8>>) =
+        redis::from_redis_value(reply).map_err(redis::RedisError::from)?;
+    let keys = keys
+        .into_iter()
+        .filter_map(|key| String::from_utf8(key).ok())
+        .collect();
+    Ok((next, keys))
+}
+
+/// A reply of a shape the driver or server should never give.
+fn unexpected(what: &str, reply: &Value) -> Error {
+    Error::from(redis::RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "unexpected reply",
+        format!("{what}: {reply:?}"),
+    )))
 }
 
 /// A standalone server refuses the cluster client's first request; say so plainly.
@@ -432,7 +499,6 @@ impl ConnectionLike for Connection {
                 let reply = s.conn.req_packed_command(cmd);
                 Box::pin(async move { within(overall, reply).await })
             }
-            Connection::Memory(_) => Box::pin(async { Err(no_raw_commands()) }),
         }
     }
 
@@ -449,7 +515,6 @@ impl ConnectionLike for Connection {
                 let replies = s.conn.req_packed_commands(pipeline, offset, count);
                 Box::pin(async move { within(overall, replies).await })
             }
-            Connection::Memory(_) => Box::pin(async { Err(no_raw_commands()) }),
         }
     }
 
@@ -457,18 +522,8 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Cluster(conn) => conn.get_db(),
             Connection::Standalone(s) => s.conn.get_db(),
-            Connection::Memory(_) => 0,
         }
     }
-}
-
-/// What a raw command sent to the in-memory store gets: every request the crate
-/// makes of it has a typed way in (`memory/requests.rs`).
-fn no_raw_commands() -> redis::RedisError {
-    redis::RedisError::from((
-        redis::ErrorKind::Client,
-        "the in-memory store takes no raw Redis commands",
-    ))
 }
 
 /// `request`, or a timeout error once `overall` has passed.

@@ -1,17 +1,20 @@
-//! Typed wrappers around the Lua scripts in `lua/`: the only place that knows their
-//! argument order and reply shapes.
+//! The Redis backend's side of the contract (`backend/mod.rs`): typed wrappers
+//! around the Lua scripts in `lua/`, the only place that knows their argument order
+//! and reply shapes, and the few plain commands the shared reads and the listing
+//! send.
 
-use std::sync::LazyLock;
+use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
 
 use redis::{Cmd, FromRedisValue, Script};
 
-use super::connection::Connection;
+use super::connection::{Connection, masters, scan_node};
 use super::library::{self, Function, Functions, Library};
-use super::slot::hash_tag;
+use super::slot::key_slot;
 use crate::Error;
+use crate::Result;
+use crate::backend::{Acquire, Backend, Fenced, Held, Node, Scan, Target};
 use crate::error::ErrorChain;
-use crate::memory::requests::{MemoryKey, MemoryLink};
 use crate::protocol::token::Token;
 use crate::protocol::{
     Access, Acquired, Downgraded, LockMode, RawState, Renewed, Replicas, Write, millis,
@@ -58,14 +61,14 @@ impl Operation {
 
     fn source(self) -> &'static str {
         match self {
-            Operation::AcquireRead => include_str!("../../../lua/acquire_read.lua"),
-            Operation::AcquireWrite => include_str!("../../../lua/acquire_write.lua"),
-            Operation::Release => include_str!("../../../lua/release.lua"),
-            Operation::Renew => include_str!("../../../lua/renew.lua"),
-            Operation::Downgrade => include_str!("../../../lua/downgrade.lua"),
-            Operation::FencedWrite => include_str!("../../../lua/fenced_write.lua"),
-            Operation::ForceRelease => include_str!("../../../lua/force_release.lua"),
-            Operation::State => include_str!("../../../lua/state.lua"),
+            Operation::AcquireRead => include_str!("../../../../lua/acquire_read.lua"),
+            Operation::AcquireWrite => include_str!("../../../../lua/acquire_write.lua"),
+            Operation::Release => include_str!("../../../../lua/release.lua"),
+            Operation::Renew => include_str!("../../../../lua/renew.lua"),
+            Operation::Downgrade => include_str!("../../../../lua/downgrade.lua"),
+            Operation::FencedWrite => include_str!("../../../../lua/fenced_write.lua"),
+            Operation::ForceRelease => include_str!("../../../../lua/force_release.lua"),
+            Operation::State => include_str!("../../../../lua/state.lua"),
         }
     }
 
@@ -111,7 +114,9 @@ pub(crate) struct Scripts {
 /// the function library when its layout has one.
 struct Lua {
     source: String,
-    sha: String,
+    /// Worked out at the first EVALSHA of this script: a layout with a library
+    /// calls its functions by name and may never need it.
+    sha: OnceLock<String>,
     read_only: bool,
     function: Option<String>,
 }
@@ -133,11 +138,17 @@ impl Lua {
         match (via, &self.function, self.read_only) {
             (Via::Function, Some(name), false) => ("FCALL", name),
             (Via::Function, Some(name), true) => ("FCALL_RO", name),
-            (Via::Function | Via::Sha, _, false) => ("EVALSHA", &self.sha),
-            (Via::Function | Via::Sha, _, true) => ("EVALSHA_RO", &self.sha),
+            (Via::Function | Via::Sha, _, false) => ("EVALSHA", self.sha()),
+            (Via::Function | Via::Sha, _, true) => ("EVALSHA_RO", self.sha()),
             (Via::Source, _, false) => ("EVAL", &self.source),
             (Via::Source, _, true) => ("EVAL_RO", &self.source),
         }
+    }
+
+    /// The SHA1 EVALSHA names the script by.
+    fn sha(&self) -> &str {
+        self.sha
+            .get_or_init(|| Script::new(&self.source).get_hash().to_owned())
     }
 }
 
@@ -146,15 +157,11 @@ impl Scripts {
     /// layout's operations can also be called as its functions.
     fn build(layout: &str, library: Option<&Library>) -> Self {
         let prelude = prelude(layout);
-        let make = |op: Operation| {
-            let source = format!("{prelude}\n{}", op.source());
-            let sha = Script::new(&source).get_hash().to_owned();
-            Lua {
-                source,
-                sha,
-                read_only: op.read_only(),
-                function: library.map(|library| library.function_name(op.name())),
-            }
+        let make = |op: Operation| Lua {
+            source: format!("{prelude}\n{}", op.source()),
+            sha: OnceLock::new(),
+            read_only: op.read_only(),
+            function: library.map(|library| library.function_name(op.name())),
         };
         Scripts {
             scripts: Operation::ALL.map(make),
@@ -175,22 +182,13 @@ pub(crate) struct ScriptConnection {
 
 impl ScriptConnection {
     pub(crate) fn new(conn: Connection) -> Self {
+        // The hash layout's scripts and the library's name are put together once
+        // per process, at the first connect, not in some lock's first request,
+        // which would wait for it.
+        LazyLock::force(&HASH);
         ScriptConnection {
             conn,
             functions: Functions::default(),
-        }
-    }
-
-    /// A cluster, rather than one server.
-    pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self.conn, Connection::Cluster(_))
-    }
-
-    /// The in-memory store, when the client has no server.
-    pub(crate) fn memory(&self) -> Option<&MemoryLink> {
-        match &self.conn {
-            Connection::Memory(link) => Some(link),
-            _ => None,
         }
     }
 }
@@ -198,17 +196,17 @@ impl ScriptConnection {
 /// The shared part of every script, in order: the helpers, then (where `{layout}`
 /// stands) one layout's hooks, then the writers' queue and the holds, which use them.
 const SHARED: [&str; 3] = [
-    include_str!("../../../lua/helpers.lua"),
-    include_str!("../../../lua/queue.lua"),
-    include_str!("../../../lua/holds.lua"),
+    include_str!("../../../../lua/helpers.lua"),
+    include_str!("../../../../lua/queue.lua"),
+    include_str!("../../../../lua/holds.lua"),
 ];
 
 /// The hash layout's hooks, then its fast paths: the common operations decided from
 /// a few fields, before the full way (the queue, the holds and the operation).
 const HASH_LAYOUT: &str = concat!(
-    include_str!("../../../lua/hash_layout.lua"),
+    include_str!("../../../../lua/hash_layout.lua"),
     "\n",
-    include_str!("../../../lua/fast_path.lua")
+    include_str!("../../../../lua/fast_path.lua")
 );
 
 /// What comes before the operation in every script: the shared part with `layout`'s
@@ -250,72 +248,14 @@ static HASH: LazyLock<Scripts> = LazyLock::new(|| Scripts::build(HASH_LAYOUT, So
 /// The legacy two-key layout: our state in a companion hash, mirrored into the keys.
 /// No library: its hooks read `KEYS` at the top, before the operation binds them.
 static LEGACY: LazyLock<Scripts> =
-    LazyLock::new(|| Scripts::build(include_str!("../../../lua/legacy_layout.lua"), None));
+    LazyLock::new(|| Scripts::build(include_str!("../../../../lua/legacy_layout.lua"), None));
 
-/// One lock's keys, its scripts and the settings every script call carries.
-pub(crate) struct Target {
-    /// The keys every script gets, our state hash first (see `lua/holds.lua` and
-    /// `lua/legacy_layout.lua`); all in one slot.
-    keys: Vec<String>,
-    /// Where releases are announced, in the keys' slot.
-    pub(crate) channel: String,
-    /// Leases of original-design clients (read, write), in ms.
-    original_ms: (u64, u64),
-    scripts: &'static Scripts,
+/// The compiled scripts of `target`'s layout.
+fn scripts(target: &Target) -> &'static Scripts {
+    if target.is_legacy() { &LEGACY } else { &HASH }
 }
 
-impl Target {
-    /// The hash layout: the hash `"{prefix}:{name}"`.
-    pub(crate) fn hash(prefix: &str, name: &str, original: (Duration, Duration)) -> Self {
-        Self::new(vec![format!("{prefix}:{{{name}}}")], original, &HASH)
-    }
-
-    /// Whether this is the legacy two-key layout (its two keys follow our hash).
-    pub(crate) fn is_legacy(&self) -> bool {
-        self.keys.len() > 1
-    }
-
-    /// The legacy layout: the two keys, and our state in a hash tagged like the read
-    /// key (a key without a tag hashes like `{key}`), so all share one slot.
-    pub(crate) fn legacy(read_key: &str, write_key: &str, original: (Duration, Duration)) -> Self {
-        let tag = String::from_utf8_lossy(hash_tag(read_key.as_bytes())).into_owned();
-        let state = format!("{{{tag}}}:rwlock:legacy");
-        Self::new(
-            vec![state, read_key.to_owned(), write_key.to_owned()],
-            original,
-            &LEGACY,
-        )
-    }
-
-    fn new(keys: Vec<String>, original: (Duration, Duration), scripts: &'static Scripts) -> Self {
-        Target {
-            channel: format!("{}:released", keys[0]),
-            keys,
-            original_ms: (millis(original.0), millis(original.1)),
-            scripts,
-        }
-    }
-
-    /// The lock's keys in an in-memory store: the hash layout's only (the store has
-    /// no original-design clients to share keys with).
-    fn memory_key(&self) -> Result<MemoryKey<'_>, Error> {
-        if self.is_legacy() {
-            return Err(Error::InvalidOptions(
-                "the in-memory store has the hash layout only: LockClient::legacy_rwlock needs Redis".into(),
-            ));
-        }
-        Ok(MemoryKey {
-            hash: &self.keys[0],
-            channel: &self.channel,
-            original_ms: self.original_ms,
-        })
-    }
-
-    /// Every key the lock itself uses, its state hash first.
-    pub(crate) fn keys(&self) -> &[String] {
-        &self.keys
-    }
-
+impl ScriptConnection {
     /// Runs `script` on the lock's key (then `extra_keys`) with the common
     /// arguments and `args`; with `replicas`, pipelines `WAIT` behind it on the same
     /// node connection and also returns how many replicas acknowledged.
@@ -337,34 +277,30 @@ impl Target {
     ///   idempotent per token.
     async fn eval<T: FromRedisValue>(
         &self,
-        conn: &ScriptConnection,
-        script: &Lua,
+        target: &Target,
+        op: Operation,
         extra_keys: &[&str],
         args: impl Fn(&mut Cmd),
         replicas: Option<Replicas>,
     ) -> Result<(T, u32), Error> {
-        let functions = &conn.functions;
+        let script = scripts(target).get(op);
+        let functions = &self.functions;
         let mut via = match script.function {
             Some(_) if functions.in_use() => Via::Function,
             _ => Via::Sha,
         };
         let mut loaded = false;
         let mut redirects = 0;
-        let mut link = conn.conn.clone();
+        let mut link = self.conn.clone();
         loop {
             let (verb, body) = script.call(via);
-            crate::metrics::script_sent(verb, || {
-                Operation::ALL
-                    .into_iter()
-                    .find(|&op| std::ptr::eq(self.scripts.get(op), script))
-                    .map_or("unknown", Operation::name)
-            });
+            crate::metrics::script_sent(verb, || op.name());
             let mut cmd = redis::cmd(verb);
             cmd.arg(body)
-                .arg(self.keys.len() + extra_keys.len())
-                .arg(&self.keys)
+                .arg(target.keys().len() + extra_keys.len())
+                .arg(target.keys())
                 .arg(extra_keys);
-            common_args(&mut cmd, conn.conn.publish_command(), self.original_ms);
+            common_args(&mut cmd, self.conn.publish_command(), target.original_ms);
             args(&mut cmd);
             let reply = match replicas {
                 None => cmd
@@ -386,7 +322,7 @@ impl Target {
                         Via::Sha
                     } else {
                         loaded = true;
-                        match LIBRARY.load(&conn.conn, &self.keys[0]).await {
+                        match LIBRARY.load(&self.conn, target.key()).await {
                             Ok(()) => Via::Function,
                             Err(err) if library::refuses_for_good(&err) => {
                                 functions.give_up(&err);
@@ -410,234 +346,110 @@ impl Target {
                     let pause = (SLOT_MOVE_PAUSE * 2u32.pow(redirects)).min(SLOT_MOVE_MAX_PAUSE);
                     tokio::time::sleep(pause.mul_f64(rand::random_range(0.5..1.0))).await;
                 }
-                other => return other.map_err(|err| Error::from_script(err, &self.keys)),
+                other => return other.map_err(|err| Error::from_script(err, target.keys())),
             }
         }
     }
 
-    /// Runs `script` without waiting for replicas.
+    /// Runs `op` on `target` without waiting for replicas.
     async fn run<T: FromRedisValue>(
         &self,
-        conn: &ScriptConnection,
-        script: &Lua,
+        target: &Target,
+        op: Operation,
         args: impl Fn(&mut Cmd),
     ) -> Result<T, Error> {
-        Ok(self.eval(conn, script, &[], args, None).await?.0)
+        Ok(self.eval(target, op, &[], args, None).await?.0)
     }
+}
 
-    /// Tries to take a read hold for `token` (the upgradable one when `upgradable`);
-    /// when refused under writer preference, a plain reader waits in line for
-    /// `intent` (zero: it does not).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn acquire_read(
-        &self,
-        conn: &ScriptConnection,
-        token: &Token,
-        lease: Duration,
-        writer_preferred: bool,
-        upgradable: bool,
-        intent: Duration,
-        replicas: Option<Replicas>,
-    ) -> Result<(Acquired, u32), Error> {
-        if let Some(memory) = conn.memory() {
-            let key = self.memory_key()?;
-            let acquired = memory
-                .acquire_read(&key, token, lease, writer_preferred, upgradable, intent)
-                .await?;
-            return Ok((acquired, replicas.map_or(0, |r| r.count)));
-        }
-        let args = args::acquire_read(token, lease, writer_preferred, upgradable, intent);
-        let (reply, acked) = self
-            .eval::<reply::Acquire>(
-                conn,
-                self.scripts.get(Operation::AcquireRead),
-                &[],
-                args,
-                replicas,
-            )
-            .await?;
+/// The requests as script calls, and the shared reads' look and mark as plain
+/// commands on the lock's hash (`HMGET`, `HSET`, `HDEL`).
+impl Backend for ScriptConnection {
+    async fn acquire(&self, target: &Target, ask: &Acquire<'_>) -> Result<(Acquired, u32)> {
+        let Acquire {
+            token,
+            access,
+            lease,
+            in_line,
+            intent,
+            replicas,
+        } = *ask;
+        let (reply, acked) = if access.mode() == LockMode::Read {
+            let upgradable = access == Access::UpgradableRead;
+            let args = args::acquire_read(token, lease, in_line, upgradable, intent);
+            self.eval::<reply::Acquire>(target, Operation::AcquireRead, &[], args, replicas)
+                .await?
+        } else {
+            let args = args::acquire_write(token, lease, intent, access == Access::Upgrade);
+            self.eval::<reply::Acquire>(target, Operation::AcquireWrite, &[], args, replicas)
+                .await?
+        };
         Ok((decode_acquired(reply), acked))
     }
 
-    /// Tries to take the write hold for `token`; when refused, queues it for
-    /// `intent` (zero: does not queue). With `upgrade`, for `token`'s upgradable
-    /// hold: a refusal keeps new readers out for `intent` instead of queueing.
-    pub(crate) async fn acquire_write(
-        &self,
-        conn: &ScriptConnection,
-        token: &Token,
-        lease: Duration,
-        intent: Duration,
-        upgrade: bool,
-        replicas: Option<Replicas>,
-    ) -> Result<(Acquired, u32), Error> {
-        if let Some(memory) = conn.memory() {
-            let key = self.memory_key()?;
-            let acquired = memory
-                .acquire_write(&key, token, lease, intent, upgrade)
-                .await?;
-            return Ok((acquired, replicas.map_or(0, |r| r.count)));
-        }
-        let args = args::acquire_write(token, lease, intent, upgrade);
-        let (reply, acked) = self
-            .eval::<reply::Acquire>(
-                conn,
-                self.scripts.get(Operation::AcquireWrite),
-                &[],
-                args,
-                replicas,
-            )
-            .await?;
-        Ok((decode_acquired(reply), acked))
-    }
-
-    /// Ends whatever `token` has (a hold in either mode, a place in the writers'
-    /// queue); true when a hold was removed.
-    pub(crate) async fn release(
-        &self,
-        conn: &ScriptConnection,
-        token: &Token,
-    ) -> Result<bool, Error> {
-        if let Some(memory) = conn.memory() {
-            return memory.release(&self.memory_key()?, token).await;
-        }
+    async fn release(&self, target: &Target, token: &Token) -> Result<bool> {
         let removed: reply::Done = self
-            .run(
-                conn,
-                self.scripts.get(Operation::Release),
-                args::release(token),
-            )
+            .run(target, Operation::Release, args::release(token))
             .await?;
         Ok(removed == 1)
     }
 
-    /// Extends `token`'s hold in `mode` to `lease` from now; [`Renewed::Lost`] when
-    /// the lease is lost (the hold is gone or in the other mode, or an
-    /// original-design client holds beside it).
-    pub(crate) async fn renew(
-        &self,
-        conn: &ScriptConnection,
-        token: &Token,
-        mode: LockMode,
-        lease: Duration,
-    ) -> Result<Renewed, Error> {
-        if let Some(memory) = conn.memory() {
-            return memory.renew(&self.memory_key()?, token, mode, lease).await;
-        }
-        let renewed: reply::Done = self
-            .run(
-                conn,
-                self.scripts.get(Operation::Renew),
-                args::renew(token, lease, mode),
-            )
-            .await?;
+    async fn renew(&self, target: &Target, held: Held<'_>, mode: LockMode) -> Result<Renewed> {
+        let args = args::renew(held.token, held.lease, mode);
+        let renewed: reply::Done = self.run(target, Operation::Renew, args).await?;
         Ok(Renewed::from_reply(renewed))
     }
 
-    /// Turns `token`'s write hold (`from` write) into a read hold of `lease`, or
-    /// its upgradable hold (`from` upgradable read) into a plain one.
-    pub(crate) async fn downgrade(
-        &self,
-        conn: &ScriptConnection,
-        token: &Token,
-        lease: Duration,
-        from: Access,
-    ) -> Result<Downgraded, Error> {
-        if let Some(memory) = conn.memory() {
-            return memory
-                .downgrade(&self.memory_key()?, token, lease, from)
-                .await;
-        }
-        let (done, queued): reply::Downgraded = self
-            .run(
-                conn,
-                self.scripts.get(Operation::Downgrade),
-                args::downgrade(token, lease, from),
-            )
-            .await?;
+    async fn downgrade(&self, target: &Target, held: Held<'_>, from: Access) -> Result<Downgraded> {
+        let args = args::downgrade(held.token, held.lease, from);
+        let (done, queued): reply::Downgraded =
+            self.run(target, Operation::Downgrade, args).await?;
         Ok(Downgraded::from_reply(done, queued))
     }
 
-    /// Applies `writes` if `token` still holds the write lock; false (nothing
-    /// written) when it does not. With `replicas`, also how many replicas
-    /// acknowledged the writes in time (`WAIT`).
-    pub(crate) async fn fenced_write(
-        &self,
-        conn: &ScriptConnection,
-        token: &Token,
-        writes: &[Write],
-        replicas: Option<Replicas>,
-    ) -> Result<(bool, u32), Error> {
-        if let Some(memory) = conn.memory() {
-            return memory
-                .fenced_write(&self.memory_key()?, token, writes, replicas)
-                .await;
-        }
+    async fn fenced_write(&self, target: &Target, ask: &Fenced<'_>) -> Result<(bool, u32)> {
+        let Fenced {
+            token,
+            writes,
+            replicas,
+        } = *ask;
         let keys: Vec<&str> = writes.iter().map(|w| w.key.as_str()).collect();
         let args = args::fenced_write(token, writes);
         let (fence, acknowledged) = self
-            .eval::<reply::Fence>(
-                conn,
-                self.scripts.get(Operation::FencedWrite),
-                &keys,
-                args,
-                replicas,
-            )
+            .eval::<reply::Fence>(target, Operation::FencedWrite, &keys, args, replicas)
             .await?;
         Ok((fence > 0, acknowledged))
     }
 
-    /// Ends every hold (the operator's break-glass); returns how many there were.
-    pub(crate) async fn force_release(&self, conn: &ScriptConnection) -> Result<u64, Error> {
-        if let Some(memory) = conn.memory() {
-            return memory.force_release(&self.memory_key()?).await;
-        }
-        self.run::<reply::Count>(conn, self.scripts.get(Operation::ForceRelease), args::none)
+    async fn force_release(&self, target: &Target) -> Result<u64> {
+        self.run::<reply::Count>(target, Operation::ForceRelease, args::none)
             .await
     }
 
-    /// Who holds the lock, as the scripts see it (expired entries purged).
-    pub(crate) async fn state(&self, conn: &ScriptConnection) -> Result<RawState, Error> {
-        if let Some(memory) = conn.memory() {
-            return memory.state(&self.memory_key()?).await;
-        }
-        self.run::<reply::State>(conn, self.scripts.get(Operation::State), args::none)
+    async fn state(&self, target: &Target) -> Result<RawState> {
+        self.run::<reply::State>(target, Operation::State, args::none)
             .await
     }
 
-    /// Whether a writer or an upgrade waits, or readers wait in line (a read would
-    /// wait behind them): the lock's line or pending upgrade exists.
-    pub(crate) async fn writer_waits(&self, conn: &ScriptConnection) -> Result<bool, Error> {
-        if let Some(memory) = conn.memory() {
-            return memory.writer_waits(&self.memory_key()?).await;
-        }
+    /// The lock's line or pending upgrade exists: `HMGET q:head u:upgrade`.
+    async fn writer_waits(&self, target: &Target) -> Result<bool> {
         let fields: (Option<String>, Option<String>) = redis::cmd("HMGET")
-            .arg(&self.keys[0])
+            .arg(target.key())
             .arg("q:head")
             .arg("u:upgrade")
-            .query_async(&mut conn.conn.clone())
+            .query_async(&mut self.conn.clone())
             .await?;
         Ok(fields.0.is_some() || fields.1.is_some())
     }
 
-    /// Sets (`on`) or clears `token`'s `k:` field: its read hold is kept idle. No
-    /// script writes it; `state.lua` reports it. The set also gives the hash a TTL of
-    /// `lease` if it has none (`NX`), so a mark that comes after the lock's hash went
-    /// leaves no key behind for good; the scripts keep any live hash's TTL past its
-    /// holds.
-    pub(crate) async fn mark_kept(
-        &self,
-        conn: &ScriptConnection,
-        token: &Token,
-        lease: Duration,
-        on: bool,
-    ) -> Result<(), Error> {
-        if let Some(memory) = conn.memory() {
-            return memory.mark_kept(&self.memory_key()?, token, on).await;
-        }
-        let key = &self.keys[0];
-        let field = format!("k:{}", token.as_str());
-        let mut link = conn.conn.clone();
+    /// `token`'s `k:` field. No script writes it; `state.lua` reports it. The set
+    /// also gives the hash a TTL of `lease` if it has none (`NX`), so a mark that
+    /// comes after the lock's hash went leaves no key behind for good; the scripts
+    /// keep any live hash's TTL past its holds.
+    async fn mark_kept(&self, target: &Target, held: Held<'_>, on: bool) -> Result<()> {
+        let key = target.key();
+        let field = format!("k:{}", held.token.as_str());
+        let mut link = self.conn.clone();
         if on {
             redis::pipe()
                 .atomic()
@@ -645,7 +457,7 @@ impl Target {
                 .ignore()
                 .cmd("PEXPIRE")
                 .arg(key)
-                .arg(millis(lease))
+                .arg(millis(held.lease))
                 .arg("NX")
                 .ignore()
                 .query_async::<()>(&mut link)
@@ -658,6 +470,22 @@ impl Target {
                 .await?;
         }
         Ok(())
+    }
+
+    async fn nodes(&self) -> Result<Vec<Node>> {
+        masters(&self.conn).await
+    }
+
+    async fn scan(&self, scan: &Scan<'_>) -> Result<(u64, Vec<String>)> {
+        scan_node(&self.conn, scan).await
+    }
+
+    fn shares_slot(&self, a: &str, b: &str) -> bool {
+        !self.is_cluster() || key_slot(a.as_bytes()) == key_slot(b.as_bytes())
+    }
+
+    fn is_cluster(&self) -> bool {
+        matches!(self.conn, Connection::Cluster(_))
     }
 }
 

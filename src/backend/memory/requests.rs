@@ -1,18 +1,22 @@
 //! The lock's requests, run on a [`MemoryStore`]: each takes the store's lock (a
 //! request runs alone, as a script does on Redis), runs the engine's transition
 //! function for it and publishes what the script would have published, then
-//! answers in the shapes the Redis backend decodes its replies into.
+//! answers as the contract (`backend/mod.rs`) types its replies.
 
 use std::time::Duration;
 
 use redis::{ErrorKind, RedisError};
 use tokio::time::Instant;
 
-use super::{MemoryStore, Pushes, State, micros};
+use super::{MemoryStore, State, micros};
 use crate::Error;
+use crate::Result;
+use crate::backend::{Acquire, Backend, Fenced, Held, Node, PushSender, Pushes, Scan, Target};
 use crate::protocol::engine::{self, Field, Outcome, Reply, Time, Tok, Val};
 use crate::protocol::token::Token;
-use crate::protocol::{Access, Acquired, Downgraded, LockMode, RawState, Renewed, Replicas, Write};
+use crate::protocol::{
+    Access, Acquired, CALL_BACK, Downgraded, EVICTED, LockMode, RawState, Renewed, Replicas,
+};
 
 /// How long a forced release waits before it returns: on a server its `x` message
 /// is on its way to the subscribers before the reply reaches the operator, and here
@@ -26,31 +30,41 @@ const EVICTION_LEAD: Duration = Duration::from_millis(5);
 pub(crate) struct MemoryLink {
     pub(crate) store: MemoryStore,
     /// The subscription side's id and where its messages go.
-    subscriber: Option<(u64, Pushes)>,
+    subscriber: Option<(u64, PushSender)>,
     /// The longest a request waits for a store that does not answer.
     overall: Duration,
 }
 
 /// One lock's keys in the store, and the original-design leases its scripts take.
-pub(crate) struct MemoryKey<'a> {
-    pub(crate) hash: &'a str,
-    pub(crate) channel: &'a str,
+struct MemoryKey<'a> {
+    hash: &'a str,
+    channel: &'a str,
     /// Read and write, in ms (`ARGV[2]`, `ARGV[3]`).
-    pub(crate) original_ms: (u64, u64),
+    original_ms: (u64, u64),
+}
+
+impl<'a> MemoryKey<'a> {
+    /// `target`'s key in the store: the hash layout's only (the store has no
+    /// original-design clients to share keys with).
+    fn of(target: &'a Target) -> Result<Self, Error> {
+        if target.is_legacy() {
+            return Err(Error::InvalidOptions(
+                "the in-memory store has the hash layout only: LockClient::legacy_rwlock needs Redis".into(),
+            ));
+        }
+        Ok(MemoryKey {
+            hash: target.key(),
+            channel: &target.channel,
+            original_ms: target.original_ms,
+        })
+    }
 }
 
 impl MemoryLink {
     /// A client's two links to `store` (for requests, and for subscriptions), and
     /// the pushes its subscriptions receive.
-    pub(crate) fn pair(
-        store: &MemoryStore,
-        overall: Duration,
-    ) -> (
-        MemoryLink,
-        MemoryLink,
-        tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>,
-    ) {
-        let (id, receiver, pushes) = store.subscriber();
+    pub(crate) fn pair(store: &MemoryStore, overall: Duration) -> (MemoryLink, MemoryLink, Pushes) {
+        let (id, pushes, receiver) = store.subscriber();
         let lock = MemoryLink {
             store: store.clone(),
             subscriber: None,
@@ -63,16 +77,20 @@ impl MemoryLink {
         (lock, subscriptions, receiver)
     }
 
-    pub(crate) fn subscribe(&self, channel: &str) {
+    /// The subscription side's `subscribe` (see [`Subscriber`](crate::backend::Subscriber)).
+    pub(crate) async fn subscribe(&self, channel: &str) -> Result<(), Error> {
         if let Some((id, pushes)) = &self.subscriber {
             self.store.state().subscribe(channel, *id, pushes);
         }
+        Ok(())
     }
 
-    pub(crate) fn unsubscribe(&self, channel: &str) {
+    /// The subscription side's `unsubscribe`.
+    pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<(), Error> {
         if let Some((id, _)) = &self.subscriber {
             self.store.state().unsubscribe(channel, *id);
         }
+        Ok(())
     }
 
     /// Runs `request` on the store once it answers: after a silence
@@ -113,52 +131,34 @@ impl MemoryLink {
     ) -> Result<Outcome, Error> {
         self.request(|state| operate(state, key, operation)).await
     }
+}
 
-    pub(crate) async fn acquire_read(
-        &self,
-        key: &MemoryKey<'_>,
-        token: &Token,
-        lease: Duration,
-        writer_preferred: bool,
-        upgradable: bool,
-        intent: Duration,
-    ) -> Result<Acquired, Error> {
-        let token = tok(token);
+/// The contract's requests on the store. It has no replicas (every count asked for
+/// acknowledges), one node, and every key in one place.
+impl Backend for MemoryLink {
+    async fn acquire(&self, target: &Target, ask: &Acquire<'_>) -> Result<(Acquired, u32)> {
+        let key = &MemoryKey::of(target)?;
+        let Acquire {
+            access, in_line, ..
+        } = *ask;
+        let (token, lease, intent) = (tok(ask.token), micros(ask.lease), micros(ask.intent));
         let out = self
-            .run(key, |h, p, now| {
-                engine::acquire_read(
-                    h,
-                    p,
-                    now,
-                    token,
-                    micros(lease),
-                    writer_preferred,
-                    upgradable,
-                    micros(intent),
-                )
+            .run(key, |h, p, now| match access.mode() {
+                LockMode::Read => {
+                    let upgradable = access == Access::UpgradableRead;
+                    engine::acquire_read(h, p, now, token, lease, in_line, upgradable, intent)
+                }
+                LockMode::Write => {
+                    let upgrade = access == Access::Upgrade;
+                    engine::acquire_write(h, p, now, token, lease, intent, upgrade)
+                }
             })
             .await?;
-        Ok(acquired(out.reply))
+        Ok((acquired(out.reply), acknowledged(ask.replicas)))
     }
 
-    pub(crate) async fn acquire_write(
-        &self,
-        key: &MemoryKey<'_>,
-        token: &Token,
-        lease: Duration,
-        intent: Duration,
-        upgrade: bool,
-    ) -> Result<Acquired, Error> {
-        let token = tok(token);
-        let out = self
-            .run(key, |h, p, now| {
-                engine::acquire_write(h, p, now, token, micros(lease), micros(intent), upgrade)
-            })
-            .await?;
-        Ok(acquired(out.reply))
-    }
-
-    pub(crate) async fn release(&self, key: &MemoryKey<'_>, token: &Token) -> Result<bool, Error> {
+    async fn release(&self, target: &Target, token: &Token) -> Result<bool> {
+        let key = &MemoryKey::of(target)?;
         let token = tok(token);
         let out = self
             .run(key, |h, p, now| engine::release(h, p, now, token))
@@ -166,18 +166,13 @@ impl MemoryLink {
         Ok(out.reply == Reply::Int(1))
     }
 
-    pub(crate) async fn renew(
-        &self,
-        key: &MemoryKey<'_>,
-        token: &Token,
-        mode: LockMode,
-        lease: Duration,
-    ) -> Result<Renewed, Error> {
-        let token = tok(token);
+    async fn renew(&self, target: &Target, held: Held<'_>, mode: LockMode) -> Result<Renewed> {
+        let key = &MemoryKey::of(target)?;
+        let (token, lease) = (tok(held.token), micros(held.lease));
         let write = mode == LockMode::Write;
         let out = self
             .run(key, |h, p, now| {
-                engine::renew(h, p, now, token, micros(lease), write)
+                engine::renew(h, p, now, token, lease, write)
             })
             .await?;
         Ok(match out.reply {
@@ -186,18 +181,13 @@ impl MemoryLink {
         })
     }
 
-    pub(crate) async fn downgrade(
-        &self,
-        key: &MemoryKey<'_>,
-        token: &Token,
-        lease: Duration,
-        from: Access,
-    ) -> Result<Downgraded, Error> {
-        let token = tok(token);
+    async fn downgrade(&self, target: &Target, held: Held<'_>, from: Access) -> Result<Downgraded> {
+        let key = &MemoryKey::of(target)?;
+        let (token, lease) = (tok(held.token), micros(held.lease));
         let from_write = from.mode() == LockMode::Write;
         let out = self
             .run(key, |h, p, now| {
-                engine::downgrade(h, p, now, token, micros(lease), from_write)
+                engine::downgrade(h, p, now, token, lease, from_write)
             })
             .await?;
         // The store's unit is the microsecond (the scripts' the millisecond).
@@ -215,14 +205,12 @@ impl MemoryLink {
 
     /// Applies `writes` when `token` holds the write lock. The store has no
     /// replicas: every count asked for acknowledges.
-    pub(crate) async fn fenced_write(
-        &self,
-        key: &MemoryKey<'_>,
-        token: &Token,
-        writes: &[Write],
-        replicas: Option<Replicas>,
-    ) -> Result<(bool, u32), Error> {
-        let token = tok(token);
+    async fn fenced_write(&self, target: &Target, ask: &Fenced<'_>) -> Result<(bool, u32)> {
+        let key = &MemoryKey::of(target)?;
+        let Fenced {
+            writes, replicas, ..
+        } = *ask;
+        let token = tok(ask.token);
         let written = self
             .request(|state| {
                 let out = operate(state, key, |h, p, now| {
@@ -245,10 +233,11 @@ impl MemoryLink {
                 holds
             })
             .await?;
-        Ok((written, replicas.map_or(0, |r| r.count)))
+        Ok((written, acknowledged(replicas)))
     }
 
-    pub(crate) async fn force_release(&self, key: &MemoryKey<'_>) -> Result<u64, Error> {
+    async fn force_release(&self, target: &Target) -> Result<u64> {
+        let key = &MemoryKey::of(target)?;
         let out = self.run(key, engine::force_release).await?;
         // The subscribers hear of the eviction before anyone acts on the reply.
         tokio::time::sleep(EVICTION_LEAD).await;
@@ -259,7 +248,8 @@ impl MemoryLink {
     }
 
     /// Who holds the lock, in the shape of `state.lua`'s reply.
-    pub(crate) async fn state(&self, key: &MemoryKey<'_>) -> Result<RawState, Error> {
+    async fn state(&self, target: &Target) -> Result<RawState> {
+        let key = &MemoryKey::of(target)?;
         self.request(|state| {
             let now = state.tick();
             let params = State::params(original_us(key));
@@ -315,7 +305,8 @@ impl MemoryLink {
 
     /// Whether a writer or an upgrade waits, or readers wait in line: the lock's
     /// line or pending upgrade exists (`HMGET q:head u:upgrade` on Redis).
-    pub(crate) async fn writer_waits(&self, key: &MemoryKey<'_>) -> Result<bool, Error> {
+    async fn writer_waits(&self, target: &Target) -> Result<bool> {
+        let key = &MemoryKey::of(target)?;
         self.request(|state| {
             let now = state.tick();
             state.hashes.get_mut(key.hash).is_some_and(|hash| {
@@ -329,12 +320,9 @@ impl MemoryLink {
     }
 
     /// Marks `token`'s read hold as kept idle (`on`), or clears the mark.
-    pub(crate) async fn mark_kept(
-        &self,
-        key: &MemoryKey<'_>,
-        token: &Token,
-        on: bool,
-    ) -> Result<(), Error> {
+    async fn mark_kept(&self, target: &Target, held: Held<'_>, on: bool) -> Result<()> {
+        let key = &MemoryKey::of(target)?;
+        let token = held.token;
         self.request(|state| {
             if on && !state.hashes.contains_key(key.hash) {
                 // The hold is gone with its hash: nothing to mark.
@@ -353,10 +341,15 @@ impl MemoryLink {
         .await
     }
 
+    async fn nodes(&self) -> Result<Vec<Node>> {
+        Ok(vec![Node::single()])
+    }
+
     /// The keys of the lock hashes in the store that match `glob` (Redis's glob), in
     /// order: one `SCAN` that sees everything.
-    pub(crate) async fn scan(&self, glob: &str) -> Result<Vec<String>, Error> {
-        self.request(|state| {
+    async fn scan(&self, scan: &Scan<'_>) -> Result<(u64, Vec<String>)> {
+        let glob = scan.glob;
+        let keys = self.request(|state| {
             let now = state.tick();
             state.hashes.retain(|_, hash| {
                 hash.expire_if_due(now);
@@ -370,9 +363,22 @@ impl MemoryLink {
                 .collect();
             keys.sort();
             keys
-        })
-        .await
+        });
+        Ok((0, keys.await?))
     }
+
+    fn shares_slot(&self, _: &str, _: &str) -> bool {
+        true
+    }
+
+    fn is_cluster(&self) -> bool {
+        false
+    }
+}
+
+/// What the store's replicas acknowledge: every count asked for (it has none).
+fn acknowledged(replicas: Option<Replicas>) -> u32 {
+    replicas.map_or(0, |r| r.count)
 }
 
 /// Runs `operation` on `key`'s hash at the store's next tick, as the store's one
@@ -395,7 +401,7 @@ fn operate(
         state.kept.remove(key.hash);
     }
     if out.evicted {
-        state.publish(key.channel, crate::redis_backend::wakeups::EVICTED);
+        state.publish(key.channel, EVICTED);
     }
     if let Some(batch) = out.granted {
         state.publish(key.channel, &batch.to_string());
@@ -404,7 +410,7 @@ fn operate(
         state.publish(key.channel, &wake.to_string());
     }
     if out.recalled {
-        state.publish(key.channel, crate::redis_backend::wakeups::CALL_BACK);
+        state.publish(key.channel, CALL_BACK);
     }
     out
 }

@@ -1,11 +1,14 @@
-//! Wake-ups: one subscription connection per client, shared by every waiter.
+//! Wake-ups: one subscription side per client, shared by every waiter.
 //!
 //! Release, downgrade and purge scripts publish on the lock's channel who may go
-//! next; waiters listen here instead of polling. The connection carries nothing but
-//! subscriptions (the driver can mistake an unsolicited SUNSUBSCRIBE for another
-//! command's reply), re-subscribes when Redis drops a subscription (failover, slot
-//! migration, reconnection), and hands each waiter a [`Listener`] that receives only
-//! the messages that concern it: a release naming another writer wakes nobody else.
+//! next; waiters listen here instead of polling. Both backends feed this dispatch
+//! the same way: the client's [`Subscriber`] says which channels it listens on, and
+//! what the store publishes or drops arrives as a [`Push`] (on Redis, over a
+//! connection that carries nothing but subscriptions, since the driver can mistake
+//! an unsolicited SUNSUBSCRIBE for another command's reply). The dispatch
+//! re-subscribes when the store drops a subscription (failover, slot migration,
+//! reconnection), and hands each waiter a [`Listener`] that receives only the
+//! messages that concern it: a release naming another writer wakes nobody else.
 //! A channel stays subscribed while someone listens, and a few seconds more, so a
 //! busy lock does not subscribe and unsubscribe for every wait.
 //!
@@ -20,26 +23,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
-use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::backend::{Push, Pushes, Subscriber};
 use crate::error::ErrorChain;
 use crate::protocol::Access;
 use crate::protocol::token::Token;
-use crate::redis_backend::connection::Connection;
+pub(crate) use crate::protocol::{CALL_BACK, EVICTED};
 use crate::{Error, Fairness};
 
 /// Sent to a channel's listeners when its subscription was restored: messages may
 /// have been lost in between, so everyone re-checks. (Not a token: tokens are hex.)
 pub(crate) const RESUBSCRIBED: &str = "~resubscribed";
-
-/// A waiting writer or upgrade calls back the readers that hold (lua/acquire_write.lua).
-pub(crate) const CALL_BACK: &str = "w";
-
-/// An operator's forced release ended every hold of the lock (lua/force_release.lua):
-/// the processes that listen on it lose their shared and kept read holds at once.
-pub(crate) const EVICTED: &str = "x";
 
 /// How long a channel stays subscribed after its last listener left.
 const LINGER: Duration = Duration::from_secs(5);
@@ -86,7 +82,7 @@ pub(crate) struct Wakeups {
 }
 
 struct Hub {
-    conn: Connection,
+    subscriber: Subscriber,
     /// Channel -> its listeners.
     channels: Mutex<HashMap<String, Channel>>,
     /// The channels Redis confirmed; the lock also serializes (un)subscribe
@@ -123,11 +119,12 @@ enum Mailbox {
 pub(crate) type OnCallBack = Arc<dyn Fn(&str) + Send + Sync>;
 
 impl Wakeups {
-    /// Serves wake-ups over `conn`, a connection used for nothing but subscriptions,
-    /// whose pushes arrive on `pushes`. Spawns the task that routes them.
-    pub(crate) fn new(conn: Connection, pushes: mpsc::UnboundedReceiver<PushInfo>) -> Self {
+    /// Serves wake-ups through `subscriber`, the client's subscription side, whose
+    /// pushes arrive on `pushes` (from either backend). Spawns the task that routes
+    /// them.
+    pub(crate) fn new(subscriber: Subscriber, pushes: Pushes) -> Self {
         let hub = Arc::new(Hub {
-            conn,
+            subscriber,
             channels: Mutex::new(HashMap::new()),
             subscribed: tokio::sync::Mutex::new(HashSet::new()),
             next_id: AtomicU64::new(0),
@@ -195,8 +192,8 @@ impl Wakeups {
     async fn subscribe(&self, channel: &str, interest: Interest) -> Result<Listener, Error> {
         let listener = self.hub.listener(&self.hub, channel, interest);
         if let Err(err) = self.hub.sync(channel).await {
-            if err.code() == Some("NOPERM") {
-                return Err(Error::from(err));
+            if matches!(&err, Error::Redis(failure) if failure.code() == Some("NOPERM")) {
+                return Err(err);
             }
             tracing::warn!(channel, error = %ErrorChain(&err), "could not subscribe to wake-ups; waiting on the re-check timer");
         }
@@ -270,18 +267,17 @@ impl Hub {
 
     /// Subscribes or unsubscribes `channel`, whichever its listeners want now, unless
     /// it already is.
-    async fn sync(&self, channel: &str) -> redis::RedisResult<()> {
+    async fn sync(&self, channel: &str) -> Result<(), Error> {
         let mut subscribed = self.subscribed.lock().await;
         let wanted = self.channels().contains_key(channel);
-        let mut conn = self.conn.clone();
         match (wanted, subscribed.contains(channel)) {
             (true, false) => {
-                conn.subscribe(channel).await?;
+                self.subscriber.subscribe(channel).await?;
                 subscribed.insert(channel.to_owned());
             }
             (false, true) => {
                 subscribed.remove(channel);
-                conn.unsubscribe(channel).await?;
+                self.subscriber.unsubscribe(channel).await?;
             }
             _ => {}
         }
@@ -318,38 +314,18 @@ impl Hub {
 
 /// Routes pushes to listeners and restores dropped subscriptions; ends when the
 /// client is gone.
-async fn dispatch(hub: Weak<Hub>, mut pushes: mpsc::UnboundedReceiver<PushInfo>) {
+async fn dispatch(hub: Weak<Hub>, mut pushes: Pushes) {
     while let Some(push) = pushes.recv().await {
         let Some(hub) = hub.upgrade() else { return };
-        match push.kind {
-            PushKind::Message | PushKind::SMessage => {
-                if let [channel, payload, ..] = push.data.as_slice()
-                    && let (Some(channel), Some(payload)) = (text(channel), text(payload))
-                {
-                    tracing::trace!(channel, payload, "wake-up");
-                    hub.deliver(&channel, &payload);
-                }
+        match push {
+            Push::Message { channel, payload } => {
+                tracing::trace!(channel, payload, "wake-up");
+                hub.deliver(&channel, &payload);
             }
-            PushKind::SUnsubscribe | PushKind::Unsubscribe => {
-                // Redis drops sharded subscriptions on failover and slot moves (an
-                // unsubscribe of ours arrives here too, and changes nothing).
-                if let Some(channel) = push.data.first().and_then(text) {
-                    tokio::spawn(hub.resubscribe(Some(vec![channel])));
-                }
+            Push::Dropped(channel) => {
+                tokio::spawn(hub.resubscribe(channel.map(|channel| vec![channel])));
             }
-            PushKind::Disconnection => {
-                tokio::spawn(hub.resubscribe(None));
-            }
-            _ => {}
         }
-    }
-}
-
-fn text(value: &Value) -> Option<String> {
-    match value {
-        Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
-        Value::SimpleString(s) => Some(s.clone()),
-        _ => None,
     }
 }
 

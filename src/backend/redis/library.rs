@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis::Script;
 
-use crate::redis_backend::connection::Connection;
+use crate::backend::redis::connection::Connection;
 
 /// How many hex digits of the content hash name a library: enough that two
 /// versions of the crate never meet under one name.
@@ -107,27 +107,6 @@ impl Library {
             Err(err) => Err(err),
         }
     }
-}
-
-/// The name of the Redis function library this version of the crate loads,
-/// `rwlock_<hash>`, where `<hash>` (12 hex digits) is a hash of the library's text.
-///
-/// Each crate version whose scripts differ loads a library of its own name beside
-/// the others (so versions mix during a rolling upgrade), and nothing ever removes
-/// one: a server keeps the libraries of every version that ran against it until
-/// they are deleted (`FUNCTION DELETE`) or flushed. Every loaded library makes each
-/// function call a little slower, so operators remove those of versions no longer
-/// running; this name tells the running version's own apart (the `redis-rwlock
-/// libraries` command uses it).
-///
-/// # Examples
-///
-/// ```
-/// let name = redis_rwlock::library_name();
-/// assert!(name.starts_with("rwlock_"));
-/// ```
-pub fn library_name() -> &'static str {
-    super::scripts::LIBRARY.name()
 }
 
 /// `Function not found`: the server has no library of this name (never loaded there,
