@@ -132,20 +132,29 @@ async fn a_release_hands_the_lock_to_the_first_queued_writer(backend: Backend) {
     wait_for(&lock, |s| s.queued_writers.len() == 1).await;
     let queued = lock.state().await.unwrap().queued_writers[0].clone();
 
+    let released = std::time::Instant::now();
     holder.release().await.unwrap();
     let state = lock.state().await.unwrap();
+    let looked_after = released.elapsed();
     let writer = state
         .writer
         .expect("the release left the lock to the queued writer");
     assert!(writer.token.is_some());
     assert_eq!(writer.token, queued.token);
     assert!(state.queued_writers.is_empty());
-    // The first lease is the queue place's lifetime, not a full write lease.
+    // The first lease is the queue place's lifetime, not a full write lease. The
+    // waiter renews its hold a third of that lease (a second at least) after the
+    // hand-over, to a full lease: on a machine so loaded that the state was read
+    // later than that, the deadline seen may be the renewal's.
     let first_lease = writer.until - state.server_time;
-    assert!(
-        first_lease <= chrono::Duration::milliseconds(3300),
-        "{first_lease}"
-    );
+    if looked_after < Duration::from_millis(900) {
+        assert!(
+            first_lease <= chrono::Duration::milliseconds(3300),
+            "{first_lease}"
+        );
+    } else {
+        eprintln!("the state was read {looked_after:?} after the release: first lease not judged");
+    }
 
     let guard = timeout(Duration::from_secs(5), waiter)
         .await
