@@ -10,6 +10,7 @@ mod common;
 use std::time::Duration;
 
 use redis_rwlock::{Error, LockClient, LockOptions, RwLock};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use common::{unique_name, wait_for};
@@ -19,6 +20,33 @@ const LONG: Duration = Duration::from_secs(60);
 
 fn keeping(client: &LockClient, name: &str, bound: Duration) -> RwLock {
     client.rwlock_with(name, LockOptions::default().keep_reads(bound))
+}
+
+/// A task of `lock`'s client that reads it, once its read is known to wait (its
+/// first poll is pending: the test fails otherwise). The task returns when the
+/// read was granted and whether it held then, and releases it.
+async fn a_read_that_waits(lock: &RwLock) -> JoinHandle<Result<(Instant, bool), Error>> {
+    let (came, arrived) = tokio::sync::oneshot::channel();
+    let reader = tokio::spawn({
+        let lock = lock.clone();
+        async move {
+            let mut read = Box::pin(lock.read());
+            let pending = std::future::poll_fn(|cx| {
+                std::task::Poll::Ready(read.as_mut().poll(cx).is_pending())
+            })
+            .await;
+            came.send(pending).unwrap();
+            let guard = read.await?;
+            let granted = (Instant::now(), guard.is_held());
+            guard.release().await?;
+            Ok(granted)
+        }
+    });
+    assert!(
+        arrived.await.unwrap(),
+        "a read beside the client's write hold"
+    );
+    reader
 }
 
 /// The token of the lock's only reader.
@@ -269,30 +297,15 @@ async fn a_read_waiting_for_the_clients_write_does_not_keep_a_queued_writer_out(
     });
     wait_for(&lock, |state| state.queued_writers.len() == 1).await;
 
-    let (came, arrived) = tokio::sync::oneshot::channel();
-    let reader = tokio::spawn({
-        let lock = lock.clone();
-        async move {
-            let mut read = Box::pin(lock.read());
-            let pending = std::future::poll_fn(|cx| {
-                std::task::Poll::Ready(read.as_mut().poll(cx).is_pending())
-            })
-            .await;
-            came.send(pending).unwrap();
-            let guard = read.await?;
-            let held = guard.is_held();
-            guard.release().await?;
-            Ok::<_, Error>(held)
-        }
-    });
-    assert!(arrived.await.unwrap(), "a read beside the client's write hold");
+    let reader = a_read_that_waits(&lock).await;
 
     let released = Instant::now();
     writer.release().await.unwrap();
     let granted = waiting.await.unwrap().expect("the writer gets in");
     let waited = granted - released;
     assert!(waited < Duration::from_secs(5), "the writer waited {waited:?}");
-    assert!(reader.await.unwrap().expect("the read gets in"));
+    let (_, held) = reader.await.unwrap().expect("the read gets in");
+    assert!(held);
 }
 }
 
@@ -366,23 +379,7 @@ async fn a_read_that_waited_for_its_clients_write_goes_before_a_writer_that_queu
     let lock = keeping(&client, &name, LONG);
     let writer = lock.write().await.unwrap();
 
-    let (came, arrived) = tokio::sync::oneshot::channel();
-    let reader = tokio::spawn({
-        let lock = lock.clone();
-        async move {
-            let mut read = Box::pin(lock.read());
-            let pending = std::future::poll_fn(|cx| {
-                std::task::Poll::Ready(read.as_mut().poll(cx).is_pending())
-            })
-            .await;
-            came.send(pending).unwrap();
-            let guard = read.await?;
-            let granted = Instant::now();
-            guard.release().await?;
-            Ok::<_, Error>(granted)
-        }
-    });
-    assert!(arrived.await.unwrap(), "a read beside the client's write hold");
+    let reader = a_read_that_waits(&lock).await;
     // The client learns when that writer queued from the write's release, to within
     // the release's round trip: a read that came less than that before the writer
     // queued counts as after it (it waits behind it, erring on the writer's side).
@@ -400,7 +397,7 @@ async fn a_read_that_waited_for_its_clients_write_goes_before_a_writer_that_queu
 
     let released = Instant::now();
     writer.release().await.unwrap();
-    let granted = reader.await.unwrap().expect("the read gets in");
+    let (granted, _) = reader.await.unwrap().expect("the read gets in");
     let waited = granted - released;
     assert!(
         waited < OTHER_HOLDS / 2,
@@ -439,26 +436,10 @@ async fn a_read_that_came_after_a_writer_queued_does_not_pass_it(backend: Backen
     });
     wait_for(&lock, |state| state.queued_writers.len() == 1).await;
 
-    let (came, arrived) = tokio::sync::oneshot::channel();
-    let reader = tokio::spawn({
-        let lock = lock.clone();
-        async move {
-            let mut read = Box::pin(lock.read());
-            let pending = std::future::poll_fn(|cx| {
-                std::task::Poll::Ready(read.as_mut().poll(cx).is_pending())
-            })
-            .await;
-            came.send(pending).unwrap();
-            let guard = read.await?;
-            let granted = Instant::now();
-            guard.release().await?;
-            Ok::<_, Error>(granted)
-        }
-    });
-    assert!(arrived.await.unwrap(), "a read beside the client's write hold");
+    let reader = a_read_that_waits(&lock).await;
 
     writer.release().await.unwrap();
-    let read_granted = reader.await.unwrap().expect("the read gets in");
+    let (read_granted, _) = reader.await.unwrap().expect("the read gets in");
     let writer_released = earlier_writer
         .await
         .unwrap()
