@@ -63,6 +63,7 @@ mod error;
 mod fleet;
 mod guard;
 mod lock;
+mod lock_set;
 mod metrics;
 mod protocol;
 #[doc(hidden)]
@@ -80,6 +81,7 @@ pub use fleet::{ListCursor, ListOptions, LockPage, LockSummary};
 pub use guard::{FencedWrites, RwLockReadGuard, RwLockUpgradableReadGuard, RwLockWriteGuard};
 pub use lock::RwLock;
 pub use lock::options::{Fairness, LockOptions};
+pub use lock_set::{LockSet, LockSetGuard};
 pub use protocol::{Holder, LockMode, LockState};
 pub use redis;
 

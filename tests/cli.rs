@@ -1106,3 +1106,62 @@ async fn a_kept_idle_read_hold_shows_as_kept() {
     assert!(!stdout.contains("(kept, idle)"), "{stdout}");
     guard.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn exec_takes_a_lock_set_all_at_once_and_releases_it() {
+    let client = cluster_client().await;
+    let (a, b, c) = (
+        unique_name("cli-set-a"),
+        unique_name("cli-set-b"),
+        unique_name("cli-set-c"),
+    );
+    // The command sees every lock held in its mode, and the written one's token.
+    let script = format!(
+        "redis-rwlock --cluster {} status {a} && redis-rwlock --cluster {} status {c} \
+         && echo \"fence=$REDIS_RWLOCK_FENCING_TOKEN\"",
+        shared_cluster().urls().join(","),
+        shared_cluster().urls().join(","),
+    );
+    let tool_dir = std::path::Path::new(env!("CARGO_BIN_EXE_redis-rwlock"))
+        .parent()
+        .unwrap()
+        .to_owned();
+    let mut cmd = cli(&[
+        "exec", "--write", &c, "--read", &a, "--read", &b, "--", "sh", "-c", &script,
+    ]);
+    cmd.env(
+        "PATH",
+        format!("{}:{}", tool_dir.display(), std::env::var("PATH").unwrap()),
+    );
+    let (code, stdout, stderr) = run(cmd).await;
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let fence: u64 = stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("fence="))
+        .and_then(|token| token.parse().ok())
+        .unwrap_or_else(|| panic!("no fencing token: {stdout}"));
+    assert_eq!(
+        fence,
+        client
+            .rwlock(c.as_str())
+            .state()
+            .await
+            .unwrap()
+            .fencing_token
+    );
+    for name in [&a, &b, &c] {
+        let state = client.rwlock(name.as_str()).state().await.unwrap();
+        assert!(state.is_free(), "{name} not released: {state:?}");
+    }
+
+    // Busy with --wait 0: nothing is taken, and the tool says which locks.
+    let blocker = client.rwlock(b.as_str()).write().await.unwrap();
+    let (code, _, stderr) = run(cli(&[
+        "exec", "--read", &a, "--read", &b, "--wait", "0", "--", "true",
+    ]))
+    .await;
+    assert_eq!(code, NOT_ACQUIRED, "{stderr}");
+    assert!(stderr.contains(&a) && stderr.contains(&b), "{stderr}");
+    assert!(client.rwlock(a.as_str()).state().await.unwrap().is_free());
+    blocker.release().await.unwrap();
+}

@@ -25,7 +25,7 @@ use crate::guard::lease::release_unconfirmed;
 use crate::guard::renewals::Renewals;
 use crate::lock::shared_reads::SharedReads;
 use crate::lock::wakeups::Wakeups;
-use crate::{Error, LockOptions, Operation, RwLock};
+use crate::{Error, LockOptions, LockSet, Operation, RwLock};
 
 /// A handle to a Redis Cluster or a single Redis server, from which locks are made.
 ///
@@ -290,6 +290,41 @@ impl LockClient {
     /// ```
     pub fn rwlock_with(&self, name: impl Into<String>, options: LockOptions) -> RwLock {
         RwLock::new(self.clone(), name.into(), options)
+    }
+
+    /// An empty [`LockSet`]: several locks taken at once, all or nothing, with the
+    /// default options. Add members with [`LockSet::read`] and [`LockSet::write`].
+    /// No I/O.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(client: redis_rwlock::LockClient) -> Result<(), redis_rwlock::Error> {
+    /// let held = client.lock_set().read("catalogue").write("prices").acquire().await?;
+    /// held.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_set(&self) -> LockSet {
+        self.lock_set_with(LockOptions::default())
+    }
+
+    /// An empty [`LockSet`] whose members all use `options` (their leases, fairness,
+    /// prefix...); its [`LockOptions::wait_timeout`] bounds the whole acquire. No I/O.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(client: redis_rwlock::LockClient) -> Result<(), redis_rwlock::Error> {
+    /// use std::time::Duration;
+    /// use redis_rwlock::LockOptions;
+    ///
+    /// let options = LockOptions::default().wait_timeout(Duration::from_secs(2));
+    /// let set = client.lock_set_with(options).read("sources").write("report");
+    /// set.acquire().await?.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_set_with(&self, options: LockOptions) -> LockSet {
+        LockSet::new(self.clone(), options)
     }
 }
 

@@ -4,6 +4,7 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
+use redis_rwlock::LockMode;
 
 const AFTER_HELP: &str = "\
 Connection: --url (one server) or --cluster (a cluster); without either, the
@@ -94,6 +95,11 @@ pub enum Command {
     /// signal N). For --write, COMMAND finds the hold's fencing token in
     /// $REDIS_RWLOCK_FENCING_TOKEN.
     ///
+    /// Several locks at once (a lock set: `--read A --read B --write C`): all are
+    /// taken or none, in one order every client agrees on, so sets never deadlock
+    /// whatever order their locks are listed in; --wait bounds the whole set. When
+    /// exactly one of them is written, $REDIS_RWLOCK_FENCING_TOKEN is its token.
+    ///
     /// If the lease is lost while COMMAND runs (Redis unreachable for the whole
     /// lease, or an operator's `release --force`), COMMAND gets SIGTERM, then
     /// SIGKILL after --kill-after, and redis-rwlock exits with 79.
@@ -112,7 +118,7 @@ pub enum Command {
     /// suspended (Ctrl-Z) for longer than the lease, others may take the lock
     /// meanwhile, and COMMAND is stopped as above when it resumes.
     #[command(
-        group(ArgGroup::new("mode").required(true).args(["read", "write"])),
+        group(ArgGroup::new("mode").required(true).multiple(true).args(["read", "write"])),
         after_help = AFTER_HELP
     )]
     Exec(ExecArgs),
@@ -243,19 +249,22 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
-/// `exec (--read|--write) NAME [--wait D] [--lease D] [--kill-after D] -- COMMAND...`
+/// `exec (--read|--write) NAME [--wait D] [--lease D] [--kill-after D] -- COMMAND...`,
+/// or for several locks at once `exec --read A --write B ... -- COMMAND...`
 #[derive(Debug, Args)]
 pub struct ExecArgs {
-    /// Take a shared read hold.
-    #[arg(long)]
-    pub read: bool,
+    /// Take a shared read hold: of NAME, or (given a value) of the lock named so;
+    /// repeat it for several locks (a lock set)
+    #[arg(long, value_name = "LOCK", num_args = 0..=1, default_missing_value = "")]
+    pub read: Vec<String>,
 
-    /// Take the exclusive write hold.
-    #[arg(long)]
-    pub write: bool,
+    /// Take the exclusive write hold: of NAME, or (given a value) of the lock named
+    /// so; repeat it for several locks (a lock set)
+    #[arg(long, value_name = "LOCK", num_args = 0..=1, default_missing_value = "")]
+    pub write: Vec<String>,
 
-    /// The lock's name.
-    pub name: String,
+    /// The lock's name, for a bare --read or --write.
+    pub name: Option<String>,
 
     /// How long to wait for the lock, e.g. 500ms, 30s, 2m, or plain seconds as in
     /// `flock -w 30`; 0: do not wait [default: wait without limit]
@@ -274,6 +283,41 @@ pub struct ExecArgs {
     /// The command to run and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
+}
+
+impl ExecArgs {
+    /// The locks to take, each with its mode: `--read NAME`/`--write NAME` flags, or
+    /// one bare `--read`/`--write` for the positional NAME.
+    pub fn locks(&self) -> Result<Vec<(String, LockMode)>, String> {
+        let flagged = |names: &[String], mode| {
+            names
+                .iter()
+                .map(move |name| (name.clone(), mode))
+                .collect::<Vec<_>>()
+        };
+        let mut locks = flagged(&self.read, LockMode::Read);
+        locks.extend(flagged(&self.write, LockMode::Write));
+        let (bare, named): (Vec<_>, Vec<_>) = locks.into_iter().partition(|(n, _)| n.is_empty());
+        match (bare.as_slice(), &self.name) {
+            ([], None) => Ok(named),
+            ([(_, mode)], Some(name)) => {
+                Ok([(name.clone(), *mode)].into_iter().chain(named).collect())
+            }
+            ([], Some(name)) => Err(format!(
+                "say how to take {name:?}: --read {name:?} or --write {name:?}"
+            )),
+            (_, None) => Err(
+                "--read or --write without a lock name: name it after the flag \
+                 (--read NAME) or after the options"
+                    .to_owned(),
+            ),
+            (_, Some(_)) => Err(
+                "only one bare --read or --write may take the lock named after \
+                 the options; name the others after their flags (--read NAME)"
+                    .to_owned(),
+            ),
+        }
+    }
 }
 
 /// `release --force NAME`
@@ -381,7 +425,10 @@ mod tests {
         let Command::Exec(exec) = cli.command else {
             panic!("not exec");
         };
-        assert!(exec.write && !exec.read);
+        assert_eq!(
+            exec.locks().unwrap(),
+            [("cache".to_owned(), LockMode::Write)]
+        );
         assert_eq!(exec.wait, Some(Duration::from_secs(120)));
         assert_eq!(exec.lease, Some(Duration::from_millis(500)));
         assert_eq!(exec.kill_after, Duration::from_secs(5));
@@ -392,15 +439,6 @@ mod tests {
     fn exec_needs_exactly_one_mode_and_a_command() {
         for args in [
             &["redis-rwlock", "exec", "x", "--", "true"][..],
-            &[
-                "redis-rwlock",
-                "exec",
-                "--read",
-                "--write",
-                "x",
-                "--",
-                "true",
-            ],
             &["redis-rwlock", "exec", "--read", "x"],
             &[
                 "redis-rwlock",
@@ -414,6 +452,49 @@ mod tests {
             ],
         ] {
             assert!(Cli::try_parse_from(args).is_err(), "{args:?} accepted");
+        }
+    }
+
+    /// The locks of an `exec`, as parsed from its arguments (after the global ones).
+    fn exec_locks(args: &[&str]) -> Result<Vec<(String, LockMode)>, String> {
+        let all = ["redis-rwlock", "exec"]
+            .iter()
+            .chain(args)
+            .chain(&["--", "true"]);
+        let Command::Exec(exec) = Cli::try_parse_from(all).unwrap().command else {
+            panic!("not exec");
+        };
+        exec.locks()
+    }
+
+    #[test]
+    fn exec_takes_one_lock_by_a_bare_flag_or_several_by_named_flags() {
+        let (read, write) = (LockMode::Read, LockMode::Write);
+        let one = |name: &str, mode| Ok(vec![(name.to_owned(), mode)]);
+        assert_eq!(exec_locks(&["--read", "x"]), one("x", read));
+        assert_eq!(exec_locks(&["--read", "--wait", "3", "x"]), one("x", read));
+        assert_eq!(
+            exec_locks(&["--write", "x", "--wait", "3"]),
+            one("x", write)
+        );
+        assert_eq!(
+            exec_locks(&["--read", "a", "--write", "c", "--read", "b"]),
+            Ok(vec![
+                ("a".to_owned(), read),
+                ("b".to_owned(), read),
+                ("c".to_owned(), write)
+            ])
+        );
+        assert_eq!(
+            exec_locks(&["--write", "--read", "a", "x"]),
+            Ok(vec![("x".to_owned(), write), ("a".to_owned(), read)])
+        );
+        for bad in [
+            &["--read", "--write", "x"][..],
+            &["--read", "a", "x"],
+            &["--read", "--write"],
+        ] {
+            assert!(exec_locks(bad).is_err(), "{bad:?} accepted");
         }
     }
 

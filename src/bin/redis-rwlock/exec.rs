@@ -4,7 +4,10 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use redis_rwlock::{Error, LockClient, LockOptions, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use redis_rwlock::{
+    Error, LockClient, LockMode, LockOptions, LockSet, LockSetGuard, RwLock, RwLockReadGuard,
+    RwLockWriteGuard,
+};
 
 use crate::child::{Running, Stopped, describe, exit_code};
 use crate::cli::ExecArgs;
@@ -21,10 +24,15 @@ const DEFAULT_LEASE: Duration = Duration::from_secs(10);
 /// their own within seconds.
 const SETTLE: Duration = Duration::from_millis(250);
 
-/// The hold, read or write.
+/// The hold, read or write, or every hold of a lock set.
 enum Guard {
     Read(RwLockReadGuard),
     Write(RwLockWriteGuard),
+    Set {
+        held: LockSetGuard,
+        /// The one written member, whose token the command gets.
+        written: Option<String>,
+    },
 }
 
 impl Guard {
@@ -32,6 +40,7 @@ impl Guard {
         match self {
             Guard::Read(guard) => guard.is_held(),
             Guard::Write(guard) => guard.is_held(),
+            Guard::Set { held, .. } => held.is_held(),
         }
     }
 
@@ -39,6 +48,7 @@ impl Guard {
         match self {
             Guard::Read(guard) => guard.lost().await,
             Guard::Write(guard) => guard.lost().await,
+            Guard::Set { held, .. } => held.lost().await,
         }
     }
 
@@ -46,6 +56,7 @@ impl Guard {
         match self {
             Guard::Read(_) => None,
             Guard::Write(guard) => Some(guard.fencing_token()),
+            Guard::Set { held, written } => held.fencing_token(written.as_deref()?),
         }
     }
 
@@ -53,6 +64,7 @@ impl Guard {
         match self {
             Guard::Read(guard) => guard.release().await,
             Guard::Write(guard) => guard.release().await,
+            Guard::Set { held, .. } => held.release().await,
         }
     }
 }
@@ -64,7 +76,9 @@ pub async fn run(
     mut options: LockOptions,
     args: ExecArgs,
 ) -> Result<ExitCode, Failure> {
-    let write = args.write;
+    let locks = args
+        .locks()
+        .map_err(|message| Failure::new(code::USAGE, message))?;
     if let Some(lease) = args.lease {
         // Only this hold's lease changes: clients of the original design keep being
         // judged by the default, not by a short `--lease`.
@@ -77,17 +91,13 @@ pub async fn run(
     if let Some(wait) = args.wait.filter(|_| !nonblocking) {
         options = options.wait_timeout(wait);
     }
-    let lock = client.rwlock_with(args.name.as_str(), options);
-    let hold = format!(
-        "{} lock on {}",
-        if write { "write" } else { "read" },
-        crate::output::quoted(lock.name())
-    );
+    let wanted = Wanted::new(client, options, locks);
+    let hold = wanted.describe();
 
     // From here on, SIGINT/SIGTERM/SIGHUP never kill the tool silently.
     let mut signals = Incoming::listen()?;
     let guard = tokio::select! {
-        result = acquire(&lock, write, nonblocking) => match result {
+        result = wanted.acquire(nonblocking) => match result {
             Ok(guard) => guard,
             Err(err) => return Err(not_acquired(&hold, err).await),
         },
@@ -159,13 +169,76 @@ pub async fn run(
     Ok(ExitCode::from(exit_code(status)))
 }
 
-async fn acquire(lock: &RwLock, write: bool, nonblocking: bool) -> Result<Guard, Error> {
-    Ok(match (write, nonblocking) {
-        (false, false) => Guard::Read(lock.read().await?),
-        (false, true) => Guard::Read(lock.try_read().await?),
-        (true, false) => Guard::Write(lock.write().await?),
-        (true, true) => Guard::Write(lock.try_write().await?),
-    })
+/// What `exec` takes: one lock, or a set of them.
+enum Wanted {
+    One(RwLock, LockMode),
+    Set(LockSet),
+}
+
+impl Wanted {
+    fn new(client: &LockClient, options: LockOptions, locks: Vec<(String, LockMode)>) -> Self {
+        match <[_; 1]>::try_from(locks) {
+            Ok([(name, mode)]) => Wanted::One(client.rwlock_with(name, options), mode),
+            Err(locks) => Wanted::Set(locks.into_iter().fold(
+                client.lock_set_with(options),
+                |set, (name, mode)| match mode {
+                    LockMode::Read => set.read(name),
+                    LockMode::Write => set.write(name),
+                },
+            )),
+        }
+    }
+
+    /// "write lock on inventory", "locks read a, b, written c" for messages.
+    fn describe(&self) -> String {
+        match self {
+            Wanted::One(lock, mode) => {
+                let mode = if *mode == LockMode::Write {
+                    "write"
+                } else {
+                    "read"
+                };
+                format!("{mode} lock on {}", crate::output::quoted(lock.name()))
+            }
+            Wanted::Set(set) => {
+                let names = |wanted: LockMode| {
+                    set.members()
+                        .filter(|(_, mode)| *mode == wanted)
+                        .map(|(name, _)| crate::output::quoted(name))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                let (read, written) = (names(LockMode::Read), names(LockMode::Write));
+                match (read.is_empty(), written.is_empty()) {
+                    (false, false) => format!("locks read {read} and written {written}"),
+                    (false, true) => format!("read locks on {read}"),
+                    _ => format!("write locks on {written}"),
+                }
+            }
+        }
+    }
+
+    async fn acquire(&self, nonblocking: bool) -> Result<Guard, Error> {
+        Ok(match (self, nonblocking) {
+            (Wanted::One(lock, LockMode::Read), false) => Guard::Read(lock.read().await?),
+            (Wanted::One(lock, LockMode::Read), true) => Guard::Read(lock.try_read().await?),
+            (Wanted::One(lock, LockMode::Write), false) => Guard::Write(lock.write().await?),
+            (Wanted::One(lock, LockMode::Write), true) => Guard::Write(lock.try_write().await?),
+            (Wanted::Set(set), _) => {
+                let mut written = set.members().filter(|(_, mode)| *mode == LockMode::Write);
+                let written = match (written.next(), written.next()) {
+                    (Some((name, _)), None) => Some(name.to_owned()),
+                    _ => None,
+                };
+                let held = if nonblocking {
+                    set.try_acquire().await?
+                } else {
+                    set.acquire().await?
+                };
+                Guard::Set { held, written }
+            }
+        })
+    }
 }
 
 /// The failure for an acquire that did not succeed. An acquire that gave up while
