@@ -2,7 +2,8 @@
 //!
 //! [`LockClient::list_locks`](crate::LockClient::list_locks) (defined here, beside
 //! the view it gives) walks each master with `SCAN` (keys shaped `{prefix}:{name}`,
-//! hashes only; the contract's `nodes` and `scan`), a page at a time, and reads each
+//! or `{prefix}:{tag}rest` for names with a hash tag of their own; hashes only; the
+//! contract's `nodes` and `scan`), a page at a time, and reads each
 //! lock it finds with [`RwLock::state`](crate::RwLock::state): the same read-only
 //! script `status` runs, so a lock listed here looks exactly as it does there.
 
@@ -12,8 +13,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
-use crate::backend::{Backend, Scan};
-use crate::lock::options::check_name;
+use crate::backend::{Backend, Scan, glob, split_lock_key};
+use crate::lock::options::check_key_prefix;
 use crate::protocol::state::{Holder, LockMode, LockState};
 use crate::{Error, LockClient, LockOptions, Operation};
 
@@ -71,13 +72,14 @@ impl Default for ListOptions {
 
 impl ListOptions {
     /// Which lock names to list: a Redis glob (`*`, `?`, `[abc]`, `\` escapes) over
-    /// the name, e.g. `inv*` (default `*`: all). It must not contain `{` or `}`,
-    /// which no lock name does.
+    /// the name, e.g. `inv*` (default `*`: all). Braces match themselves: `{order:42}*`
+    /// lists the locks whose names start with the hash tag `{order:42}`.
     ///
     /// # Examples
     ///
     /// ```
     /// let options = redis_rwlock::ListOptions::default().pattern("cache-[ab]*");
+    /// let one_slot = redis_rwlock::ListOptions::default().pattern("{order:42}*");
     /// ```
     pub fn pattern(mut self, pattern: &str) -> Self {
         pattern.clone_into(&mut self.pattern);
@@ -86,7 +88,7 @@ impl ListOptions {
 
     /// The key prefix the locks were made with
     /// ([`LockOptions::key_prefix`](crate::LockOptions::key_prefix), default
-    /// `"rwlock"`): keys `"{prefix}:{name}"` are listed.
+    /// `"rwlock"`): keys `"{prefix}:{name}"` (and `"{prefix}:{tag}rest"`) are listed.
     ///
     /// # Examples
     ///
@@ -164,17 +166,11 @@ impl ListOptions {
 
     /// Every bound is in range, the prefix and pattern make a lock key's shape.
     fn validate(&self) -> Result<(), Error> {
-        check_name("key_prefix", &self.key_prefix)?;
+        check_key_prefix(&self.key_prefix)?;
         if self.pattern.is_empty() {
             return Err(Error::InvalidOptions(
                 "the lock name pattern is empty (use * for every lock)".into(),
             ));
-        }
-        if self.pattern.contains(['{', '}']) {
-            return Err(Error::InvalidOptions(format!(
-                "the lock name pattern {:?} contains a brace; no lock name does",
-                self.pattern
-            )));
         }
         if !(1..=MAX_LIMIT).contains(&self.limit) {
             return Err(Error::InvalidOptions(format!(
@@ -194,7 +190,13 @@ impl ListOptions {
         Ok(())
     }
 
-    /// The `SCAN ... MATCH` glob: the prefix taken literally, the pattern as given.
+    /// The `SCAN ... MATCH` glob: the prefix taken literally, then what the pattern
+    /// asks of the rest of the key, as far as one glob can say it. A plain name's key
+    /// ends in `{name}`, a tagged name's in the name itself, so a pattern that starts
+    /// with a literal `{` can only match tagged names (`prefix:pattern`), one that
+    /// starts with another literal only plain names (`prefix:{pattern}`), and one
+    /// that starts with a wildcard either: then every lock key of the prefix is
+    /// scanned (`prefix:{*`) and [`name_in`](Self::name_in) matches the names.
     fn glob(&self) -> String {
         let mut glob = String::with_capacity(self.key_prefix.len() + self.pattern.len() + 3);
         for c in self.key_prefix.chars() {
@@ -203,20 +205,60 @@ impl ListOptions {
             }
             glob.push(c);
         }
-        glob.push_str(":{");
-        glob.push_str(&self.pattern);
-        glob.push('}');
+        glob.push(':');
+        match self.leading() {
+            Leading::Brace => glob.push_str(&self.pattern),
+            Leading::Other => {
+                glob.push('{');
+                glob.push_str(&self.pattern);
+                glob.push('}');
+            }
+            Leading::Wildcard => glob.push_str("{*"),
+        }
         glob
     }
 
-    /// The lock name in `key`, if `key` has a lock key's shape, `"{prefix}:{name}"`.
-    fn name_in<'k>(&self, key: &'k str) -> Option<&'k str> {
-        let name = key
-            .strip_prefix(self.key_prefix.as_str())?
-            .strip_prefix(":{")?
-            .strip_suffix('}')?;
-        check_name("lock name", name).ok().map(|()| name)
+    /// What the pattern's first character matches.
+    fn leading(&self) -> Leading {
+        let mut chars = self.pattern.chars();
+        let first = match chars.next() {
+            Some('*' | '?' | '[') => return Leading::Wildcard,
+            Some('\\') => chars.next(),
+            first => first,
+        };
+        match first {
+            Some('{') => Leading::Brace,
+            _ => Leading::Other,
+        }
     }
+
+    /// The lock name in `key`, a key that [`glob`](Self::glob) matched, if `key` is
+    /// the key of a lock under the prefix (`"{prefix}:{name}"`, or
+    /// `"{prefix}:{tag}rest"`) and the pattern selects that name. Where the glob
+    /// spelled the pattern out, the server matched it: a name of the other kind
+    /// that the glob let through (`prefix:{pattern}` matches no tagged name's key,
+    /// but `prefix:{pattern` may match a plain name's) is dropped; where it did not,
+    /// the name is matched here, as the in-memory store matches keys.
+    fn name_in<'k>(&self, key: &'k str) -> Option<&'k str> {
+        let (prefix, name) = split_lock_key(key)?;
+        let tagged = name.starts_with('{');
+        let selected = match self.leading() {
+            Leading::Brace => tagged,
+            Leading::Other => !tagged,
+            Leading::Wildcard => glob::matches(&self.pattern, name),
+        };
+        (prefix == self.key_prefix && selected).then_some(name)
+    }
+}
+
+/// How a pattern starts, which decides the `SCAN` glob ([`ListOptions::glob`]).
+enum Leading {
+    /// With a literal `{`: only tagged names match.
+    Brace,
+    /// With another literal: only plain names match.
+    Other,
+    /// With `*`, `?` or `[`: names of both kinds may match.
+    Wildcard,
 }
 
 /// Where a listing cut short goes on: give it to [`ListOptions::after`].
@@ -278,7 +320,8 @@ pub struct LockSummary {
     /// The lock's name: [`LockClient::rwlock`](crate::LockClient::rwlock) with it
     /// (and the same key prefix) gives the lock.
     pub name: String,
-    /// The lock's key, `"{prefix}:{name}"`.
+    /// The lock's key, `"{prefix}:{name}"` (`"{prefix}:{tag}rest"` for a name that
+    /// starts with its own hash tag).
     pub key: String,
     /// Who holds and who waits, when the lock was read.
     pub state: LockState,
@@ -422,7 +465,8 @@ impl LockClient {
     /// who waits: the fleet view.
     ///
     /// `SCAN`s every master in turn (each one separately: a cluster-wide `SCAN` does
-    /// not exist) for hashes whose keys have a lock's shape, `"{prefix}:{name}"`,
+    /// not exist) for hashes whose keys have a lock's shape, `"{prefix}:{name}"` or
+    /// `"{prefix}:{tag}rest"`,
     /// then reads each lock found with the read-only script of
     /// [`RwLock::state`](crate::RwLock::state), a few dozen at a time. Keys of
     /// another type, keys of another shape and the companion hashes of legacy
@@ -609,6 +653,7 @@ async fn read_states(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::lock_key;
 
     #[test]
     fn the_glob_takes_the_prefix_literally_and_the_pattern_as_given() {
@@ -619,29 +664,110 @@ mod tests {
     }
 
     #[test]
+    fn a_pattern_that_starts_with_a_brace_scans_the_tagged_names_keys() {
+        let tag = ListOptions::default().pattern("{order:42}*");
+        assert_eq!(tag.glob(), "rwlock:{order:42}*");
+        let escaped = ListOptions::default().pattern("\\{order:42}*");
+        assert_eq!(escaped.glob(), "rwlock:\\{order:42}*");
+        let literal = ListOptions::default().pattern("\\*x");
+        assert_eq!(literal.glob(), "rwlock:{\\*x}");
+    }
+
+    #[test]
+    fn a_pattern_that_starts_with_a_wildcard_scans_every_lock_key_of_the_prefix() {
+        for pattern in ["*", "*lines", "?nv*", "[{i]*"] {
+            let options = ListOptions::default().pattern(pattern);
+            assert_eq!(options.glob(), "rwlock:{*", "{pattern}");
+            // Both kinds of key match that glob, as the server matches it.
+            for key in ["rwlock:{inventory}", "rwlock:{order:42}:lines"] {
+                assert!(glob::matches(&options.glob(), key), "{pattern}: {key}");
+            }
+        }
+    }
+
+    #[test]
     fn only_keys_of_a_lock_s_shape_are_locks() {
         let options = ListOptions::default();
         assert_eq!(options.name_in("rwlock:{inventory}"), Some("inventory"));
         assert_eq!(options.name_in("rwlock:{a b/ü:c}"), Some("a b/ü:c"));
+        assert_eq!(
+            options.name_in("rwlock:{order:42}:lines"),
+            Some("{order:42}:lines")
+        );
+        assert_eq!(options.name_in("rwlock:{a}x"), Some("{a}x"));
         for key in [
             "rwlock:{}",
+            "rwlock:{}x",
             "rwlock:{a}x}",
-            "rwlock:{a}:extra",
+            "rwlock:{a}{b}",
+            "rwlock:{a",
             "rwlock:inventory",
             "{res}:rwlock:legacy",
             "locks:{inventory}",
+            "locks:{a}:extra",
             "rwlockx:{inventory}",
+            "rwlock:x:{inventory}",
         ] {
             assert_eq!(options.name_in(key), None, "{key}");
         }
     }
 
     #[test]
+    fn each_name_comes_back_from_the_key_its_lock_uses() {
+        let options = ListOptions::default().key_prefix("locks:v2");
+        for name in [
+            "inventory",
+            "{order:42}:lines",
+            "{a}b",
+            "x:y",
+            "{t}x:released",
+        ] {
+            let key = lock_key("locks:v2", name);
+            assert!(glob::matches(&options.glob(), &key), "{key}");
+            assert_eq!(options.name_in(&key), Some(name), "{key}");
+        }
+    }
+
+    #[test]
+    fn the_pattern_still_selects_the_names() {
+        let listed = |pattern: &str| -> Vec<&'static str> {
+            let options = ListOptions::default().pattern(pattern);
+            [
+                "inventory",
+                "invoices",
+                "catalog",
+                "{inv}:a",
+                "{order:42}:lines",
+                "{order:42}:totals",
+                "{order:7}:lines",
+            ]
+            .into_iter()
+            .filter(|name| {
+                // As a listing sees them: the server's glob, then the name.
+                let key = lock_key("rwlock", name);
+                glob::matches(&options.glob(), &key) && options.name_in(&key) == Some(*name)
+            })
+            .collect()
+        };
+        assert_eq!(listed("inv*"), ["inventory", "invoices"]);
+        assert_eq!(
+            listed("{order:42}*"),
+            ["{order:42}:lines", "{order:42}:totals"]
+        );
+        assert_eq!(listed("\\{order:7}*"), ["{order:7}:lines"]);
+        assert_eq!(listed("*lines"), ["{order:42}:lines", "{order:7}:lines"]);
+        assert_eq!(listed("?nv*"), ["inventory", "invoices"]);
+        assert_eq!(listed("*inv*"), ["inventory", "invoices", "{inv}:a"]);
+        assert_eq!(listed("*").len(), 7);
+        // A plain name's key matches `rwlock:{*` but not the pattern `{*`.
+        assert_eq!(listed("{*").len(), 4);
+        assert!(listed("{inventory}").is_empty(), "the tag alone is no name");
+    }
+
+    #[test]
     fn bad_options_are_refused_before_any_io() {
         for bad in [
             ListOptions::default().pattern(""),
-            ListOptions::default().pattern("a{b"),
-            ListOptions::default().pattern("a}"),
             ListOptions::default().key_prefix(""),
             ListOptions::default().key_prefix("a{"),
             ListOptions::default().limit(0),
@@ -656,6 +782,8 @@ mod tests {
             );
         }
         assert!(ListOptions::default().validate().is_ok());
+        // Braces in the pattern select tagged names.
+        assert!(ListOptions::default().pattern("{a}*").validate().is_ok());
     }
 
     #[test]

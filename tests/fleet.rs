@@ -380,8 +380,8 @@ on_both_backends! {
 async fn bad_options_are_refused_before_any_io(backend: Backend) {
     let client = backend.client().await;
     for options in [
-        ListOptions::default().pattern("a{b}"),
         ListOptions::default().pattern(""),
+        ListOptions::default().key_prefix("a{b}"),
         ListOptions::default().key_prefix(""),
         ListOptions::default().limit(0),
         ListOptions::default().scan_count(0),

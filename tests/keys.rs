@@ -1,17 +1,19 @@
-//! Where locks live: one hash per name, spread over the cluster; names and keys of
-//! other types get defined answers.
+//! Where locks live: one hash per name, spread over the cluster, or several in one
+//! slot when their names start with the same hash tag; names and keys of other
+//! types get defined answers.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redis_rwlock::{Error, LockMode, LockOptions};
+use redis_rwlock::{Error, ListOptions, LockClient, LockMode, LockOptions, LockSummary};
 
 use common::{
-    assert_entered_when_the_lease_ended, cluster_client, raw_cluster, shared_cluster, unique_name,
+    LocalRedis, assert_entered_when_the_lease_ended, cluster_client, pause, raw_cluster, resume,
+    shared_cluster, unique_name,
 };
 use tokio::time::{Instant, timeout};
 
@@ -115,22 +117,245 @@ async fn names_with_spaces_and_unicode_work(backend: Backend) {
 }
 
 on_both_backends! {
-async fn names_with_braces_or_empty_are_invalid(backend: Backend) {
-    let client = backend.client().await;
-    for name in ["", "{tag}", "a}b", "a{b"] {
+/// Every request would hang (on Redis: a private server paused with SIGSTOP; in
+/// memory: the store stops answering), so a fast `InvalidOptions` proves nothing
+/// was sent.
+async fn names_with_braces_out_of_place_or_empty_are_invalid_before_any_io(backend: Backend) {
+    let (client, server) = match backend.store() {
+        Some(store) => {
+            store.stop_answering(Duration::from_secs(60));
+            (backend.client().await, None)
+        }
+        None => {
+            let server = LocalRedis::standalone();
+            let client = LockClient::standalone(server.url()).await.unwrap();
+            pause(server.nodes[0].pid);
+            (client, Some(server))
+        }
+    };
+    let refused = [
+        "",
+        // A tag alone: its key would be the plain name `tag`'s.
+        "{tag}",
+        // An empty tag, an unclosed one, braces anywhere but a leading tag.
+        "{}x",
+        "{}",
+        "{ab",
+        "a{b}",
+        "a}b",
+        "a{b",
+        "x}",
+        "{a}b}",
+        "{a}{b}",
+    ];
+    for name in refused {
         let lock = client.rwlock(name);
-        assert!(
-            matches!(lock.write().await, Err(Error::InvalidOptions(_))),
-            "{name:?} accepted"
-        );
-        assert!(matches!(
-            lock.try_read().await,
-            Err(Error::InvalidOptions(_))
-        ));
-        assert!(matches!(lock.state().await, Err(Error::InvalidOptions(_))));
+        let started = Instant::now();
+        let message = match lock.write().await {
+            Err(Error::InvalidOptions(message)) => message,
+            other => panic!("{name:?}: {other:?}"),
+        };
+        if !name.is_empty() {
+            assert!(
+                message.starts_with("lock name ") && message.contains(" as in \"{"),
+                "{name:?}: the message shows no way out: {message}"
+            );
+        }
+        for result in [
+            lock.read().await.map(drop),
+            lock.try_read().await.map(drop),
+            lock.try_write().await.map(drop),
+            lock.state().await.map(drop),
+        ] {
+            assert!(
+                matches!(result, Err(Error::InvalidOptions(_))),
+                "{name:?}: {result:?}"
+            );
+        }
         assert!(matches!(lock.key(), Err(Error::InvalidOptions(_))));
+        assert!(
+            started.elapsed() < Duration::from_millis(200),
+            "{name:?} did I/O"
+        );
+    }
+    if let Some(server) = server {
+        resume(server.nodes[0].pid);
     }
 }
+
+/// A name that starts with a hash tag of its own keeps it: its key is the prefix, a
+/// colon and the name as it is, and it is read, written, shown and waited for like
+/// any lock (its waiters listen on that key's channel).
+async fn a_name_with_its_own_hash_tag_works_end_to_end(backend: Backend) {
+    let client = backend.client().await;
+    let other = backend.client().await;
+    let tag = unique_name("tagged");
+    let name = format!("{{{tag}}}:lines");
+    let lock = client.rwlock(name.as_str());
+    assert_eq!(lock.name(), name);
+    assert_eq!(lock.key().unwrap(), format!("rwlock:{{{tag}}}:lines"));
+    let elsewhere = other.rwlock(name.as_str());
+
+    let reader = lock.read().await.unwrap();
+    let state = elsewhere.state().await.unwrap();
+    assert_eq!(
+        (state.mode(), state.readers.len()),
+        (Some(LockMode::Read), 1),
+        "{state:?}"
+    );
+    assert!(matches!(elsewhere.try_write().await, Err(Error::WouldBlock)));
+    reader.release().await.unwrap();
+
+    let writer = lock.write().await.unwrap();
+    let state = elsewhere.state().await.unwrap();
+    assert_eq!(state.mode(), Some(LockMode::Write), "{state:?}");
+    assert_eq!(state.fencing_token, writer.fencing_token());
+    assert!(matches!(elsewhere.try_read().await, Err(Error::WouldBlock)));
+
+    // A reader elsewhere waits; the release wakes it, well before its re-check
+    // timer (half a second or more after its last attempt) would.
+    let waiter = tokio::spawn({
+        let lock = elsewhere.clone();
+        async move {
+            let guard = lock.read().await.unwrap();
+            (Instant::now(), guard)
+        }
+    });
+    backend.until_subscribers(&elsewhere, 1).await;
+    let released = Instant::now();
+    writer.release().await.unwrap();
+    let (granted, guard) = timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    let gap = granted.saturating_duration_since(released);
+    assert!(
+        gap < Duration::from_millis(250),
+        "the reader got in {gap:?} after the release"
+    );
+    guard.release().await.unwrap();
+    assert!(elsewhere.state().await.unwrap().mode().is_none());
+}
+
+/// `list_locks` finds tagged and plain locks under their names, and its pattern
+/// selects among both: a pattern that starts with a name's tag lists the tagged
+/// names only (not the plain lock named after the tag, whose key starts alike).
+async fn tagged_and_plain_locks_are_listed_by_their_names(backend: Backend) {
+    let client = backend.client().await;
+    let group = unique_name("listed");
+    let names = [
+        group.clone(),
+        format!("{group}-plain"),
+        format!("{{{group}}}:a"),
+        format!("{{{group}}}:b"),
+    ];
+    let mut writers = Vec::new();
+    for name in &names {
+        let lock = client.rwlock(name.as_str());
+        writers.push((lock.key().unwrap().to_owned(), lock.write().await.unwrap()));
+    }
+
+    let all = listed(&client, &format!("*{group}*")).await;
+    assert_eq!(all.keys().collect::<Vec<_>>(), sorted(&names));
+    for (name, (key, writer)) in names.iter().zip(&writers) {
+        let lock = &all[name];
+        assert_eq!(&lock.key, key);
+        assert_eq!(lock.mode(), Some(LockMode::Write), "{name}");
+        assert_eq!(lock.state.fencing_token, writer.fencing_token(), "{name}");
+    }
+    assert_eq!(all[&names[2]].key, format!("rwlock:{{{group}}}:a"));
+    assert_eq!(all[&names[0]].key, format!("rwlock:{{{group}}}"));
+
+    let cases = [
+        (format!("{group}*"), &names[..2]),
+        (format!("{{{group}}}*"), &names[2..]),
+        (format!("{{{group}}}:a"), &names[2..3]),
+        (format!("?{group}}}:[b]"), &names[3..]),
+        (format!("{group}-pl?in"), &names[1..2]),
+    ];
+    for (pattern, expected) in cases {
+        let found = listed(&client, &pattern).await;
+        assert_eq!(
+            found.keys().collect::<Vec<_>>(),
+            sorted(expected),
+            "pattern {pattern:?}"
+        );
+    }
+    for (_, writer) in writers {
+        writer.release().await.unwrap();
+    }
+}
+}
+
+/// Every lock whose name `pattern` matches, by name, following the pages to their end.
+async fn listed(client: &LockClient, pattern: &str) -> BTreeMap<String, LockSummary> {
+    let options = ListOptions::default().pattern(pattern);
+    let mut next = options.clone();
+    let mut found = BTreeMap::new();
+    for _ in 0..100 {
+        let page = client.list_locks(next).await.unwrap();
+        for lock in page.locks {
+            found.entry(lock.name.clone()).or_insert(lock);
+        }
+        match page.next {
+            Some(cursor) => next = options.clone().after(cursor),
+            None => return found,
+        }
+    }
+    panic!("listing {pattern:?} did not end within 100 pages");
+}
+
+fn sorted(names: &[String]) -> Vec<&String> {
+    let mut names: Vec<&String> = names.iter().collect();
+    names.sort();
+    names
+}
+
+/// Redis-only: where keys land (`CLUSTER KEYSLOT`) and what they are (`TYPE`).
+#[tokio::test]
+async fn names_that_start_with_the_same_tag_share_its_slot() {
+    let client = cluster_client().await;
+    let cluster = shared_cluster();
+    let mut raw = raw_cluster().await;
+    let tag = unique_name("slot");
+    let lines = client.rwlock(format!("{{{tag}}}:lines"));
+    let totals = client.rwlock(format!("{{{tag}}}totals"));
+    let plain = client.rwlock(tag.as_str());
+    assert_eq!(lines.key().unwrap(), format!("rwlock:{{{tag}}}:lines"));
+    assert_eq!(totals.key().unwrap(), format!("rwlock:{{{tag}}}totals"));
+    // A plain name's key is as it always was: the whole name is its tag.
+    assert_eq!(plain.key().unwrap(), format!("rwlock:{{{tag}}}"));
+    let own = format!("cache:{{{tag}}}");
+    let slot = cluster.keyslot(&own);
+    for lock in [&lines, &totals, &plain] {
+        let key = lock.key().unwrap();
+        assert_eq!(cluster.keyslot(key), slot, "{key}");
+    }
+    // Each is a lock of its own, kept in a hash at its key.
+    let writers = [
+        lines.write().await.unwrap(),
+        totals.write().await.unwrap(),
+        plain.write().await.unwrap(),
+    ];
+    for lock in [&lines, &totals, &plain] {
+        let key = lock.key().unwrap();
+        let kind: String = redis::cmd("TYPE")
+            .arg(key)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(kind, "hash", "{key}");
+        let owner: String = raw.hget(key, "w:owner").await.unwrap();
+        assert_eq!(owner.len(), 32, "{key}");
+    }
+    let [lines_writer, totals_writer, plain_writer] = writers;
+    lines_writer.release().await.unwrap();
+    lines.try_read().await.unwrap().release().await.unwrap();
+    for lock in [&totals, &plain] {
+        assert!(matches!(lock.try_read().await, Err(Error::WouldBlock)));
+    }
+    totals_writer.release().await.unwrap();
+    plain_writer.release().await.unwrap();
 }
 
 /// Redis-only: the legacy layout (the in-memory store refuses it) and raw keys.

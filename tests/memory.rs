@@ -98,6 +98,68 @@ async fn lost_holds_wake_the_waiters_at_once() {
     granted.release().await.unwrap();
 }
 
+/// `lose_holds` ends the holds of exactly the lock it names: of a tagged lock, not
+/// those of its neighbours under the same tag, nor of the plain lock named after the
+/// tag (whose key, `rwlock:{order}`, is the tag's too); and the tagged lock's
+/// waiters are woken at once, by its own channel.
+#[tokio::test(start_paused = true)]
+async fn lost_holds_of_a_tagged_lock_are_its_own() {
+    let store = MemoryStore::new();
+    let client = LockClient::in_memory(&store);
+    let lock = |name: &str| client.rwlock_with(name, options());
+    let lines = lock("{order}:lines");
+    let held = lines.write().await.unwrap();
+    let totals = lock("{order}:totals").write().await.unwrap();
+    let plain = lock("order").write().await.unwrap();
+    let waiter = LockClient::in_memory(&store).rwlock_with("{order}:lines", options());
+    let waiting = tokio::spawn(async move { waiter.write().await });
+    while store.subscribers("rwlock:{order}:lines:released") == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+
+    let lost_at = tokio::time::Instant::now();
+    store.lose_holds("{order}:lines");
+    let granted = waiting.await.unwrap().unwrap();
+    assert!(
+        lost_at.elapsed() < Duration::from_secs(1),
+        "the waiter got in {:?} after the holds were lost",
+        lost_at.elapsed()
+    );
+    assert!(granted.fencing_token() > held.fencing_token());
+    timeout(LEASE, held.lost())
+        .await
+        .expect("the old holder learns it at its next renewal");
+    for name in ["{order}:totals", "order"] {
+        assert!(
+            matches!(lock(name).try_read().await, Err(Error::WouldBlock)),
+            "{name} lost its hold with {{order}}:lines"
+        );
+    }
+
+    // The plain lock named after the tag is another lock again.
+    store.lose_holds("order");
+    lock("order")
+        .try_write()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert!(matches!(
+        lock("{order}:lines").try_read().await,
+        Err(Error::WouldBlock)
+    ));
+    timeout(LEASE, plain.lost())
+        .await
+        .expect("the plain lock's holder learns it at its next renewal");
+    assert!(
+        totals.is_held(),
+        "{{order}}:totals lost its hold with order"
+    );
+    granted.release().await.unwrap();
+    totals.release().await.unwrap();
+}
+
 /// Injected failures fail exactly that many requests, with the error a dropped
 /// connection gives, and lose nothing: the next request works.
 #[tokio::test(start_paused = true)]

@@ -1,5 +1,6 @@
 //! Redis's glob (`SCAN ... MATCH`, `KEYS`): `*`, `?`, `[abc]`, `[^a-z]` and `\`
-//! escapes, on characters, so the in-memory store lists the locks a server would.
+//! escapes, on characters, so the in-memory store lists the locks a server would,
+//! and the fleet view matches lock names as `SCAN` matches keys.
 
 /// Whether `text` matches `pattern` as Redis matches a key.
 pub(crate) fn matches(pattern: &str, text: &str) -> bool {

@@ -37,6 +37,7 @@
 //! way. Neither backend names the other; both use this module's types and the
 //! protocol's.
 
+pub(crate) mod glob;
 pub(crate) mod memory;
 pub(crate) mod redis;
 mod target;
@@ -48,7 +49,9 @@ use tokio::sync::mpsc;
 use self::memory::{MemoryLink, MemoryStore};
 use self::redis::connection::{Connection, Connections};
 use self::redis::scripts::ScriptConnection;
-pub(crate) use self::target::{Target, hash_tag};
+#[cfg(test)]
+pub(crate) use self::target::lock_key;
+pub(crate) use self::target::{Target, hash_tag, split_lock_key};
 use crate::protocol::token::Token;
 use crate::protocol::{Access, Acquired, Downgraded, LockMode, RawState, Renewed, Replicas, Write};
 use crate::{Error, Result};

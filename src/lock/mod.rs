@@ -24,7 +24,7 @@ use crate::backend::{Backend, Link, Target};
 use crate::client::{LockClient, UserHandle};
 use crate::error::Doing;
 use crate::guard::lease::Lease;
-use crate::lock::options::check_name;
+use crate::lock::options::check_lock_name;
 use crate::lock::waiting::acquire;
 use crate::metrics::{Acquiring, LockLabel, Mode};
 use crate::protocol::Access;
@@ -139,7 +139,7 @@ pub(crate) struct Leased {
 impl RwLock {
     /// A lock in the hash layout, `"{prefix}:{name}"`.
     pub(crate) fn new(client: LockClient, name: String, options: LockOptions) -> Self {
-        let target = check_name("lock name", &name)
+        let target = check_lock_name(&name)
             .and_then(|()| options.validate())
             .map(|()| {
                 Target::hash(
@@ -503,7 +503,9 @@ impl RwLock {
     }
 
     /// The Redis key that holds the lock's state: `"{prefix}:{name}"` (the name is
-    /// the key's hash tag), or for a legacy two-key lock the companion hash
+    /// the key's hash tag), or `"{prefix}:{tag}rest"` for a name that starts with a
+    /// hash tag of its own (`{tag}rest`: locks whose names share the tag share a
+    /// slot), or for a legacy two-key lock the companion hash
     /// `"{tag}:rwlock:legacy"` in its read key's slot. Keys of your own that carry
     /// the same hash tag live on the same node; the wake-up channel is this key
     /// followed by `:released`. No I/O.
@@ -519,6 +521,10 @@ impl RwLock {
     /// ```no_run
     /// # async fn run(client: redis_rwlock::LockClient) -> Result<(), redis_rwlock::Error> {
     /// assert_eq!(client.rwlock("inventory").key()?, "rwlock:{inventory}");
+    /// assert_eq!(
+    ///     client.rwlock("{order:42}:lines").key()?,
+    ///     "rwlock:{order:42}:lines"
+    /// );
     /// assert_eq!(
     ///     client.legacy_rwlock("{res}:read", "{res}:write").key()?,
     ///     "{res}:rwlock:legacy"

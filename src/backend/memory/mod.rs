@@ -9,7 +9,6 @@
 //! `requests.rs` runs each request of the contract (`backend/mod.rs`) on the store;
 //! here are the store, its clock and the faults a test can inject.
 
-mod glob;
 mod requests;
 
 pub(crate) use requests::MemoryLink;
@@ -23,7 +22,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::backend::{Push, PushSender, Pushes};
+use crate::backend::{Push, PushSender, Pushes, split_lock_key};
 use crate::protocol::engine::{self, Time};
 
 /// How long an idle lock hash outlives its last deadline (the scripts' `+ 1000` ms of
@@ -109,23 +108,25 @@ impl MemoryStore {
         Self::default()
     }
 
-    /// Ends every hold and every place in line on lock `name`, as a failover to a
-    /// replica that never got them would: their guards learn it at their next
-    /// renewal (`lost()` fires), and the lock is free. The fencing counter goes with
-    /// them; the store's clock keeps the next tokens above the old ones.
+    /// Ends every hold and every place in line on lock `name` (under any key
+    /// prefix), as a failover to a replica that never got them would: their guards
+    /// learn it at their next renewal (`lost()` fires), and the lock is free. The
+    /// fencing counter goes with them; the store's clock keeps the next tokens above
+    /// the old ones. Other locks are left alone, also those whose names start with
+    /// `name`'s hash tag or that `name` is the tag of.
     ///
     /// As on a cluster whose master failed over, the lock's channel drops its
     /// subscribers: their clients subscribe again, and their waiters try again at
     /// once.
     pub fn lose_holds(&self, name: &str) {
-        let tag = format!("{{{name}}}");
+        let of_lock = |key: &str| split_lock_key(key).is_some_and(|(_, named)| named == name);
         let mut state = self.state();
-        state.hashes.retain(|key, _| !key.contains(&tag));
-        state.kept.retain(|key, _| !key.contains(&tag));
+        state.hashes.retain(|key, _| !of_lock(key));
+        state.kept.retain(|key, _| !of_lock(key));
         let dropped: Vec<String> = state
             .subscribers
             .keys()
-            .filter(|channel| channel.contains(&tag))
+            .filter(|channel| channel.strip_suffix(":released").is_some_and(of_lock))
             .cloned()
             .collect();
         for channel in dropped {

@@ -358,7 +358,7 @@ impl Backend for MemoryLink {
             let mut keys: Vec<String> = state
                 .hashes
                 .keys()
-                .filter(|key| super::glob::matches(glob, key))
+                .filter(|key| crate::backend::glob::matches(glob, key))
                 .cloned()
                 .collect();
             keys.sort();
