@@ -29,8 +29,12 @@ fn idle(state: &LockState) -> bool {
 /// first lists them a, b, the second b, a. `modes[client]` is what that client
 /// takes a and b in. Every hold is checked for exclusion in this process; every
 /// set must be taken (none times out), and both locks are idle at the end.
-async fn opposite_orders(backend: &Backend, modes: [[LockMode; 2]; 2], rounds: usize) {
-    let names = [unique_name("set-a"), unique_name("set-b")];
+async fn opposite_orders(
+    backend: &Backend,
+    names: [String; 2],
+    modes: [[LockMode; 2]; 2],
+    rounds: usize,
+) {
     let checkers = Arc::new([HoldChecker::default(), HoldChecker::default()]);
     let mut loops = Vec::new();
     for (client, listed) in [[0, 1], [1, 0]].into_iter().enumerate() {
@@ -84,13 +88,60 @@ on_both_backends! {
 /// Both as writers: {a, b} against {b, a}, a thousand times each.
 async fn writers_in_opposite_orders_never_deadlock(backend: Backend) {
     let both = [LockMode::Write, LockMode::Write];
-    opposite_orders(&backend, [both, both], 1000).await;
+    let names = [unique_name("set-a"), unique_name("set-b")];
+    opposite_orders(&backend, names, [both, both], 1000).await;
 }
 
 /// Mixed: one reads a and writes b; the other lists b first, reads it and writes a.
 async fn mixed_sets_in_opposite_orders_never_deadlock(backend: Backend) {
     let modes = [[LockMode::Read, LockMode::Write], [LockMode::Write, LockMode::Read]];
-    opposite_orders(&backend, modes, 1000).await;
+    let names = [unique_name("set-a"), unique_name("set-b")];
+    opposite_orders(&backend, names, modes, 1000).await;
+}
+
+/// The same in one slot (names sharing a hash tag), where each set asks for both
+/// members in one request and, refused, takes them one by one.
+async fn sets_in_one_slot_in_opposite_orders_never_deadlock(backend: Backend) {
+    let tag = unique_name("slot");
+    let names = [format!("{{{tag}}}:a"), format!("{{{tag}}}:b")];
+    let both = [LockMode::Write, LockMode::Write];
+    opposite_orders(&backend, names.clone(), [both, both], 1000).await;
+    let modes = [[LockMode::Read, LockMode::Write], [LockMode::Write, LockMode::Read]];
+    opposite_orders(&backend, names, modes, 1000).await;
+}
+
+/// A set in one slot is all or nothing there too: refused at its last member, it
+/// holds none of the others; waiting, it gets them all once that member is free.
+async fn a_set_in_one_slot_takes_all_or_none(backend: Backend) {
+    let client = backend.client().await;
+    let other = backend.client().await;
+    let tag = unique_name("whole");
+    let names = ["a", "b", "c"].map(|n| format!("{{{tag}}}:{n}"));
+    let set = patient(&client).write(names[0].as_str()).read(names[1].as_str()).write(names[2].as_str());
+    let blocker = other.rwlock(names[2].as_str()).read().await.unwrap();
+    let refused = set.try_acquire().await;
+    assert!(matches!(refused, Err(Error::WouldBlock)), "{refused:?}");
+    for name in &names[..2] {
+        let state = client.rwlock(name.as_str()).state().await.unwrap();
+        assert!(idle(&state), "{name} held after a refusal: {state:?}");
+    }
+    let waiting = tokio::spawn({
+        let set = set.clone();
+        async move { set.acquire().await }
+    });
+    wait_for(&client.rwlock(names[2].as_str()), |s| !s.queued_writers.is_empty()).await;
+    blocker.release().await.unwrap();
+    let held = waiting.await.unwrap().unwrap();
+    for (name, mode) in names.iter().zip([LockMode::Write, LockMode::Read, LockMode::Write]) {
+        let state = client.rwlock(name.as_str()).state().await.unwrap();
+        assert_eq!(state.mode(), Some(mode), "{name}: {state:?}");
+    }
+    let fences: Vec<Option<u64>> = names.iter().map(|n| held.fencing_token(n)).collect();
+    assert!(fences[0].is_some() && fences[1].is_none() && fences[2].is_some(), "{fences:?}");
+    held.release().await.unwrap();
+    for name in &names {
+        wait_for(&client.rwlock(name.as_str()), idle).await;
+    }
 }
 
 /// A set whose last member is held elsewhere gives up at its wait limit, and by the
@@ -321,4 +372,51 @@ async fn a_set_spanning_three_masters() {
         let state = client.rwlock(name.as_str()).state().await.unwrap();
         assert!(idle(&state), "{name}: {state:?}");
     }
+}
+
+/// Four members in one slot: one request takes them all (`acquire_set`), and none
+/// of them is asked for alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_in_one_slot_is_one_request() {
+    let client = common::cluster_client().await;
+    let tag = unique_name("one-request");
+    let names = ["a", "b", "c", "d"].map(|n| format!("{{{tag}}}:{n}"));
+    let keys: Vec<String> = names
+        .iter()
+        .map(|n| client.rwlock(n.as_str()).key().unwrap().to_owned())
+        .collect();
+    // The library is loaded on that master first: a call that finds it missing
+    // is sent again after the load.
+    client.rwlock(names[0].as_str()).state().await.unwrap();
+    let port = common::blocking(|| common::shared_cluster().master_for_key(&keys[0]).port);
+    let monitor = common::blocking(move || common::Monitor::start(port));
+    let set = client
+        .lock_set()
+        .read(names[3].as_str())
+        .write(names[1].as_str())
+        .read(names[0].as_str())
+        .write(names[2].as_str());
+    let held = set.acquire().await.unwrap();
+    let calls = monitor
+        .until_scripts(&keys[0], |calls| !calls.is_empty(), Duration::from_secs(5))
+        .await
+        .expect("the set's request reached the master");
+    let operations: Vec<&str> = calls.iter().map(|c| c.operation.as_str()).collect();
+    assert_eq!(operations, ["acquire_set"], "{calls:?}");
+    for key in &keys[1..] {
+        assert!(
+            monitor.script_calls(key).is_empty(),
+            "{key} asked for alone"
+        );
+    }
+    for (name, mode) in names.iter().zip([
+        LockMode::Read,
+        LockMode::Write,
+        LockMode::Write,
+        LockMode::Read,
+    ]) {
+        let state = client.rwlock(name.as_str()).state().await.unwrap();
+        assert_eq!(state.mode(), Some(mode), "{name}: {state:?}");
+    }
+    held.release().await.unwrap();
 }

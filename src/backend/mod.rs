@@ -53,7 +53,9 @@ use self::redis::scripts::ScriptConnection;
 pub(crate) use self::target::lock_key;
 pub(crate) use self::target::{Target, hash_tag, split_lock_key};
 use crate::protocol::token::Token;
-use crate::protocol::{Access, Acquired, Downgraded, LockMode, RawState, Renewed, Replicas, Write};
+use crate::protocol::{
+    Access, Acquired, Downgraded, LockMode, RawState, Renewed, Replicas, SetAcquired, Write,
+};
 use crate::{Error, Result};
 use ::redis::cluster::ClusterClientBuilder;
 
@@ -78,6 +80,12 @@ pub(crate) trait Backend {
     /// writer preference) or keeps new readers out (an upgrade) for that long. With
     /// replicas to wait for, also how many acknowledged.
     async fn acquire(&self, target: &Target, ask: &Acquire<'_>) -> Result<(Acquired, u32)>;
+
+    /// Takes every member of `set` at once, all or none, none waiting: as
+    /// [`acquire`](Self::acquire) takes a plain read or the write hold with no
+    /// intent, then, at the first refusal, releases the members taken before it.
+    /// The members share one slot and their locks' options.
+    async fn acquire_set(&self, set: &SetAsk<'_>) -> Result<SetAcquired>;
 
     /// Ends whatever `token` has (a hold in either mode, a place in line); true when
     /// a hold was removed.
@@ -127,6 +135,16 @@ pub(crate) trait Backend {
     /// Whether the store is a Redis Cluster (for `Debug`). Answered without a
     /// request.
     fn is_cluster(&self) -> bool;
+}
+
+/// A lock set's request for the members of one slot, with their options applied.
+pub(crate) struct SetAsk<'a> {
+    /// Each member's lock, token and mode, in the set's order.
+    pub(crate) members: Vec<(&'a Target, &'a Token, LockMode)>,
+    pub(crate) read_lease: Duration,
+    pub(crate) write_lease: Duration,
+    /// A read member defers to queued writers (writer preference).
+    pub(crate) writer_preferred: bool,
 }
 
 /// One acquire request, with the lock's options applied.
@@ -218,6 +236,10 @@ pub(crate) enum Link {
 impl Backend for Link {
     async fn acquire(&self, target: &Target, ask: &Acquire<'_>) -> Result<(Acquired, u32)> {
         dispatch!(self, b => b.acquire(target, ask).await)
+    }
+
+    async fn acquire_set(&self, set: &SetAsk<'_>) -> Result<SetAcquired> {
+        dispatch!(self, b => b.acquire_set(set).await)
     }
 
     async fn release(&self, target: &Target, token: &Token) -> Result<bool> {

@@ -395,7 +395,7 @@ fn jitter() -> Duration {
 /// connection whose failure lost the acquire's reply (the client may not have seen
 /// it fail yet), and a standalone connection never resends. An upgrade's token is
 /// borrowed: its holder's guard releases it.
-struct Pending<'a> {
+pub(crate) struct Pending<'a> {
     lock: &'a RwLock,
     token: Token,
     armed: bool,
@@ -406,7 +406,7 @@ struct Pending<'a> {
 }
 
 impl<'a> Pending<'a> {
-    fn new(lock: &'a RwLock, token: Token, access: Access) -> Self {
+    pub(crate) fn new(lock: &'a RwLock, token: Token, access: Access) -> Self {
         let mode = access.error_mode();
         Pending {
             _registration: Some(Registration::new(lock, &token, mode, Kind::Pending)),
@@ -427,7 +427,12 @@ impl<'a> Pending<'a> {
         }
     }
 
-    fn disarm(&mut self) -> Token {
+    /// The token it stands for.
+    pub(crate) fn token(&self) -> &Token {
+        &self.token
+    }
+
+    pub(crate) fn disarm(&mut self) -> Token {
         self.armed = false;
         self.token.clone()
     }

@@ -12,6 +12,7 @@
 //! it took and withdraws the member it waited for. The guard is `guard.rs`.
 
 mod guard;
+mod one_slot;
 
 use std::fmt;
 use std::future::Future;
@@ -23,7 +24,7 @@ use tokio::time::Instant;
 pub use guard::LockSetGuard;
 use guard::{Held, Member};
 
-use crate::backend::hash_tag;
+use crate::backend::{Backend, hash_tag};
 use crate::client::LockClient;
 use crate::protocol::state::LockMode;
 use crate::{Error, LockOptions};
@@ -242,31 +243,76 @@ impl LockSet {
         let limit = self.options.wait_timeout.filter(|_| wait);
         let deadline = limit.map(|limit| Instant::now() + limit);
         let mut held = Vec::with_capacity(members.len());
-        for member in members {
-            let taken = match deadline {
-                None => member.take(wait).await,
-                Some(deadline) => tokio::time::timeout_at(deadline, member.take(wait))
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(Error::Timeout {
-                            lock: member.lock.name().to_owned(),
-                            mode: member.error_mode(),
-                            waited: limit.unwrap_or_default(),
-                        })
-                    }),
-            };
-            match taken {
-                Ok(hold) => held.push(hold),
-                Err(err) => {
-                    tracing::debug!(lock = member.lock.name(), %err, "lock set not taken");
-                    // What it took goes; the error that stopped it is the one to report.
-                    let _ = guard::release_all(held).await;
-                    return Err(err);
-                }
+        for group in self.slots(&members) {
+            if let Err(err) = self.take_slot(group, wait, deadline, &mut held).await {
+                tracing::debug!(%err, "lock set not taken");
+                // What it took goes; the error that stopped it is the one to report.
+                let _ = guard::release_all(held).await;
+                return Err(err);
             }
         }
         tracing::debug!(members = held.len(), "lock set taken");
         Ok(LockSetGuard::new(held))
+    }
+
+    /// The members in runs that share a slot (all of them, on a single server):
+    /// what one request may take together.
+    fn slots<'m>(&'m self, members: &'m [Member]) -> impl Iterator<Item = &'m [Member]> {
+        let link = &self.client.inner.link;
+        members.chunk_by(move |a, b| match (a.lock.key(), b.lock.key()) {
+            (Ok(a), Ok(b)) => link.shares_slot(a, b),
+            _ => false,
+        })
+    }
+
+    /// Takes the members of one slot into `held`: all in one request when there are
+    /// several (and no replicas to wait for), else, or when that one is refused and
+    /// the set waits, one by one in order.
+    async fn take_slot(
+        &self,
+        group: &[Member],
+        wait: bool,
+        deadline: Option<Instant>,
+        held: &mut Vec<Held>,
+    ) -> Result<(), Error> {
+        if group.len() > 1 && self.options.min_replicas == 0 {
+            let at_once = self
+                .within(deadline, &group[0], one_slot::take(group))
+                .await?;
+            match at_once {
+                Some(taken) => {
+                    held.extend(taken);
+                    return Ok(());
+                }
+                None if !wait => return Err(Error::WouldBlock),
+                None => {}
+            }
+        }
+        for member in group {
+            held.push(self.within(deadline, member, member.take(wait)).await?);
+        }
+        Ok(())
+    }
+
+    /// `taking`, or [`Error::Timeout`] naming `member` at `deadline`.
+    async fn within<T>(
+        &self,
+        deadline: Option<Instant>,
+        member: &Member,
+        taking: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        let Some(deadline) = deadline else {
+            return taking.await;
+        };
+        tokio::time::timeout_at(deadline, taking)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::Timeout {
+                    lock: member.lock.name().to_owned(),
+                    mode: member.error_mode(),
+                    waited: self.options.wait_timeout.unwrap_or_default(),
+                })
+            })
     }
 }
 
@@ -282,7 +328,7 @@ impl Member {
         }
     }
 
-    fn error_mode(&self) -> crate::Mode {
+    pub(super) fn error_mode(&self) -> crate::Mode {
         match self.mode {
             LockMode::Read => crate::Mode::Read,
             LockMode::Write => crate::Mode::Write,
@@ -290,7 +336,7 @@ impl Member {
     }
 
     /// The member's own acquire.
-    async fn take(&self, wait: bool) -> Result<Held, Error> {
+    pub(super) async fn take(&self, wait: bool) -> Result<Held, Error> {
         let lock = &self.lock;
         Ok(match (self.mode, wait) {
             (LockMode::Read, true) => Held::Read(lock.read().await?),

@@ -44,6 +44,16 @@ pub(crate) enum Acquired {
     Lost,
 }
 
+/// The answer of a lock set's request for the members of one slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum SetAcquired {
+    /// Every member holds; each one's fencing token, in the request's order (0 for
+    /// read members).
+    Granted(Vec<u64>),
+    /// A member was refused (index from 0); none holds.
+    Refused(usize),
+}
+
 /// The answer of a renewal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Renewed {

@@ -11,11 +11,14 @@ use tokio::time::Instant;
 use super::{MemoryStore, State, micros};
 use crate::Error;
 use crate::Result;
-use crate::backend::{Acquire, Backend, Fenced, Held, Node, PushSender, Pushes, Scan, Target};
+use crate::backend::{
+    Acquire, Backend, Fenced, Held, Node, PushSender, Pushes, Scan, SetAsk, Target,
+};
 use crate::protocol::engine::{self, Field, Outcome, Reply, Time, Tok, Val};
 use crate::protocol::token::Token;
 use crate::protocol::{
     Access, Acquired, CALL_BACK, Downgraded, EVICTED, LockMode, RawState, Renewed, Replicas,
+    SetAcquired,
 };
 
 /// How long a forced release waits before it returns: on a server its `x` message
@@ -155,6 +158,50 @@ impl Backend for MemoryLink {
             })
             .await?;
         Ok((acquired(out.reply), acknowledged(ask.replicas)))
+    }
+
+    async fn acquire_set(&self, set: &SetAsk<'_>) -> Result<SetAcquired> {
+        let keys = set
+            .members
+            .iter()
+            .map(|(target, _, _)| MemoryKey::of(target))
+            .collect::<Result<Vec<_>>>()?;
+        let members: Vec<engine::SetMember> = set
+            .members
+            .iter()
+            .enumerate()
+            .map(|(hash, (_, token, mode))| engine::SetMember {
+                hash,
+                token: tok(token),
+                write: *mode == LockMode::Write,
+            })
+            .collect();
+        let (read_lease, write_lease) = (micros(set.read_lease), micros(set.write_lease));
+        let out = self
+            .request(|state| {
+                operate_set(state, &keys, |hashes, p, now| {
+                    let preferred = set.writer_preferred;
+                    engine::acquire_set(
+                        hashes,
+                        p,
+                        now,
+                        &members,
+                        preferred,
+                        read_lease,
+                        write_lease,
+                    )
+                })
+            })
+            .await?;
+        Ok(match out.reply {
+            engine::SetReply::Granted(fences) => SetAcquired::Granted(
+                fences
+                    .into_iter()
+                    .map(|f| u64::try_from(f).unwrap_or(0))
+                    .collect(),
+            ),
+            engine::SetReply::Refused(member, _) => SetAcquired::Refused(member.saturating_sub(1)),
+        })
     }
 
     async fn release(&self, target: &Target, token: &Token) -> Result<bool> {
@@ -390,16 +437,52 @@ fn operate(
 ) -> Outcome {
     let now = state.tick();
     let params = State::params(original_us(key));
-    let hash = match state.hashes.get_mut(key.hash) {
-        Some(hash) => hash,
-        None => state.hashes.entry(key.hash.to_owned()).or_default(),
-    };
-    hash.expire_if_due(now);
-    let out = operation(hash, &params, now);
-    if hash.fields.is_empty() {
-        state.hashes.remove(key.hash);
-        state.kept.remove(key.hash);
+    let mut hash = take_hash(state, key, now);
+    let out = operation(&mut hash, &params, now);
+    put_hash(state, key, hash);
+    publish(state, key, &out);
+    out
+}
+
+/// [`operate`] for a script on several keys (a lock set's, `keys` sharing their
+/// options): each operation it ran publishes on its own key's channel, in order.
+fn operate_set(
+    state: &mut State,
+    keys: &[MemoryKey<'_>],
+    operation: impl FnOnce(&mut [engine::Hash], &engine::Params, Time) -> engine::SetOutcome,
+) -> engine::SetOutcome {
+    let now = state.tick();
+    let params = State::params(keys.first().map_or((0, 0), original_us));
+    let mut hashes: Vec<engine::Hash> = keys.iter().map(|key| take_hash(state, key, now)).collect();
+    let out = operation(&mut hashes, &params, now);
+    for (key, hash) in keys.iter().zip(hashes) {
+        put_hash(state, key, hash);
     }
+    for (i, run) in &out.runs {
+        publish(state, &keys[*i], run);
+    }
+    out
+}
+
+/// `key`'s hash, out of the store (a new one when it has none), its expiry applied.
+fn take_hash(state: &mut State, key: &MemoryKey<'_>, now: Time) -> engine::Hash {
+    let mut hash = state.hashes.remove(key.hash).unwrap_or_default();
+    hash.expire_if_due(now);
+    hash
+}
+
+/// Stores `hash` back at `key`; none when it has no fields left.
+fn put_hash(state: &mut State, key: &MemoryKey<'_>, hash: engine::Hash) {
+    if hash.fields.is_empty() {
+        state.kept.remove(key.hash);
+    } else {
+        state.hashes.insert(key.hash.to_owned(), hash);
+    }
+}
+
+/// Publishes on `key`'s channel what the script published: an eviction or a
+/// batch's grant first, a call-back to the readers last.
+fn publish(state: &mut State, key: &MemoryKey<'_>, out: &Outcome) {
     if out.evicted {
         state.publish(key.channel, EVICTED);
     }
@@ -412,7 +495,6 @@ fn operate(
     if out.recalled {
         state.publish(key.channel, CALL_BACK);
     }
-    out
 }
 
 fn original_us(key: &MemoryKey<'_>) -> (Time, Time) {

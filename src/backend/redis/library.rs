@@ -52,18 +52,27 @@ pub(crate) struct Function<'a> {
     pub(crate) flags: &'a [&'a str],
 }
 
+/// An operation's text as the local function `op_<name>(KEYS, ARGV)`: how the
+/// library registers it, and how an operation that calls others finds them.
+pub(crate) fn as_function(name: &str, body: &str) -> String {
+    format!("local function op_{name}(KEYS, ARGV)\n{body}\nend\n")
+}
+
 impl Library {
     /// The library of `prelude` (run once, at load) and `functions`, each of which
-    /// sees the prelude's locals as upvalues.
+    /// sees the prelude's locals as upvalues, and the functions defined before it
+    /// (as `op_<name>`).
     pub(crate) fn new(prelude: &str, functions: &[Function<'_>]) -> Self {
         let text = |name: &str| {
             let mut source = format!("#!lua name={name}\n{prelude}\n");
             for f in functions {
+                source.push_str(&as_function(f.name, f.body));
+            }
+            for f in functions {
                 let flags: Vec<String> = f.flags.iter().map(|flag| format!("'{flag}'")).collect();
                 source.push_str(&format!(
-                    "redis.register_function{{function_name='{name}_{}', callback=function(KEYS, ARGV)\n{}\nend, flags={{{}}}}}\n",
+                    "redis.register_function{{function_name='{name}_{0}', callback=op_{0}, flags={{{1}}}}}\n",
                     f.name,
-                    f.body,
                     flags.join(", ")
                 ));
             }

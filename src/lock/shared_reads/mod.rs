@@ -206,6 +206,41 @@ pub(crate) async fn read(lock: &RwLock, wait: bool) -> Result<Share, Error> {
     }
 }
 
+/// Joins this client's read hold of the lock if a plain read may join it, as
+/// [`read`] would, with no request: `None` when it has none a read may join (the
+/// caller asks the server). Waits only for the client's listening for call-backs
+/// to start, where that is under way. A lock set takes its read members so before
+/// it asks the server for the others in one request.
+pub(crate) async fn join_held(lock: &RwLock) -> Option<Share> {
+    if !shareable(lock) {
+        return None;
+    }
+    let reads = &lock.client().inner.shared_reads;
+    let key = lock.key().ok()?;
+    loop {
+        // Only a hold to join: a read that would ask the server (or wait for a
+        // task that does) is the caller's to make.
+        if !reads
+            .locks()
+            .get(key)
+            .is_some_and(|entry| entry.holds_joinable(lock))
+        {
+            return None;
+        }
+        match reads.enter(lock, key, true, false, false) {
+            Enter::Joined(share, how) => {
+                crate::metrics::shared_read(lock.metrics_label(), how);
+                return Some(share);
+            }
+            Enter::Listen(starting) => starting.run().await,
+            Enter::Wait(mut started) => {
+                let _ = started.changed().await;
+            }
+            Enter::Ask(_) | Enter::Alone | Enter::AfterWrite(_) => return None,
+        }
+    }
+}
+
 /// `work`, or [`Error::Timeout`] at `deadline`.
 async fn within<T>(
     lock: &RwLock,
@@ -480,6 +515,14 @@ impl Drop for Asking {
         {
             reads.emptied(&mut locks, &self.lock, &self.key);
         }
+    }
+}
+
+impl Entry {
+    /// It has a hold that a plain read of `lock` may join.
+    fn holds_joinable(&self, lock: &RwLock) -> bool {
+        matches!(&self.slot, Some(Slot::Held(shared))
+            if shared.hold.lock.options() == lock.options() && shared.joinable(lock, false))
     }
 }
 

@@ -271,6 +271,7 @@ impl View {
     }
 }
 
+mod acquire_set;
 mod hash;
 mod hash_layout;
 mod helpers;
@@ -284,6 +285,7 @@ use helpers::*;
 use holds::*;
 use queue::*;
 
+pub use acquire_set::{SetMember, SetOutcome, SetReply, acquire_set};
 pub use hash::{Hash, RenderTok};
 pub use holds::{Loaded, load, load_as};
 pub use operations::*;

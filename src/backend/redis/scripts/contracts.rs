@@ -331,13 +331,75 @@ fn the_prelude_leaves_keys_and_argv_to_bind() {
         );
     }
     for op in Operation::ALL {
-        assert_eq!(
-            code(op.source()).next().map(str::trim),
-            Some("bind(KEYS, ARGV)"),
-            "{}.lua does not start with bind(KEYS, ARGV)",
-            op.name()
+        if op.calls().is_empty() {
+            assert_eq!(
+                code(op.source()).next().map(str::trim),
+                Some("bind(KEYS, ARGV)"),
+                "{}.lua does not start with bind(KEYS, ARGV)",
+                op.name()
+            );
+        } else {
+            // It binds nothing itself: each operation it calls binds its own key.
+            assert!(
+                !code(op.source()).any(|line| line.contains("bind(")),
+                "{}.lua binds a key itself",
+                op.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn the_set_scripts_header_states_its_contract() {
+    let header = header(include_str!("../../../../lua/acquire_set.lua"));
+    let own = argv_lines(&header);
+    assert_eq!(own.iter().map(|(n, _)| *n).collect::<Vec<_>>(), [4, 5, 6]);
+    for (word, (n, line)) in ["writer preference", "read lease", "write lease"]
+        .iter()
+        .zip(&own)
+    {
+        assert!(
+            line.contains(word),
+            "acquire_set.lua ARGV[{n}] {line:?}: {word}"
         );
     }
+    assert!(
+        header
+            .iter()
+            .any(|line| line.starts_with("ARGV[5 + 2i], ARGV[6 + 2i]") && line.contains("mode")),
+        "acquire_set.lua states the arguments per member"
+    );
+    assert!(header.iter().any(|line| line.starts_with("KEYS[1..n]")));
+    // The wrapper: the three, then each member's mode and token.
+    let (a, b) = (Token::random(), Token::random());
+    let second = Duration::from_secs(1);
+    let target = Target::hash("rwlock", "{t}:a", (second, second));
+    let set = SetAsk {
+        members: vec![
+            (&target, &a, LockMode::Read),
+            (&target, &b, LockMode::Write),
+        ],
+        read_lease: second,
+        write_lease: 2 * second,
+        writer_preferred: true,
+    };
+    let mut cmd = Cmd::new();
+    args::acquire_set(&set)(&mut cmd);
+    let sent: Vec<String> = cmd
+        .args_iter()
+        .map(|arg| match arg {
+            redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+            _ => String::new(),
+        })
+        .collect();
+    assert_eq!(
+        sent,
+        ["1", "1000", "2000", "r", a.as_str(), "w", b.as_str()]
+    );
+    // The replies, as the header states them.
+    assert!(redis::from_redis_value::<reply::Fences>(sample_reply(&header)).is_ok());
+    assert_eq!(decode_set(&[1, 0, 42]), SetAcquired::Granted(vec![0, 42]));
+    assert_eq!(decode_set(&[0, 2, 1500]), SetAcquired::Refused(1));
 }
 
 #[test]
@@ -389,12 +451,20 @@ fn each_layout_calls_its_scripts_with_the_right_verbs() {
     for op in Operation::ALL {
         let flags: Vec<String> = op.flags().iter().map(|f| format!("'{f}'")).collect();
         let registered = format!(
-            "function_name='{}', callback=function(KEYS, ARGV)\n{}\nend, flags={{{}}}}}",
+            "function_name='{}', callback=op_{}, flags={{{}}}}}",
             function(op),
-            op.source(),
+            op.name(),
             flags.join(", ")
         );
         assert!(LIBRARY.source().contains(&registered), "{}", op.name());
+        let defined = library::as_function(op.name(), op.source());
+        assert!(LIBRARY.source().contains(&defined), "{}", op.name());
+        // A script of its own defines what it calls, before its text.
+        let script = &hash.get(op).source;
+        for callee in op.calls() {
+            let callee = library::as_function(callee.name(), callee.source());
+            assert!(script.contains(&callee), "{}", op.name());
+        }
     }
     // The legacy layout has no library.
     let legacy = LEGACY.get(Operation::State);

@@ -13,11 +13,11 @@ use super::library::{self, Function, Functions, Library};
 use super::slot::key_slot;
 use crate::Error;
 use crate::Result;
-use crate::backend::{Acquire, Backend, Fenced, Held, Node, Scan, Target};
+use crate::backend::{Acquire, Backend, Fenced, Held, Node, Scan, SetAsk, Target};
 use crate::error::ErrorChain;
 use crate::protocol::token::Token;
 use crate::protocol::{
-    Access, Acquired, Downgraded, LockMode, RawState, Renewed, Replicas, Write, millis,
+    Access, Acquired, Downgraded, LockMode, RawState, Renewed, Replicas, SetAcquired, Write, millis,
 };
 
 /// The operations, one file each in `lua/` (after the [`prelude`]).
@@ -31,10 +31,13 @@ enum Operation {
     FencedWrite,
     ForceRelease,
     State,
+    AcquireSet,
 }
 
 impl Operation {
-    const ALL: [Operation; 8] = [
+    /// In the order the library defines them: an operation that calls others
+    /// ([`calls`](Self::calls)) comes after them.
+    const ALL: [Operation; 9] = [
         Operation::AcquireRead,
         Operation::AcquireWrite,
         Operation::Release,
@@ -43,6 +46,7 @@ impl Operation {
         Operation::FencedWrite,
         Operation::ForceRelease,
         Operation::State,
+        Operation::AcquireSet,
     ];
 
     /// The file's name without `.lua`; also the function's name in the library.
@@ -56,6 +60,21 @@ impl Operation {
             Operation::FencedWrite => "fenced_write",
             Operation::ForceRelease => "force_release",
             Operation::State => "state",
+            Operation::AcquireSet => "acquire_set",
+        }
+    }
+
+    /// The operations this one calls, as the functions `op_<name>` (see
+    /// [`Library::new`]): a lock set's members are taken as each lock's own
+    /// acquire takes it.
+    fn calls(self) -> &'static [Operation] {
+        match self {
+            Operation::AcquireSet => &[
+                Operation::AcquireRead,
+                Operation::AcquireWrite,
+                Operation::Release,
+            ],
+            _ => &[],
         }
     }
 
@@ -69,6 +88,7 @@ impl Operation {
             Operation::FencedWrite => include_str!("../../../../lua/fenced_write.lua"),
             Operation::ForceRelease => include_str!("../../../../lua/force_release.lua"),
             Operation::State => include_str!("../../../../lua/state.lua"),
+            Operation::AcquireSet => include_str!("../../../../lua/acquire_set.lua"),
         }
     }
 
@@ -158,7 +178,7 @@ impl Scripts {
     fn build(layout: &str, library: Option<&Library>) -> Self {
         let prelude = prelude(layout);
         let make = |op: Operation| Lua {
-            source: format!("{prelude}\n{}", op.source()),
+            source: format!("{prelude}\n{}{}", called(op), op.source()),
             sha: OnceLock::new(),
             read_only: op.read_only(),
             function: library.map(|library| library.function_name(op.name())),
@@ -191,6 +211,15 @@ impl ScriptConnection {
             functions: Functions::default(),
         }
     }
+}
+
+/// The operations `op` calls, as local functions before its text (in a script of
+/// its own; the library defines every operation so).
+fn called(op: Operation) -> String {
+    op.calls()
+        .iter()
+        .map(|callee| library::as_function(callee.name(), callee.source()))
+        .collect()
 }
 
 /// The shared part of every script, in order: the helpers, then (where `{layout}`
@@ -351,6 +380,17 @@ impl ScriptConnection {
         }
     }
 
+    /// Runs `op` on `target` and `extra_keys` without waiting for replicas.
+    async fn run_with<T: FromRedisValue>(
+        &self,
+        target: &Target,
+        op: Operation,
+        extra_keys: &[&str],
+        args: impl Fn(&mut Cmd),
+    ) -> Result<T, Error> {
+        Ok(self.eval(target, op, extra_keys, args, None).await?.0)
+    }
+
     /// Runs `op` on `target` without waiting for replicas.
     async fn run<T: FromRedisValue>(
         &self,
@@ -358,7 +398,7 @@ impl ScriptConnection {
         op: Operation,
         args: impl Fn(&mut Cmd),
     ) -> Result<T, Error> {
-        Ok(self.eval(target, op, &[], args, None).await?.0)
+        self.run_with(target, op, &[], args).await
     }
 }
 
@@ -385,6 +425,17 @@ impl Backend for ScriptConnection {
                 .await?
         };
         Ok((decode_acquired(reply), acked))
+    }
+
+    async fn acquire_set(&self, set: &SetAsk<'_>) -> Result<SetAcquired> {
+        let Some(((first, _, _), others)) = set.members.split_first() else {
+            return Ok(SetAcquired::Granted(Vec::new()));
+        };
+        let keys: Vec<&str> = others.iter().map(|(target, _, _)| target.key()).collect();
+        let reply: reply::Fences = self
+            .run_with(first, Operation::AcquireSet, &keys, args::acquire_set(set))
+            .await?;
+        Ok(decode_set(&reply))
     }
 
     async fn release(&self, target: &Target, token: &Token) -> Result<bool> {
@@ -501,8 +552,20 @@ mod args {
 
     use redis::Cmd;
 
-    use super::{Access, LockMode, Write, millis};
+    use super::{Access, LockMode, SetAsk, Write, millis};
     use crate::protocol::token::Token;
+
+    pub(super) fn acquire_set<'a>(set: &'a SetAsk<'a>) -> impl Fn(&mut Cmd) + 'a {
+        move |cmd| {
+            cmd.arg(u8::from(set.writer_preferred))
+                .arg(millis(set.read_lease))
+                .arg(millis(set.write_lease));
+            for (_, token, mode) in &set.members {
+                let mode = if *mode == LockMode::Write { "w" } else { "r" };
+                cmd.arg(mode).arg(token.as_str());
+            }
+        }
+    }
 
     pub(super) fn acquire_read(
         token: &Token,
@@ -612,6 +675,9 @@ mod reply {
             Self::from_redis_value_ref(&v)
         }
     }
+    /// `acquire_set`: `{1, fence...}` every member granted, `{0, member, ms}` one
+    /// refused.
+    pub(super) type Fences = Vec<i64>;
     /// `release`: 1 done, 0 not; `renew`: also 2, renewed while a writer waits.
     pub(super) type Done = i64;
     /// `downgrade`: `{done, queued}` (1 / 0, and ms since the first writer in
@@ -637,6 +703,17 @@ fn decode_acquired(reply::Acquire(reply, batch): reply::Acquire) -> Acquired {
             fence: number(2),
             batch: (!batch.is_empty()).then_some(batch),
         }
+    }
+}
+
+fn decode_set(reply: &[i64]) -> SetAcquired {
+    let number = |n: &i64| u64::try_from(*n).unwrap_or(0);
+    match reply {
+        [1, fences @ ..] => SetAcquired::Granted(fences.iter().map(number).collect()),
+        [_, member, ..] => {
+            SetAcquired::Refused(usize::try_from(*member).unwrap_or(1).saturating_sub(1))
+        }
+        _ => SetAcquired::Refused(0),
     }
 }
 
