@@ -13,6 +13,7 @@ use std::time::Instant;
 use stateright::{Checker, Expectation, HasDiscoveries, Model, Path};
 
 use model::lua::Params;
+use model::sets::{Member, SetAction, SetConfig, SetFaults, SetState, Sets};
 use model::system::{Action, Config, Faults, Lock, State};
 
 /// Scaled-down settings (one tick is "about a second"): leases of 2 ticks, a
@@ -712,6 +713,196 @@ fn a_dropped_client_gives_its_kept_read_hold_back() {
     cfg.faults.dropped_clients = 1;
     cfg.examples = vec!["the application drops a client that keeps its read hold"];
     check(cfg);
+}
+
+/// Lock sets (tests/model/sets.rs): each client takes its `sets` entry, a few
+/// locks at once, in the global order, with the single-lock model's leases, places,
+/// hold time and script settings, up to tick 4.
+fn sets_base(name: &'static str, locks: u8, sets: Vec<Vec<Member>>) -> SetConfig {
+    let single = base(name);
+    SetConfig {
+        name,
+        locks,
+        sets,
+        read_lease: single.read_lease,
+        write_lease: single.write_lease,
+        intent_ttl: single.intent_ttl,
+        max_hold: single.max_hold,
+        horizon: 4,
+        params: single.params,
+        faults: SetFaults::default(),
+        examples: Vec::new(),
+    }
+}
+
+/// [`check`] for lock sets: explores every state of `cfg`, prints the counts, and
+/// fails with a readable trace for each violated property or unreached example.
+fn check_sets(cfg: SetConfig) {
+    let name = cfg.name;
+    let started = Instant::now();
+    let checker = Sets::new(cfg.clone())
+        .checker()
+        .threads(2)
+        .spawn_bfs()
+        .join();
+    println!(
+        "{name}: {} states explored ({} unique), depth {}, in {:.1?}",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed()
+    );
+    let model = checker.model();
+    let mut failures = Vec::new();
+    for property in model.properties() {
+        match (property.expectation, checker.discovery(property.name)) {
+            (Expectation::Sometimes, None) => failures.push(format!(
+                "no example of \"{}\": the model no longer reaches it",
+                property.name
+            )),
+            (Expectation::Always | Expectation::Eventually, Some(path)) => {
+                let path = shortest_in_sets(&cfg, property.name).unwrap_or(path);
+                failures.push(format!(
+                    "counterexample to \"{}\":\n{}",
+                    property.name,
+                    model.trace(&path.into_vec())
+                ));
+            }
+            _ => {}
+        }
+    }
+    assert!(failures.is_empty(), "{name}:\n{}", failures.join("\n"));
+}
+
+/// A shortest counterexample to `property` in `cfg` (see [`shortest`]).
+fn shortest_in_sets(cfg: &SetConfig, property: &'static str) -> Option<Path<SetState, SetAction>> {
+    (1..=64).find_map(|depth| {
+        Sets::new(cfg.clone())
+            .checker()
+            .threads(1)
+            .target_max_depth(depth)
+            .finish_when(HasDiscoveries::AnyOf([property].into()))
+            .spawn_bfs()
+            .join()
+            .discovery(property)
+    })
+}
+
+/// Two clients take two locks for writing, listed in opposite orders (A: 0 then 1,
+/// B: 1 then 0): taken in the global order they never deadlock, exclusion holds,
+/// and a set that times out (at any waiting point) or whose client crashes leaves
+/// nothing behind once its releases ran.
+#[test]
+fn lock_sets_two_writers_in_opposite_orders() {
+    let mut cfg = sets_base(
+        "sets: A {W0, W1}, B {W1, W0}, a timeout, a crash, a lost reply",
+        2,
+        vec![
+            vec![Member::write(0), Member::write(1)],
+            vec![Member::write(1), Member::write(0)],
+        ],
+    );
+    cfg.faults.timeouts = 1;
+    cfg.faults.crashes = 1;
+    cfg.faults.lost_replies = 1;
+    cfg.horizon = 5;
+    cfg.examples = vec![
+        "both clients finish their sets despite opposite orders",
+        "a set gives up while holding its first member and leaves nothing",
+    ];
+    check_sets(cfg);
+}
+
+/// The same sets when replies are lost, once or twice: the driver resends the
+/// request with the same token (a resent attempt may find its member granted), or
+/// the set gives up and releases every token it sent, granted or not.
+#[test]
+fn lock_sets_lost_replies_resent_or_given_up() {
+    let mut cfg = sets_base(
+        "sets: A {W0, W1}, B {W1, W0}, replies lost twice, a timeout",
+        2,
+        vec![
+            vec![Member::write(0), Member::write(1)],
+            vec![Member::write(1), Member::write(0)],
+        ],
+    );
+    cfg.faults.lost_replies = 2;
+    cfg.faults.timeouts = 1;
+    cfg.horizon = 5;
+    cfg.examples = vec![
+        "both clients finish their sets despite opposite orders",
+        "a lost reply is resent and the set still completes",
+    ];
+    check_sets(cfg);
+}
+
+/// Readers and writers mixed, three clients, each listing its members in its own
+/// order: a reader waits in a batch behind a queued writer (writer preference), so
+/// taken in the listed orders the three close a cycle (A holds R0 and waits for R1
+/// behind C, queued for W1 behind B's read hold, and B waits for W0 behind A's);
+/// in the global order they never deadlock. A set may time out.
+#[test]
+fn lock_sets_mixed_modes_three_clients() {
+    let mut cfg = sets_base(
+        "sets: A {R0, R1}, B {R1, W0}, C {W1, R0}, a timeout, a crash",
+        2,
+        vec![
+            vec![Member::read(0), Member::read(1)],
+            vec![Member::read(1), Member::write(0)],
+            vec![Member::write(1), Member::read(0)],
+        ],
+    );
+    cfg.faults.timeouts = 1;
+    cfg.faults.crashes = 1;
+    cfg.horizon = 5;
+    cfg.examples = vec![
+        "every client finishes its set, the orders mixed",
+        "a read member waits in a batch behind a queued writer",
+        "a set gives up while holding its first member and leaves nothing",
+    ];
+    check_sets(cfg);
+}
+
+/// Three locks in a cycle (A: 0 and 1, B: 1 and 2, C: 2 and 0, each listed in that
+/// order, so listed orders would close the cycle); a client may crash.
+#[test]
+fn lock_sets_three_locks_in_a_cycle() {
+    let mut cfg = sets_base(
+        "sets: A {W0, W1}, B {W1, W2}, C {W2, W0}, a crash",
+        3,
+        vec![
+            vec![Member::write(0), Member::write(1)],
+            vec![Member::write(1), Member::write(2)],
+            vec![Member::write(2), Member::write(0)],
+        ],
+    );
+    cfg.faults.crashes = 1;
+    cfg.examples = vec![
+        "every client finishes its set, the orders mixed",
+        "a set completes after a client that held a member crashed",
+    ];
+    check_sets(cfg);
+}
+
+/// A client pauses past every lease and goes on: what it held lapsed (its set gives
+/// up and releases), or it only waited (it takes its place again).
+#[test]
+fn lock_sets_a_pause_past_every_lease() {
+    let mut cfg = sets_base(
+        "sets: A {W0, R1}, B {R1, W0}, a pause",
+        2,
+        vec![
+            vec![Member::write(0), Member::read(1)],
+            vec![Member::read(1), Member::write(0)],
+        ],
+    );
+    cfg.faults.pauses = 1;
+    cfg.horizon = 6;
+    cfg.examples = vec![
+        "both clients finish their sets despite opposite orders",
+        "a set whose member lapsed in a pause gives up and leaves nothing",
+    ];
+    check_sets(cfg);
 }
 
 fn env(name: &str, default: i64) -> i64 {

@@ -9,10 +9,14 @@
 //! * `steps`: how each action changes the state; `properties`: what the checker
 //!   holds it to; `symmetry`: states equal up to renaming clients are explored once;
 //!   `traces`: counterexamples as readable traces.
+//! * [`sets`]: lock sets, clients that take several locks at once (in one global
+//!   order, all or nothing) by the same scripts: a model of its own, beside the
+//!   single-lock one.
 #![allow(dead_code)] // each test binary uses its own part
 
 pub use redis_rwlock::engine as lua;
 mod properties;
+pub mod sets;
 mod steps;
 mod symmetry;
 pub mod system;
