@@ -257,8 +257,12 @@ impl LockClient {
     /// The lock lives in the hash `rwlock:{name}`: the name is the key's hash tag, so
     /// keys of your own that carry the same tag (`cache:{name}`) share its slot. Any
     /// non-empty name without `{` or `}` of at most 1,024 bytes (UTF-8) works (spaces
-    /// and Unicode included); an empty name, a longer one or one with a brace makes
-    /// every operation fail with [`Error::InvalidOptions`], before any I/O.
+    /// and Unicode included). A name may also start with a hash tag of its own,
+    /// `{order:42}:lines`, and then lives at `rwlock:{order:42}:lines`, in one slot
+    /// with every lock and key of that tag (what a [`LockSet`] takes in one
+    /// request). An empty name, a longer one, or one with braces anywhere else (or
+    /// a tag alone) makes every operation fail with [`Error::InvalidOptions`],
+    /// before any I/O.
     ///
     /// # Examples
     ///

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use sync_wrapper::SyncFuture;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 pub use guard::LockSetGuard;
 use guard::{Held, Member};
@@ -154,7 +155,8 @@ impl LockSet {
     pub fn acquire(
         &self,
     ) -> impl Future<Output = Result<LockSetGuard, Error>> + Send + Sync + 'static {
-        SyncFuture::new(self.clone().take(true))
+        let span = self.span(true);
+        SyncFuture::new(self.clone().take(true).instrument(span))
     }
 
     /// Takes every member if none must wait: [`Error::WouldBlock`] as soon as one
@@ -186,7 +188,15 @@ impl LockSet {
     pub fn try_acquire(
         &self,
     ) -> impl Future<Output = Result<LockSetGuard, Error>> + Send + Sync + 'static {
-        SyncFuture::new(self.clone().take(false))
+        let span = self.span(false);
+        SyncFuture::new(self.clone().take(false).instrument(span))
+    }
+
+    /// The `debug` span an acquire runs in: `lock_set`, with the members in order
+    /// and their modes, and whether it waits; each member's own acquire runs in its
+    /// lock's `acquire` span inside it.
+    fn span(&self, wait: bool) -> tracing::Span {
+        tracing::debug_span!("lock_set", members = ?self.members().collect::<Vec<_>>(), wait)
     }
 
     /// The members, with the mode each is taken in, in the order the set takes

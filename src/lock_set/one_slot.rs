@@ -11,6 +11,7 @@ use crate::error::Doing;
 use crate::guard::lease::Lease;
 use crate::lock::shared_reads;
 use crate::lock::waiting::Pending;
+use crate::metrics::{Acquiring, Mode};
 use crate::protocol::state::LockMode;
 use crate::protocol::token::Token;
 use crate::protocol::{Access, SetAcquired};
@@ -112,6 +113,9 @@ async fn in_one_request(asked: &[(usize, &Member)]) -> Result<Option<Vec<(usize,
         let token = pending.disarm();
         let lock = member.lock.clone();
         let lasts = lock.held_for(member.mode);
+        // Each member counts as an acquisition of its lock, granted without a wait.
+        let acquiring = Acquiring::start(lock.metrics_label(), Mode::of(access(member.mode)));
+        acquiring.finish(&Ok::<(), Error>(()));
         let lease = Lease::start(lock, token, access(member.mode), fence, sent, lasts);
         let hold = match member.mode {
             LockMode::Read => Held::Read(RwLockReadGuard::new(lease)?),
