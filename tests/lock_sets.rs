@@ -105,9 +105,9 @@ async fn sets_in_one_slot_in_opposite_orders_never_deadlock(backend: Backend) {
     let tag = unique_name("slot");
     let names = [format!("{{{tag}}}:a"), format!("{{{tag}}}:b")];
     let both = [LockMode::Write, LockMode::Write];
-    opposite_orders(&backend, names.clone(), [both, both], 1000).await;
+    opposite_orders(&backend, names.clone(), [both, both], 300).await;
     let modes = [[LockMode::Read, LockMode::Write], [LockMode::Write, LockMode::Read]];
-    opposite_orders(&backend, names, modes, 1000).await;
+    opposite_orders(&backend, names, modes, 300).await;
 }
 
 /// A set in one slot is all or nothing there too: refused at its last member, it
@@ -248,6 +248,24 @@ async fn one_lost_member_loses_the_set(backend: Backend) {
     let released = held.release().await;
     assert!(matches!(released, Err(Error::LeaseLost { .. })), "{released:?}");
     wait_for(&client.rwlock(b.as_str()), idle).await;
+}
+
+/// The client's own idle kept read of a member does not refuse its set that
+/// writes it: the kept hold goes first, as before a write.
+async fn a_kept_read_makes_way_for_the_clients_set(backend: Backend) {
+    let client = backend.client().await;
+    let tag = unique_name("kept");
+    let (a, b) = (format!("{{{tag}}}:a"), format!("{{{tag}}}:b"));
+    let keeping = client.rwlock_with(a.as_str(), LockOptions::default().keep_reads(STUCK));
+    keeping.read().await.unwrap().release().await.unwrap();
+    let state = client.rwlock(a.as_str()).state().await.unwrap();
+    assert_eq!(state.readers.len(), 1, "the read is kept: {state:?}");
+    let held = client.lock_set().write(a.as_str()).write(b.as_str()).try_acquire().await;
+    let held = held.expect("the kept read gave way");
+    let state = client.rwlock(a.as_str()).state().await.unwrap();
+    assert_eq!(state.mode(), Some(LockMode::Write), "{state:?}");
+    assert!(state.readers.is_empty(), "{state:?}");
+    held.release().await.unwrap();
 }
 
 /// Written members have fencing tokens, read ones none; a read member joins the

@@ -71,7 +71,17 @@ async fn failed(held: Vec<(usize, Held)>, err: Error) -> Error {
 /// `None` when one was refused.
 async fn in_one_request(asked: &[(usize, &Member)]) -> Result<Option<Vec<(usize, Held)>>, Error> {
     let first = &asked[0].1.lock;
+    if first.client().inner.live.is_closed() {
+        return Err(Error::Shutdown);
+    }
     let options = first.options();
+    for (_, member) in asked {
+        if member.mode == LockMode::Write {
+            // As a write does: this client's idle kept read hold of the lock goes
+            // first, so the set is not refused by the client's own reads.
+            shared_reads::make_way(&member.lock).await;
+        }
+    }
     let mut pending: Vec<Pending<'_>> = Vec::with_capacity(asked.len());
     let mut members = Vec::with_capacity(asked.len());
     for (_, member) in asked {
