@@ -12,7 +12,7 @@
 //! read_heavy_scripts_kept,
 //! redis_benchmark, handoff,
 //! stream, reader_behind_writers, waiting, contention_writers, contention_readers,
-//! upgradable, shared_reads, sharing_cost, sweep);
+//! upgradable, shared_reads, sharing_cost, lock_sets, sweep);
 //! `BENCH_IMPLS=redis_rwlock,original` likewise limits the implementations
 //! (redis_rwlock, original, rslock, rds_lock); `BENCH_OUT=dir` writes the report
 //! there instead of `bench-results/`; `BENCH_SHARING=shared` (or `unshared`) runs
@@ -31,6 +31,7 @@
 
 mod cluster;
 mod contention;
+mod lock_sets;
 mod locks;
 mod process;
 mod read_heavy;
@@ -315,6 +316,10 @@ async fn run(cluster: &Cluster, quick: bool) -> Result<(), String> {
         if on("upgradable") && use_impl(Impl::Ours) {
             eprintln!("  upgradable reads");
             b.upgradable(run).await;
+        }
+        if on("lock_sets") && use_impl(Impl::Ours) {
+            eprintln!("  lock sets: one slot, three masters, opposite orders");
+            b.lock_sets(run).await;
         }
         if run < cfg.sweep_runs && on("sweep") {
             eprintln!("  task-count sweep");

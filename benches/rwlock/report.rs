@@ -2,6 +2,7 @@
 //! SVG plots.
 
 mod contention;
+mod lock_sets;
 mod reader_behind_writers;
 mod shared_reads;
 mod upgradable;
@@ -377,6 +378,7 @@ pub fn targets(b: &Bench) -> Vec<Target> {
     upgradable_targets(r, &mut out);
     shared_read_targets(r, &mut out);
     sharing_cost_targets(r, &mut out);
+    lock_sets::targets(r, &mut out);
     for family in Family::ALL {
         let sizes = family.sizes();
         // The first bound from when the scripts were first measured, the second
@@ -624,6 +626,7 @@ pub fn markdown(b: &Bench, machine: &Machine) -> String {
     contention::tables(&mut o, b);
     upgradable::tables(&mut o, b);
     shared_reads::tables(&mut o, b);
+    lock_sets::tables(&mut o, b);
     targets_table(&mut o, b);
     if !b.notes.is_empty() {
         let _ = writeln!(o, "\n### Notes from this run\n");
@@ -1114,6 +1117,7 @@ pub fn json(b: &Bench, machine: &Machine) -> Value {
             "waiters": WAITERS,
             "read_heavy_clients": INSTANCES,
             "reader_behind_writers": reader_behind_writers::parameters(&b.cfg),
+            "lock_sets": lock_sets::parameters(&b.cfg),
             "contention": {
                 "writers_tasks": Family::Writers.sizes(), "readers_tasks": Family::Readers.sizes(),
                 "write_percent": CONTENTION_WRITE_PERCENT, "hold_ms": CONTENTION_HOLD.as_millis() as u64,
