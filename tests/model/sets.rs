@@ -1,14 +1,27 @@
 //! Lock sets: clients that each take several locks at once, some for reading, some
-//! for writing, all or nothing, by the per-lock scripts of the engine (see
-//! docs/PROTOCOL.md, "Lock sets in the model").
+//! for writing, all or nothing, by the scripts of the engine: the per-lock acquire,
+//! and `acquire_set` for members that share a cluster slot (see docs/PROTOCOL.md,
+//! "Lock sets in the model").
 //!
 //! # What is modelled
 //!
 //! A few locks (one engine [`Hash`] each, the single-lock model's [`Params`], leases
-//! and intent lifetimes) and a few clients, each with a set of [`Member`]s listed in
-//! its own order. A client ([`SetClient`]) takes its members one by one in the
-//! global order (here: by lock index; the crate orders by cluster slot, then key),
-//! each with a fresh token (`A.1`: client `A`'s token for lock 1): a read member by
+//! and intent lifetimes), each in a cluster slot ([`SetConfig::slots`]; locks may
+//! share one), and a few clients, each with a set of [`Member`]s listed in its own
+//! order. A client ([`SetClient`]) takes its members in the global order (here: by
+//! slot, then lock index; the crate orders by hash tag, then key, so the locks of
+//! one slot come together). Its consecutive members in one slot form a group.
+//!
+//! A group of two or more is first asked for in one request: `engine::acquire_set`
+//! over the group's hashes, with a fresh group token per member (`A.g1`: client
+//! `A`'s group token for lock 1), each member in order as `acquire_read` (plain,
+//! writer preference) or `acquire_write` would take it with no place in line; at the
+//! first refusal the members it took are released again in the same call. Granted,
+//! the client holds the whole group by the group tokens; refused, it holds none and
+//! takes the group's members one by one (the crate's waiting `acquire`; its
+//! `try_acquire` would fail here, and is not modelled). A group of one member, and
+//! the members of a refused group, are taken by their own acquire, each with a
+//! fresh token of its own (`A.1`: client `A`'s token for lock 1): a read member by
 //! `acquire_read` with writer preference, not upgradable, with the intent lifetime;
 //! a write member by `acquire_write` with the intent lifetime, no upgrade. A refused
 //! member keeps its token and its place (a queued writer's place, or a reader's
@@ -16,22 +29,26 @@
 //! tick here); a re-attempt whose place was handed the lock (a write hold, or its
 //! batch's grant) is granted. A granted member is believed held until its
 //! request's send plus its lease; a held member is renewed a tick before that
-//! deadline; once every member is held the set holds for up to `max_hold` ticks,
-//! then releases its members one by one, in any order. A client makes at most one
-//! script per member per tick (releases aside).
+//! deadline (each by the token it holds by, group or own); once every member is
+//! held the set holds for up to `max_hold` ticks, then releases its members one by
+//! one, in any order. A client makes at most one script per member per tick
+//! (releases and group requests aside: a refused group's first member is attempted
+//! at once, as the crate does).
 //!
 //! Faults, each within a budget per run: a crash (the client stops for good: it
 //! renews and re-attempts nothing, so what it holds and its places lapse with
 //! time); a pause past every lease, after which the client goes on (a held member
 //! whose deadline passed makes the set give up); a lost reply after the script ran,
-//! after which the driver resends the same request with the same token (its reply
-//! lost again from the same budget) or the set gives up; a timeout (the set's wait
-//! limit, or a cancellation) at any waiting point. A set that gives up releases
-//! every member it holds and withdraws the one it waits for or whose reply it
-//! awaits (`release` with that token), in any order. Time moves a tick at a time,
-//! up to a horizon, and only once no live client owes a step (a due attempt, a due
-//! renewal, a resend, a release, a due release of a held set, a give-up after a
-//! lapsed member).
+//! after which the driver resends the same request with the same tokens (its reply
+//! lost again from the same budget: a resent group request whose first call was
+//! granted finds its holds, renews them and is granted again) or the set gives up;
+//! a timeout (the set's wait limit, or a cancellation) at any waiting point. A set
+//! that gives up releases every member it holds and withdraws the one it waits for
+//! or whose reply it awaits (`release` with that token; after a lost group request,
+//! every group token of the group), in any order. Time moves a tick at a time, up
+//! to a horizon, and only once no live client owes a step (a due attempt or group
+//! request, a due renewal, a resend, a release, a due release of a held set, a
+//! give-up after a lapsed member).
 //!
 //! # Properties
 //!
@@ -48,32 +65,41 @@
 //!   clock is not advanced: no lease or place may lapse first). A client can make
 //!   progress when it holds all its members (it will release them), releases what
 //!   it has (a finished set, or one that gave up), knows that a member lapsed (it
-//!   will give up and release), or when the attempt of its current member (a
-//!   re-attempt, a first attempt, or the resend of one whose reply was lost) would
-//!   be granted. Live clients renew and re-attempt in time, so a state with a
-//!   waiter and no such client stays as it is until some set gives up: a
-//!   deadlock. States after a set gave up are checked too (a set that gave up
-//!   releases, which is progress, and then holds nothing); only crashed and
-//!   paused clients, whose holds end with time alone, exempt a state. Members
-//!   taken in each client's own listed order fail it at once (two clients each
-//!   holding what the other waits for, or a cycle through a writer queued ahead
-//!   of a reader). In the global order a set that holds members only waits for
-//!   a later lock, so the chain of who blocks whom climbs the order and ends at a
-//!   set that holds all its members, or at one whose attempt is granted (the
-//!   scripts hand a free lock to the first entry in its line). A deadlock between some clients while another
-//!   still progresses is found in the states after that one is done, as far as
-//!   the horizon reaches. The property is an invariant rather than stateright's
-//!   `eventually`, which checks only paths that end and has false negatives where
-//!   paths join; the invariant is checked on every state, and its counterexample
-//!   is a finite trace.
+//!   will give up and release), or when its next request for its current member
+//!   would be granted: its group's one request (a first one, or the resend of one
+//!   whose reply was lost), else, or once that is refused, the member's own
+//!   acquire (a first attempt, a re-attempt, or a resend). Live clients renew and
+//!   re-attempt in time, so a state with a waiter and no such client stays as it
+//!   is until some set gives up: a deadlock. States after a set gave up are
+//!   checked too (a set that gave up releases, which is progress, and then holds
+//!   nothing); only crashed and paused clients, whose holds end with time alone,
+//!   exempt a state. Members taken in each client's own listed order fail it at
+//!   once (two clients each holding what the other waits for, or a cycle through a
+//!   writer queued ahead of a reader), and so does a refused group taken one by
+//!   one in the listed order. In the global order a set that holds members only
+//!   waits for a later lock (a group request never waits, and holds nothing once
+//!   refused), so the chain of who blocks whom climbs the order and ends at a set
+//!   that holds all its members, or at one whose attempt is granted (the scripts
+//!   hand a free lock to the first entry in its line). A deadlock between some
+//!   clients while another still progresses is found in the states after that one
+//!   is done, as far as the horizon reaches. The property is an invariant rather
+//!   than stateright's `eventually`, which checks only paths that end and has
+//!   false negatives where paths join; the invariant is checked on every state,
+//!   and its counterexample is a finite trace.
 //! - **nothing stays held after a set fails**: once a client has given up and its
 //!   releases have run, no lock has a hold (`w:owner`, an `r:` field), a place in
-//!   line (`wait:`) or a batch membership (`rw:`) under any of its tokens. Links of
+//!   line (`wait:`) or a batch membership (`rw:`) under any of its tokens (its own
+//!   and its group tokens). Links of
 //!   the line (`wn:`, `wq:`, `q:head`, `q:tail`) may still name a withdrawn token:
 //!   the scripts skip such entries.
 //! - **every lock is free at the end**: once every client has finished or given up
 //!   and its releases have run, no lock has a live or counted hold, a batch member,
 //!   or a live place in line.
+//! - **all or none**: right after a group request (a first one or a resend, its
+//!   reply taken or lost), every member of the group is held by its group token in
+//!   the engine's live view, or no group token of the group has a hold, a place or
+//!   a batch membership. Judged on the hashes by the step itself, which marks a
+//!   state that breaks it ([`SetState::split_group`]).
 //! - the engine's own invariants on every lock (its summaries, its line, what its
 //!   fast paths take for granted).
 //!
@@ -82,7 +108,10 @@
 //! it holds its first member and leaves nothing behind; a read member waits in a
 //! batch behind a queued writer; a set completes after a client that held a member
 //! crashed; a set whose member lapsed in a pause gives up and leaves nothing; a
-//! lost reply to an attempt is resent and the set still completes.
+//! lost reply to an attempt is resent and the set still completes; a group is
+//! granted whole in one request; a group refused in one request is then taken one
+//! by one; a resent group request grants again after its reply was lost (its first
+//! call was granted), and the set completes.
 //!
 //! # Not modelled
 //!
@@ -90,17 +119,20 @@
 //!   lock by its next re-attempt, which the scripts grant (the crate's waiter may
 //!   take a hand-over message instead and hold without a script, for the shorter
 //!   lease the single-lock model checks).
-//! - Members that share a slot taken together in one request, and read members
-//!   that join a read hold their client already has (shared reads): every member
-//!   here is taken by its own lock's acquire.
-//! - Upgradable members, downgrades, the `try_` forms, original-design clients,
-//!   failover and forced releases; a request delivered after its set gave up (as
-//!   in the single-lock model).
+//! - Read members that join a read hold their client already has (shared reads),
+//!   in the crate joined first, with no request.
+//! - Upgradable members, downgrades, the `try_` forms (a `try_acquire` whose group
+//!   request is refused fails, holding nothing), original-design clients, replicas
+//!   to wait for (the crate then takes a group one by one), failover and forced
+//!   releases; a request delivered after its set gave up (as in the single-lock
+//!   model).
 //! - One set per client over the run, one fault of a kind (two lost replies), a
-//!   few ticks; the order is by lock index (any total order serves the argument
-//!   above; the crate's is by slot, then key).
+//!   few ticks; the order is by slot, then lock index (any total order that keeps
+//!   the locks of one slot together serves the argument above; the crate's is by
+//!   hash tag, then key).
 
 use std::fmt::{self, Write as _};
+use std::ops::Range;
 
 use stateright::{Model, Property};
 
@@ -160,8 +192,10 @@ pub struct SetFaults {
 #[derive(Clone, Debug)]
 pub struct SetConfig {
     pub name: &'static str,
-    /// How many locks (hashes) there are.
-    pub locks: u8,
+    /// One entry per lock (hash): its cluster slot. Locks that share a slot come
+    /// together in the global order, and a client's consecutive members in one slot
+    /// form a group, asked for in one request first.
+    pub slots: Vec<u8>,
     /// Each client's set, as its user lists it (client `A` first).
     pub sets: Vec<Vec<Member>>,
     pub read_lease: Time,
@@ -179,11 +213,17 @@ pub struct SetConfig {
 }
 
 impl SetConfig {
-    /// Client `c`'s members in the order it takes them: the global order.
+    /// Client `c`'s members in the order it takes them: the global order, by slot,
+    /// then by lock index (the crate's: by hash tag, then key).
     pub fn taking_order(&self, c: usize) -> Vec<Member> {
         let mut members = self.sets[c].clone();
-        members.sort_by_key(|m| m.lock);
+        members.sort_by_key(|m| (self.slot(m.lock), m.lock));
         members
+    }
+
+    /// Lock `lock`'s cluster slot.
+    pub fn slot(&self, lock: u8) -> u8 {
+        self.slots[usize::from(lock)]
     }
 
     pub fn lease(&self, mode: Mode) -> Time {
@@ -196,23 +236,37 @@ impl SetConfig {
 
 /// What a client has of one member (in its taking order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Slot {
+pub enum Have {
     /// Not asked for yet: no token was sent.
     Untaken,
     /// Its token was sent and not granted yet (as far as the client knows): it waits
-    /// in line, or its attempt's reply is awaited.
-    Asked,
+    /// in line, or its attempt's reply is awaited. `together`: asked for in its
+    /// group's one request (by the group token), whose reply is awaited.
+    Asked { together: bool },
     /// Granted: believed until `until` (the request's send plus the lease) unless a
-    /// renewal found it `lost`.
-    Held { until: Time, lost: bool },
+    /// renewal found it `lost`. `together`: granted in its group's one request, so
+    /// held by the group token.
+    Held {
+        until: Time,
+        lost: bool,
+        together: bool,
+    },
     /// Released or withdrawn.
     Released,
 }
 
-impl Slot {
+impl Have {
     /// Its token may hold, or wait, in its lock: a set that ends releases it.
     fn pending(self) -> bool {
-        matches!(self, Slot::Asked | Slot::Held { .. })
+        matches!(self, Have::Asked { .. } | Have::Held { .. })
+    }
+
+    /// Its token is the one of its group's one request.
+    fn together(self) -> bool {
+        matches!(
+            self,
+            Have::Asked { together: true } | Have::Held { together: true, .. }
+        )
     }
 }
 
@@ -241,6 +295,9 @@ pub enum SetPhase {
 pub enum SetOp {
     /// The per-lock acquire: a first attempt or a re-attempt with the same token.
     Attempt,
+    /// The group's one request (`acquire_set`): every member of the group that
+    /// starts at this member, all or none, with no place in line.
+    AcquireSet,
     Renew,
     Release,
 }
@@ -248,7 +305,8 @@ pub enum SetOp {
 /// A request whose reply was lost: the driver may send it again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct InFlight {
-    pub slot: u8,
+    /// The member (the first of its group for [`SetOp::AcquireSet`]).
+    pub member: u8,
     pub op: SetOp,
     /// The first send: a grant's or renewal's deadline counts from it.
     pub sent: Time,
@@ -259,7 +317,7 @@ pub struct InFlight {
 pub struct SetClient {
     pub phase: SetPhase,
     /// Its members' state, in taking order.
-    pub slots: Vec<Slot>,
+    pub members: Vec<Have>,
     pub inflight: Option<InFlight>,
     /// Takes no step before this tick.
     pub paused_until: Time,
@@ -269,6 +327,12 @@ pub struct SetClient {
     pub gave_up_holding: bool,
     /// The driver resent an attempt whose reply was lost (an example's mark).
     pub resent: bool,
+    /// Bit `k`: the one request of the group that starts at member `k` was refused,
+    /// so its members are taken one by one.
+    pub refused: u8,
+    /// A resent group request found every member held by the lost one's grant and
+    /// granted them again (an example's mark).
+    pub regranted: bool,
 }
 
 impl SetClient {
@@ -277,16 +341,16 @@ impl SetClient {
         if self.phase != SetPhase::Taking {
             return None;
         }
-        self.slots
+        self.members
             .iter()
-            .position(|slot| !matches!(slot, Slot::Held { .. }))
+            .position(|have| !matches!(have, Have::Held { .. }))
     }
 
     /// Believes it holds member `k`: its set still holds, the deadline has not
     /// passed and no renewal found it gone.
     pub fn believes(&self, k: usize, now: Time) -> bool {
         let holds = matches!(self.phase, SetPhase::Taking | SetPhase::Holding { .. });
-        holds && matches!(self.slots[k], Slot::Held { until, lost: false } if now < until)
+        holds && matches!(self.members[k], Have::Held { until, lost: false, .. } if now < until)
     }
 
     /// A member it holds is gone by its own knowledge (its deadline passed, or a
@@ -294,14 +358,14 @@ impl SetClient {
     pub fn lapsed(&self, now: Time) -> bool {
         let holds = matches!(self.phase, SetPhase::Taking | SetPhase::Holding { .. });
         holds
-            && (0..self.slots.len())
-                .any(|k| matches!(self.slots[k], Slot::Held { .. }) && !self.believes(k, now))
+            && (0..self.members.len())
+                .any(|k| matches!(self.members[k], Have::Held { .. }) && !self.believes(k, now))
     }
 
     /// Member `k`'s renewal is due: it is believed and would lapse at the next tick.
     fn renewal_due(&self, k: usize, now: Time) -> bool {
-        let until = match self.slots[k] {
-            Slot::Held { until, .. } => until,
+        let until = match self.members[k] {
+            Have::Held { until, .. } => until,
             _ => return false,
         };
         self.believes(k, now) && until <= now + 1 && self.acted & (1 << k) == 0
@@ -318,7 +382,7 @@ impl SetClient {
     /// The releasing set has nothing left to release: it is finished.
     fn finish_if_done(&mut self) {
         if let SetPhase::Releasing { gave_up } = self.phase
-            && !self.slots.iter().any(|slot| slot.pending())
+            && !self.members.iter().any(|have| have.pending())
         {
             self.phase = SetPhase::Finished { gave_up };
         }
@@ -333,14 +397,18 @@ pub struct SetState {
     pub locks: Vec<Hash>,
     pub clients: Vec<SetClient>,
     pub budget: SetFaults,
+    /// A group request left its group neither all held nor all free (a history
+    /// variable: set by the step that did it, never cleared).
+    pub split_group: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SetAction {
-    /// Client `client` runs `op` on its member `slot` (the reply lost when `lose_reply`).
+    /// Client `client` runs `op` on its member `member` (the reply lost when
+    /// `lose_reply`).
     Script {
         client: u8,
-        slot: u8,
+        member: u8,
         op: SetOp,
         lose_reply: bool,
     },
@@ -358,22 +426,72 @@ pub enum SetAction {
     Tick,
 }
 
+/// A group token's generation is this plus its lock's index (printed `A.g1`).
+const GROUP: u64 = 100;
+
 /// The model: a configuration and each client's taking order.
 pub struct Sets {
     pub cfg: SetConfig,
     /// Each client's members in the order it takes them.
     pub order: Vec<Vec<Member>>,
+    /// Each client's groups: for each member, the members (in taking order) of its
+    /// group, the consecutive run of members in its slot.
+    pub groups: Vec<Vec<Range<usize>>>,
 }
 
 impl Sets {
     pub fn new(cfg: SetConfig) -> Sets {
-        let order = (0..cfg.sets.len()).map(|c| cfg.taking_order(c)).collect();
-        Sets { cfg, order }
+        let order: Vec<Vec<Member>> = (0..cfg.sets.len()).map(|c| cfg.taking_order(c)).collect();
+        let groups = order
+            .iter()
+            .map(|members| {
+                let slot = |k: usize| cfg.slot(members[k].lock);
+                (0..members.len())
+                    .map(|k| {
+                        let start = (0..=k).rev().take_while(|&j| slot(j) == slot(k)).last();
+                        let end = (k..members.len())
+                            .take_while(|&j| slot(j) == slot(k))
+                            .last();
+                        start.unwrap_or(k)..end.unwrap_or(k) + 1
+                    })
+                    .collect()
+            })
+            .collect();
+        Sets { cfg, order, groups }
     }
 
-    /// Client `c`'s fresh token for its member `k`: one per member, as the set gives.
+    /// Client `c`'s fresh token for its member `k` when taken by its own acquire:
+    /// one per member, as the set gives.
     pub fn token(&self, c: usize, k: usize) -> Tok {
         tok(c as u8, u64::from(self.order[c][k].lock))
+    }
+
+    /// Client `c`'s fresh token for its member `k` in its group's one request (the
+    /// crate draws new tokens for the members it takes one by one after a refusal).
+    pub fn group_token(&self, c: usize, k: usize) -> Tok {
+        tok(c as u8, GROUP + u64::from(self.order[c][k].lock))
+    }
+
+    /// The token client `c`'s member `k` is asked for or held by in state `s`.
+    fn token_of(&self, s: &SetState, c: usize, k: usize) -> Tok {
+        if s.clients[c].members[k].together() {
+            self.group_token(c, k)
+        } else {
+            self.token(c, k)
+        }
+    }
+
+    /// Client `c`'s next step on its current member `k` is its group's one request:
+    /// `k` starts a group of two or more, none of it asked for yet, and that group's
+    /// request was not refused.
+    fn group_request_due(&self, client: &SetClient, c: usize, k: usize) -> bool {
+        let group = &self.groups[c][k];
+        group.len() > 1
+            && group.start == k
+            && client.refused & (1 << k) == 0
+            && client.members[group.clone()]
+                .iter()
+                .all(|&have| have == Have::Untaken)
     }
 
     /// The per-lock acquire of a member, as the set makes it.
@@ -399,10 +517,34 @@ impl Sets {
         }
     }
 
-    /// Runs `op` of client `c`'s member `k` on its lock.
+    /// The one request of client `c`'s group that starts at member `g`, as the set
+    /// makes it: `engine::acquire_set` over the group's hashes with its group tokens.
+    fn acquire_set(&self, locks: &mut [Hash], now: Time, c: usize, g: usize) -> lua::SetOutcome {
+        let cfg = &self.cfg;
+        let members: Vec<lua::SetMember> = self.groups[c][g]
+            .clone()
+            .map(|k| lua::SetMember {
+                hash: usize::from(self.order[c][k].lock),
+                token: self.group_token(c, k),
+                write: self.order[c][k].mode == Mode::Write,
+            })
+            .collect();
+        let writer_preferred = true;
+        lua::acquire_set(
+            locks,
+            &cfg.params,
+            now,
+            &members,
+            writer_preferred,
+            cfg.read_lease,
+            cfg.write_lease,
+        )
+    }
+
+    /// Runs `op` of client `c`'s member `k` on its lock (not the group request).
     fn run(&self, s: &mut SetState, c: usize, k: usize, op: SetOp) -> lua::Outcome {
         let member = self.order[c][k];
-        let token = self.token(c, k);
+        let token = self.token_of(s, c, k);
         let now = s.now;
         let p = &self.cfg.params;
         let h = &mut s.locks[member.lock as usize];
@@ -413,37 +555,56 @@ impl Sets {
                 lua::renew(h, p, now, token, lease, member.mode == Mode::Write)
             }
             SetOp::Release => lua::release(h, p, now, token),
+            SetOp::AcquireSet => unreachable!("the group request runs by acquire_set"),
         }
     }
 
-    /// Would client `c`'s attempt of member `k` be granted now (on a copy)?
+    /// Would client `c`'s next request for its current member `k` be granted now
+    /// (on copies)? Its group's one request (a first one, or the resend of one whose
+    /// reply was lost) and, when that is refused, the member's own acquire after it;
+    /// else the member's own acquire.
     fn would_be_granted(&self, s: &SetState, c: usize, k: usize) -> bool {
+        let client = &s.clients[c];
+        let mut locks = s.locks.clone();
+        if client.members[k].together() || self.group_request_due(client, c, k) {
+            let out = self.acquire_set(&mut locks, s.now, c, k);
+            if matches!(out.reply, lua::SetReply::Granted(_)) {
+                return true;
+            }
+        }
         let member = self.order[c][k];
-        let mut copy = s.locks[member.lock as usize].clone();
-        let out = self.attempt(&mut copy, s.now, self.token(c, k), member.mode);
+        let h = &mut locks[usize::from(member.lock)];
+        let out = self.attempt(h, s.now, self.token(c, k), member.mode);
         matches!(out.reply, Reply::Granted(_))
+    }
+
+    /// Once client `c` holds every member while it takes its set, it holds the set.
+    fn holds_all(s: &mut SetState, c: usize) {
+        let now = s.now;
+        let client = &mut s.clients[c];
+        if client.current().is_none() && client.phase == SetPhase::Taking {
+            client.phase = SetPhase::Holding { since: now };
+        }
     }
 
     /// Client `c` takes the reply to `request`, its script on member `k`.
     fn take_reply(&self, s: &mut SetState, c: usize, k: usize, request: InFlight, reply: Reply) {
-        let now = s.now;
         let lease = self.cfg.lease(self.order[c][k].mode);
         let sent = request.sent;
         let client = &mut s.clients[c];
         match (request.op, reply) {
             (SetOp::Attempt, Reply::Granted(_)) => {
-                client.slots[k] = Slot::Held {
+                client.members[k] = Have::Held {
                     until: sent + lease,
                     lost: false,
+                    together: false,
                 };
-                if client.current().is_none() && client.phase == SetPhase::Taking {
-                    client.phase = SetPhase::Holding { since: now };
-                }
+                Self::holds_all(s, c);
             }
             // Refused: it waits in line with its token.
             (SetOp::Attempt, _) => {}
             (SetOp::Renew, reply) => {
-                if let Slot::Held { until, lost } = &mut client.slots[k] {
+                if let Have::Held { until, lost, .. } = &mut client.members[k] {
                     if matches!(reply, Reply::Int(1..)) {
                         *until = (*until).max(sent + lease);
                     } else {
@@ -452,10 +613,90 @@ impl Sets {
                 }
             }
             (SetOp::Release, _) => {
-                client.slots[k] = Slot::Released;
+                client.members[k] = Have::Released;
                 client.finish_if_done();
             }
+            (SetOp::AcquireSet, _) => unreachable!("a group request's reply is a set reply"),
         }
+    }
+
+    /// Client `c` takes the reply to its group request (the group that starts at
+    /// member `g`): every member held, or none, and then one by one.
+    fn take_set_reply(
+        &self,
+        s: &mut SetState,
+        c: usize,
+        g: usize,
+        sent: Time,
+        reply: &lua::SetReply,
+    ) {
+        let client = &mut s.clients[c];
+        for k in self.groups[c][g].clone() {
+            client.members[k] = match reply {
+                lua::SetReply::Granted(_) => Have::Held {
+                    until: sent + self.cfg.lease(self.order[c][k].mode),
+                    lost: false,
+                    together: true,
+                },
+                lua::SetReply::Refused(..) => Have::Untaken,
+            };
+        }
+        if matches!(reply, lua::SetReply::Refused(..)) {
+            client.refused |= 1 << g;
+        }
+        Self::holds_all(s, c);
+    }
+
+    /// Every member of client `c`'s group that starts at `g` is held by its group
+    /// token in the engine's live view of its lock.
+    fn group_held(&self, s: &SetState, c: usize, g: usize) -> bool {
+        self.groups[c][g].clone().all(|k| {
+            let member = self.order[c][k];
+            let token = self.group_token(c, k);
+            let view = lua::live_view(&s.locks[usize::from(member.lock)], &self.cfg.params, s.now);
+            match member.mode {
+                Mode::Write => view.writer.is_some_and(|(owner, _)| owner == token),
+                Mode::Read => view.readers.contains_key(&token),
+            }
+        })
+    }
+
+    /// Right after a group request: every member held by its group token, or none
+    /// of them holding, waiting or in a batch (else `split_group` is set).
+    fn judge_group(&self, s: &mut SetState, c: usize, g: usize) {
+        let none = self.groups[c][g].clone().all(|k| {
+            let lock = usize::from(self.order[c][k].lock);
+            !Self::leaves_something(&s.locks[lock], self.group_token(c, k))
+        });
+        if !none && !self.group_held(s, c, g) {
+            s.split_group = true;
+        }
+    }
+
+    /// Client `c` runs its group request (the group that starts at member `g`), or
+    /// the driver resends it: the reply taken, or lost (`lose`, from the budget).
+    fn group_request(
+        &self,
+        s: &mut SetState,
+        c: usize,
+        g: usize,
+        sent: Time,
+        lose: bool,
+    ) -> String {
+        let out = self.acquire_set(&mut s.locks, s.now, c, g);
+        let note = self.describe_set_reply(c, g, &out);
+        if lose {
+            s.budget.lost_replies -= 1;
+            s.clients[c].inflight = Some(InFlight {
+                member: g as u8,
+                op: SetOp::AcquireSet,
+                sent,
+            });
+        } else {
+            self.take_set_reply(s, c, g, sent, &out.reply);
+        }
+        self.judge_group(s, c, g);
+        note
     }
 
     /// Client `c` runs `op` on member `k` (its reply lost when `lose_reply`).
@@ -469,15 +710,30 @@ impl Sets {
     ) {
         let client = &mut s.clients[c];
         match op {
-            SetOp::Attempt => client.slots[k] = Slot::Asked,
+            SetOp::Attempt => client.members[k] = Have::Asked { together: false },
+            SetOp::AcquireSet => {
+                for j in self.groups[c][k].clone() {
+                    client.members[j] = Have::Asked { together: true };
+                }
+            }
             // Releasing consumes the set: it no longer believes it holds.
             SetOp::Release if matches!(client.phase, SetPhase::Holding { .. }) => {
                 client.phase = SetPhase::Releasing { gave_up: false };
             }
             _ => {}
         }
-        if op != SetOp::Release {
+        if matches!(op, SetOp::Attempt | SetOp::Renew) {
             client.acted |= 1 << k;
+        }
+        if op == SetOp::AcquireSet {
+            let said = self.group_request(s, c, k, s.now, lose_reply);
+            if let Some(note) = note {
+                note.push_str(&said);
+                if lose_reply {
+                    note.push_str(" (reply lost)");
+                }
+            }
+            return;
         }
         let out = self.run(s, c, k, op);
         if let Some(note) = note {
@@ -487,7 +743,7 @@ impl Sets {
             }
         }
         let sent = InFlight {
-            slot: k as u8,
+            member: k as u8,
             op,
             sent: s.now,
         };
@@ -508,7 +764,21 @@ impl Sets {
         note: Option<&mut String>,
     ) -> Option<()> {
         let sent = s.clients[c].inflight.take()?;
-        let k = sent.slot as usize;
+        let k = sent.member as usize;
+        if sent.op == SetOp::AcquireSet {
+            let held = self.group_held(s, c, k);
+            let said = self.group_request(s, c, k, sent.sent, lose_again);
+            let granted = s.clients[c].members[k].together()
+                && matches!(s.clients[c].members[k], Have::Held { .. });
+            s.clients[c].regranted |= held && granted;
+            if let Some(note) = note {
+                note.push_str(&said);
+                if lose_again {
+                    note.push_str(" (reply lost again)");
+                }
+            }
+            return Some(());
+        }
         s.clients[c].resent |= sent.op == SetOp::Attempt;
         let out = self.run(s, c, k, sent.op);
         if let Some(note) = note {
@@ -535,7 +805,7 @@ impl Sets {
         let client = &mut s.clients[c];
         if let Some(sent) = client.inflight.take() {
             if sent.op == SetOp::Release {
-                client.slots[sent.slot as usize] = Slot::Released;
+                client.members[sent.member as usize] = Have::Released;
                 client.finish_if_done();
                 return Some(());
             }
@@ -543,7 +813,7 @@ impl Sets {
             s.budget.timeouts = s.budget.timeouts.checked_sub(1)?;
         }
         let client = &mut s.clients[c];
-        client.gave_up_holding = matches!(client.slots[0], Slot::Held { .. });
+        client.gave_up_holding = matches!(client.members[0], Have::Held { .. });
         client.phase = SetPhase::Releasing { gave_up: true };
         client.finish_if_done();
         Some(())
@@ -559,10 +829,10 @@ impl Sets {
         match action {
             SetAction::Script {
                 client,
-                slot,
+                member,
                 op,
                 lose_reply,
-            } => self.script(&mut s, (client.into(), slot.into()), op, lose_reply, note),
+            } => self.script(&mut s, (client.into(), member.into()), op, lose_reply, note),
             SetAction::Resend { client, lose_again } => {
                 self.resend(&mut s, client.into(), lose_again, note)?;
             }
@@ -596,13 +866,13 @@ impl Sets {
         if client.inflight.is_some() || client.lapsed(s.now) {
             return true;
         }
-        let renewal = (0..client.slots.len()).any(|k| client.renewal_due(k, s.now));
+        let renewal = (0..client.members.len()).any(|k| client.renewal_due(k, s.now));
         match client.phase {
             SetPhase::Taking => {
                 renewal
-                    || client
-                        .current()
-                        .is_some_and(|k| client.acted & (1 << k) == 0)
+                    || client.current().is_some_and(|k| {
+                        self.group_request_due(client, c, k) || client.acted & (1 << k) == 0
+                    })
             }
             SetPhase::Holding { since } => renewal || s.now >= since + self.cfg.max_hold,
             SetPhase::Releasing { .. } => true,
@@ -618,27 +888,27 @@ impl Sets {
                 if !lose_reply || s.budget.lost_replies > 0 {
                     actions.push(SetAction::Script {
                         client: c as u8,
-                        slot: k as u8,
+                        member: k as u8,
                         op,
                         lose_reply,
                     });
                 }
             }
         };
-        for k in 0..client.slots.len() {
+        for k in 0..client.members.len() {
             if client.renewal_due(k, s.now) {
                 push(k, SetOp::Renew);
             }
         }
         match client.phase {
-            SetPhase::Taking => {
-                if let Some(k) = client.current().filter(|&k| client.acted & (1 << k) == 0) {
-                    push(k, SetOp::Attempt);
-                }
-            }
+            SetPhase::Taking => match client.current() {
+                Some(k) if self.group_request_due(client, c, k) => push(k, SetOp::AcquireSet),
+                Some(k) if client.acted & (1 << k) == 0 => push(k, SetOp::Attempt),
+                _ => {}
+            },
             SetPhase::Holding { .. } | SetPhase::Releasing { .. } => {
-                for k in 0..client.slots.len() {
-                    if client.slots[k].pending() {
+                for k in 0..client.members.len() {
+                    if client.members[k].pending() {
                         push(k, SetOp::Release);
                     }
                 }
@@ -673,7 +943,7 @@ impl Sets {
                 self.scripts(s, c, actions);
                 let waits = client
                     .current()
-                    .is_some_and(|k| client.slots[k] == Slot::Asked);
+                    .is_some_and(|k| matches!(client.members[k], Have::Asked { .. }));
                 if waits && s.budget.timeouts > 0 {
                     actions.push(SetAction::GiveUp(id));
                 }
@@ -690,7 +960,7 @@ impl Sets {
 
     /// Client `c` can make progress now (see the module docs): it holds its set or
     /// releases what it has, or knows a member lapsed (it gives up and releases), or
-    /// its current member's attempt would be granted.
+    /// its next request for its current member would be granted.
     fn can_progress(&self, s: &SetState, c: usize) -> bool {
         let client = &s.clients[c];
         match client.phase {
@@ -712,11 +982,13 @@ impl Sets {
         })
     }
 
-    /// Client `c` leaves nothing in any lock under any of its tokens.
+    /// Client `c` leaves nothing in any lock under any of its tokens (its own and
+    /// its group tokens).
     fn leaves_nothing(&self, s: &SetState, c: usize) -> bool {
         (0..self.order[c].len()).all(|k| {
-            let lock = self.order[c][k].lock as usize;
-            !Self::leaves_something(&s.locks[lock], self.token(c, k))
+            let h = &s.locks[self.order[c][k].lock as usize];
+            !Self::leaves_something(h, self.token(c, k))
+                && !Self::leaves_something(h, self.group_token(c, k))
         })
     }
 }
@@ -731,19 +1003,22 @@ impl Model for Sets {
             .iter()
             .map(|members| SetClient {
                 phase: SetPhase::Taking,
-                slots: vec![Slot::Untaken; members.len()],
+                members: vec![Have::Untaken; members.len()],
                 inflight: None,
                 paused_until: 0,
                 acted: 0,
                 gave_up_holding: false,
                 resent: false,
+                refused: 0,
+                regranted: false,
             })
             .collect();
         vec![SetState {
             now: 0,
-            locks: vec![Hash::default(); self.cfg.locks as usize],
+            locks: vec![Hash::default(); self.cfg.slots.len()],
             clients,
             budget: self.cfg.faults,
+            split_group: false,
         }]
     }
 
@@ -795,6 +1070,10 @@ impl Sets {
                 },
             ),
             Property::always(
+                "all or none: right after a group request, its group is all held or all free",
+                |_: &Sets, s: &SetState| !s.split_group,
+            ),
+            Property::always(
                 "every lock is free once every set has finished or given up",
                 |m: &Sets, s: &SetState| m.free_at_the_end(s),
             ),
@@ -843,9 +1122,9 @@ impl Sets {
                     let crashed_holding = s.clients.iter().any(|client| {
                         client.phase == SetPhase::Crashed
                             && client
-                                .slots
+                                .members
                                 .iter()
-                                .any(|slot| matches!(slot, Slot::Held { .. }))
+                                .any(|have| matches!(have, Have::Held { .. }))
                     });
                     let finished = s
                         .clients
@@ -867,6 +1146,22 @@ impl Sets {
                 },
             ),
             Property::sometimes(
+                "a group is granted whole in one request",
+                |m: &Sets, s: &SetState| (0..s.clients.len()).any(|c| m.group_taken(s, c, true)),
+            ),
+            Property::sometimes(
+                "a group refused in one request is then taken one by one",
+                |m: &Sets, s: &SetState| (0..s.clients.len()).any(|c| m.group_taken(s, c, false)),
+            ),
+            Property::sometimes(
+                "a resent group request grants again after its reply was lost, and the set completes",
+                |_: &Sets, s: &SetState| {
+                    s.clients.iter().any(|client| {
+                        client.regranted && client.phase == SetPhase::Finished { gave_up: false }
+                    })
+                },
+            ),
+            Property::sometimes(
                 "a lost reply is resent and the set still completes",
                 |_: &Sets, s: &SetState| {
                     s.clients.iter().any(|client| {
@@ -875,6 +1170,22 @@ impl Sets {
                 },
             ),
         ]
+    }
+
+    /// Client `c` holds every member of one of its groups (of two or more): all
+    /// granted in the group's one request (`together`), or, that request refused, each
+    /// by its own acquire.
+    fn group_taken(&self, s: &SetState, c: usize, together: bool) -> bool {
+        let client = &s.clients[c];
+        self.groups[c].iter().enumerate().any(|(k, group)| {
+            let refused = client.refused & (1 << k) != 0;
+            group.len() > 1
+                && group.start == k
+                && refused != together
+                && client.members[group.clone()]
+                    .iter()
+                    .all(|&have| matches!(have, Have::Held { together: t, .. } if t == together))
+        })
     }
 
     /// Client `c` waits for a read member in a batch, and a writer's place is ahead
@@ -892,7 +1203,7 @@ impl Sets {
         };
         let line = lua::live_view(h, &self.cfg.params, s.now).queue;
         let at = line.iter().position(|&(t, _)| t == batch);
-        client.slots[k] == Slot::Asked
+        client.members[k] == (Have::Asked { together: false })
             && at.is_some_and(|at| line[..at].iter().any(|&(t, _)| !t.is_batch()))
     }
 
@@ -919,7 +1230,7 @@ impl Sets {
         for (c, client) in s.clients.iter().enumerate() {
             for (k, member) in self.order[c].iter().enumerate() {
                 if usize::from(member.lock) == l && client.believes(k, s.now) {
-                    believed.push((self.token(c, k), member.mode));
+                    believed.push((self.token_of(s, c, k), member.mode));
                 }
             }
         }
@@ -935,7 +1246,7 @@ impl Sets {
         let waits = s.clients.iter().any(|client| {
             client
                 .current()
-                .is_some_and(|k| client.slots[k] == Slot::Asked)
+                .is_some_and(|k| matches!(client.members[k], Have::Asked { .. }))
         });
         !running || !waits || (0..s.clients.len()).any(|c| self.can_progress(s, c))
     }
@@ -970,12 +1281,16 @@ fn client_name(c: usize) -> char {
     char::from(b'A' + c as u8)
 }
 
-/// A token as the traces print it: `A.1` (client `A`'s token for lock 1), `r#1` (a
-/// batch of readers).
+/// A token as the traces print it: `A.1` (client `A`'s token for lock 1), `A.g1` (its
+/// token for lock 1 in its group's one request), `r#1` (a batch of readers).
 fn token_name(t: Tok) -> String {
     match t {
         Tok::Batch(n) => format!("r#{n}"),
         _ if t.is_stranger() => "X".to_owned(),
+        _ if t.generation() >= GROUP => {
+            let lock = t.generation() - GROUP;
+            format!("{}.g{lock}", client_name(t.client().into()))
+        }
         _ => format!("{}.{}", client_name(t.client().into()), t.generation()),
     }
 }
@@ -1004,12 +1319,17 @@ fn describe_reply(op: SetOp, out: &lua::Outcome) -> String {
         (_, Reply::Int(n)) => format!("returns {n}"),
         (_, reply) => format!("{reply:?}"),
     };
+    format!("{reply}{}", describe_handing(out))
+}
+
+/// What a script handed on as it ran: a batch it granted, a lock it handed over.
+fn describe_handing(out: &lua::Outcome) -> String {
     match (out.granted, out.published) {
-        (Some(batch), _) => format!("{reply}; grants batch {}", token_name(batch)),
+        (Some(batch), _) => format!("; grants batch {}", token_name(batch)),
         (None, Some(lua::Wake::Handed(t, _))) => {
-            format!("{reply}; hands the lock to {}", token_name(t))
+            format!("; hands the lock to {}", token_name(t))
         }
-        _ => reply,
+        _ => String::new(),
     }
 }
 
@@ -1031,6 +1351,30 @@ impl Sets {
         out
     }
 
+    /// Client `c`'s group request (the group that starts at member `g`)'s reply as a
+    /// trace prints it.
+    fn describe_set_reply(&self, c: usize, g: usize, out: &lua::SetOutcome) -> String {
+        let mut said = match &out.reply {
+            lua::SetReply::Granted(fences) => {
+                let fences: Vec<String> = fences.iter().map(i64::to_string).collect();
+                format!("all granted (fences {})", fences.join(", "))
+            }
+            lua::SetReply::Refused(i, hint) => {
+                let refused = self.order[c][g + i - 1];
+                let before = if *i > 1 {
+                    "; the members taken before it released again"
+                } else {
+                    ""
+                };
+                format!("refused at {refused} (retry in {hint}){before}")
+            }
+        };
+        for (_, run) in &out.runs {
+            said.push_str(&describe_handing(run));
+        }
+        said
+    }
+
     /// One step as a line of a trace.
     fn describe_step(&self, last: &SetState, action: SetAction) -> String {
         let mut note = String::new();
@@ -1038,30 +1382,61 @@ impl Sets {
         let member = |c: u8, k: u8| {
             let c = usize::from(c);
             let k = usize::from(k);
-            format!("{} ({})", self.order[c][k], token_name(self.token(c, k)))
+            format!(
+                "{} ({})",
+                self.order[c][k],
+                token_name(self.token_of(last, c, k))
+            )
+        };
+        let group = |c: u8, g: u8| {
+            let c = usize::from(c);
+            let members: Vec<String> = self.groups[c][usize::from(g)]
+                .clone()
+                .map(|k| {
+                    let token = token_name(self.group_token(c, k));
+                    format!("{} ({token})", self.order[c][k])
+                })
+                .collect();
+            members.join(", ")
         };
         let what = match action {
             SetAction::Script {
-                client, slot, op, ..
+                client,
+                member: k,
+                op: SetOp::AcquireSet,
+                ..
+            } => format!(
+                "{} asks for its group {} in one request",
+                client_name(client.into()),
+                group(client, k)
+            ),
+            SetAction::Script {
+                client,
+                member: k,
+                op,
+                ..
             } => {
                 let verb = match op {
                     SetOp::Attempt => "attempts",
                     SetOp::Renew => "renews",
-                    SetOp::Release => "releases",
+                    SetOp::Release | SetOp::AcquireSet => "releases",
                 };
                 format!(
                     "{} {verb} {}",
                     client_name(client.into()),
-                    member(client, slot)
+                    member(client, k)
                 )
             }
             SetAction::Resend { client, .. } => {
                 let sent = last.clients[usize::from(client)].inflight;
-                let what = sent.map_or("?".to_owned(), |f| member(client, f.slot));
-                format!(
-                    "the driver resends {}'s request on {what}",
-                    client_name(client.into())
-                )
+                let what = match sent {
+                    Some(f) if f.op == SetOp::AcquireSet => {
+                        format!("group request on {}", group(client, f.member))
+                    }
+                    Some(f) => format!("request on {}", member(client, f.member)),
+                    None => "request on ?".to_owned(),
+                };
+                format!("the driver resends {}'s {what}", client_name(client.into()))
             }
             SetAction::GiveUp(c) => format!("{} gives up", client_name(c.into())),
             SetAction::Crash(c) => format!("{} crashes", client_name(c.into())),
@@ -1079,7 +1454,8 @@ impl Sets {
     fn describe_state(&self, s: &SetState) -> String {
         let mut out = format!("    t={}\n", s.now);
         for (l, h) in s.locks.iter().enumerate() {
-            let _ = writeln!(out, "    lock {l}: {}", Named(h));
+            let slot = self.cfg.slots[l];
+            let _ = writeln!(out, "    lock {l} (slot {slot}): {}", Named(h));
         }
         for (c, client) in s.clients.iter().enumerate() {
             let _ = writeln!(out, "    {}", self.describe_client(s, c, client));
@@ -1099,18 +1475,26 @@ impl Sets {
             SetPhase::Finished { gave_up: true } => "gave up, released all".to_owned(),
             SetPhase::Crashed => "crashed".to_owned(),
         };
-        let slots: Vec<String> = (0..client.slots.len())
+        let members: Vec<String> = (0..client.members.len())
             .map(|k| {
-                let state = match client.slots[k] {
-                    Slot::Untaken => "not asked".to_owned(),
-                    Slot::Asked if releasing => "asked, to withdraw".to_owned(),
-                    Slot::Asked => "asked, waits".to_owned(),
-                    Slot::Held { .. } if releasing => "held, to release".to_owned(),
-                    Slot::Held { until, .. } if client.believes(k, s.now) => {
+                let state = match client.members[k] {
+                    Have::Untaken => "not asked".to_owned(),
+                    Have::Asked { .. } if releasing => "asked, to withdraw".to_owned(),
+                    Have::Asked { together: true } => "asked in its group request".to_owned(),
+                    Have::Asked { together: false } => "asked, waits".to_owned(),
+                    Have::Held { .. } if releasing => "held, to release".to_owned(),
+                    Have::Held {
+                        until,
+                        together: true,
+                        ..
+                    } if client.believes(k, s.now) => {
+                        format!("held by its group request until t={until}")
+                    }
+                    Have::Held { until, .. } if client.believes(k, s.now) => {
                         format!("held until t={until}")
                     }
-                    Slot::Held { until, .. } => format!("held, lapsed (deadline t={until})"),
-                    Slot::Released => "released".to_owned(),
+                    Have::Held { until, .. } => format!("held, lapsed (deadline t={until})"),
+                    Have::Released => "released".to_owned(),
                 };
                 format!("{} {state}", self.order[c][k])
             })
@@ -1119,19 +1503,24 @@ impl Sets {
         if client.paused(s.now) {
             let _ = write!(extra, ", paused until t={}", client.paused_until);
         }
+        for (k, member) in self.order[c].iter().enumerate() {
+            if client.refused & (1 << k) != 0 {
+                let _ = write!(extra, ", its group from {member} refused: one by one");
+            }
+        }
         if let Some(f) = client.inflight {
             let _ = write!(
                 extra,
                 ", a reply of its {:?} on {} lost",
                 f.op,
-                self.order[c][usize::from(f.slot)]
+                self.order[c][usize::from(f.member)]
             );
         }
         format!(
             "{} (listed {{{}}}): {phase}: {}{extra}",
             client_name(c),
             listed.join(", "),
-            slots.join(", ")
+            members.join(", ")
         )
     }
 }
