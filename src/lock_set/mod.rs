@@ -39,9 +39,10 @@ use crate::{Error, LockOptions};
 /// # What a set guarantees
 ///
 /// - **All or nothing.** The guard holds every member; an acquire that fails, times
-///   out or is dropped leaves none of them held and no place in any line (what it
-///   took is released at once: by the time an error returns, the releases were
-///   sent; after a dropped future, in the background).
+///   out or is dropped leaves none of them held and no place in any line: the
+///   members it took are released before an error returns (after a dropped
+///   future, in the background), and the place it waited in is withdrawn at once,
+///   in the background, as a dropped acquire's is.
 /// - **No deadlock**, whatever sets other clients take and in whatever order they
 ///   list the members: every set takes its members in one global order (the hash
 ///   tag of each member's key, then the key), so a set that holds some members
