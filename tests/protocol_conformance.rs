@@ -4,6 +4,14 @@
 //! every wake-up message, the fencing tokens' order and every field of the hash
 //! (`HGETALL`, and the key's TTL) must agree. See docs/PROTOCOL.md.
 //!
+//! Locks: each run has [`LOCKS`] locks in one slot (one hash tag). Single-lock
+//! steps act on one; a set step runs acquire_set.lua (the set's own file after the
+//! operations it calls, `common::hash_set_script`) over some of them against
+//! `engine::acquire_set` on the model's hashes: the reply, the messages of every
+//! operation the set ran (in order, each on its member's channel), and every
+//! member's fields and TTL must agree the same way. Messages are checked on every
+//! lock's channel after each step, every lock's hash after each wait.
+//!
 //! Time: the model runs each tick at a nominal instant `base + k * TICK`; the real
 //! scripts run a few milliseconds after it (the test sleeps until the nominal
 //! instant, and checks after every call that it was not more than `SLACK` late).
@@ -46,6 +54,16 @@ const ORIGINAL_KEY_TTL: i64 = 3 * TICK + 143;
 /// The `+ 1000` of `set_expiry`.
 const IDLE: i64 = 1000;
 const STEPS: usize = 300;
+/// The locks of a run, in one slot: `rwlock:{<tag>}a`, `...b`, `...c`. The first
+/// gets the steps a run on one lock had (the fixed first steps, then `STEPS`
+/// random ones, from the seed's generator); now and then a step on another lock
+/// or a set comes in between (from a generator of their own).
+const LOCKS: usize = 3;
+/// After how many in a hundred of the first lock's random steps comes a set.
+const SET_STEPS: u32 = 10;
+/// After how many in a hundred comes a step on another lock (none when a wait is
+/// drawn for it: time passes only in the first lock's steps).
+const OTHER_STEPS: u32 = 10;
 const SEEDS: [u64; 4] = [1, 2, 3, 4];
 /// Tokens in play: few, so they collide (resends, releases by non-owners).
 const TOKENS: usize = 5;
@@ -66,6 +84,8 @@ struct Scripts {
     original_read: Script,
     original_write: Script,
     original_release: Script,
+    /// acquire_set.lua with the operations it calls.
+    acquire_set: Script,
     /// Runs only the fast path of the operation named by the last argument (on a
     /// copy of the lock): 1 when it decided, 0 when it would go the full way.
     fast_probe: Script,
@@ -84,6 +104,7 @@ impl Scripts {
             original_read: Script::new(include_str!("original/hash_acquire_read.lua")),
             original_write: Script::new(include_str!("original/hash_acquire_write.lua")),
             original_release: Script::new(include_str!("original/hash_release.lua")),
+            acquire_set: Script::new(&common::hash_set_script()),
             fast_probe: script(
                 "bind(KEYS, ARGV)\nlocal operation = table.remove(ARGV)\n\
                  if layout.fast_path(operation, ARGV) then\n  return 1\nend\nreturn 0",
@@ -117,6 +138,97 @@ enum Step {
     OriginalRelease(bool),
     /// Time moves on by this many ticks.
     Wait(i64),
+    /// acquire_set.lua over some of the locks (the only step that is not on one lock).
+    AcquireSet(SetStep),
+}
+
+/// One call of acquire_set.lua: its first `len` members, each a lock, a token and
+/// a mode (true: write), in the set's order; its common writer preference and read
+/// lease ([`LONG_READ_LEASE`] or [`READ_LEASE`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct SetStep {
+    members: [(usize, usize, bool); LOCKS],
+    len: usize,
+    writer_preferred: bool,
+    long_reads: bool,
+}
+
+impl SetStep {
+    fn members(&self) -> &[(usize, usize, bool)] {
+        &self.members[..self.len]
+    }
+
+    fn read_lease(&self) -> i64 {
+        if self.long_reads {
+            LONG_READ_LEASE
+        } else {
+            READ_LEASE
+        }
+    }
+}
+
+/// As the log shows it: `[b w3, a r1]` is token 3 writing lock b, then token 1
+/// reading lock a.
+impl std::fmt::Debug for SetStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let members: Vec<String> = self
+            .members()
+            .iter()
+            .map(|&(at, t, write)| {
+                format!("{} {}{t}", lock_name(at), if write { 'w' } else { 'r' })
+            })
+            .collect();
+        write!(
+            f,
+            "[{}] writer_preferred={} read_lease={}",
+            members.join(", "),
+            self.writer_preferred,
+            self.read_lease()
+        )
+    }
+}
+
+/// A lock's letter, the end of its key.
+fn lock_name(at: usize) -> char {
+    char::from(b'a' + at as u8)
+}
+
+/// A random set: 1 to [`LOCKS`] distinct locks in a random order, each with a
+/// random token and mode. A third of the time it is `resend`, the last set granted,
+/// sent again: its holds may still be there (the resend must renew them and grant
+/// again), or have been released, lost or taken over since. A quarter of the others
+/// write every lock, the first (the busiest) last: such a set is often refused
+/// there after taking the others, and each of their releases back wakes (`*`), so
+/// the order of those messages shows the order of the releases.
+fn random_set(rng: &mut StdRng, resend: Option<SetStep>) -> SetStep {
+    if let Some(set) = resend.filter(|_| rng.random_bool(0.3)) {
+        return set;
+    }
+    let writes_all = rng.random_bool(0.25);
+    let len = if writes_all {
+        LOCKS
+    } else {
+        rng.random_range(1..=LOCKS)
+    };
+    let mut free: Vec<usize> = (0..LOCKS).collect();
+    let mut members = [(0, 0, false); LOCKS];
+    for member in &mut members[..len] {
+        let at = free.swap_remove(rng.random_range(0..free.len()));
+        *member = (
+            at,
+            rng.random_range(0..TOKENS),
+            writes_all || rng.random_bool(0.4),
+        );
+    }
+    if writes_all {
+        members.sort_by_key(|&(at, _, _)| at == 0);
+    }
+    SetStep {
+        members,
+        len,
+        writer_preferred: rng.random_bool(0.7),
+        long_reads: rng.random_bool(0.5),
+    }
 }
 
 /// A random step on the lock as the model has it (`view`). Upgrades and upgradable
@@ -192,18 +304,13 @@ enum Stop {
     Mismatch(String),
 }
 
-struct Run<'a> {
-    seed: u64,
+/// One lock of a run: its key and channel, its model hash, and what the run paired
+/// between the model's hash and the real one (each lock numbers its own fences and
+/// batches).
+struct Lock {
     key: String,
     channel: String,
-    conn: redis::Connection,
-    scripts: &'a Scripts,
-    tokens: Vec<String>,
     model: Hash,
-    params: Params,
-    /// Nominal instant of the current tick (ms), and of the first.
-    now: Time,
-    start: Time,
     /// The stamps of the original clients' last grants (read, write).
     original_stamps: [Option<Time>; 2],
     /// Fencing tokens seen, model -> real.
@@ -211,22 +318,37 @@ struct Run<'a> {
     /// The largest fence a refusal reported (real): every fence issued later must
     /// be larger, so a hand-over message can be told from an older one.
     refusal_floor: i64,
+    /// Batches of readers, model -> real name (paired when a refusal names one;
+    /// the numbers differ: the model's clock is the nominal tick's).
+    batches: BTreeMap<Tok, String>,
+}
+
+struct Run<'a> {
+    seed: u64,
+    /// By number; single-lock steps name theirs (`at`), a set its members'.
+    locks: Vec<Lock>,
+    conn: redis::Connection,
+    scripts: &'a Scripts,
+    tokens: Vec<String>,
+    params: Params,
+    /// Nominal instant of the current tick (ms), and of the first.
+    now: Time,
+    start: Time,
     log: Vec<String>,
     messages: usize,
     /// How often each state worth reaching was reached (`Run::note`).
     reached: BTreeMap<&'static str, usize>,
-    /// Batches of readers, model -> real name (paired when a refusal names one;
-    /// the numbers differ: the model's clock is the nominal tick's).
-    batches: BTreeMap<Tok, String>,
     /// The current step's script went its fast path (`goes_fast`).
     fast: bool,
+    /// The last set granted, for a resend.
+    last_set: Option<SetStep>,
 }
 
 impl Run<'_> {
-    /// A token, or a batch of readers (`r#<n>`) the run has seen named.
-    fn token_of(&self, s: &str) -> Option<Tok> {
+    /// A token, or a batch of readers (`r#<n>`) the run has seen named on lock `at`.
+    fn token_of(&self, at: usize, s: &str) -> Option<Tok> {
         if s.starts_with("r#") {
-            return self
+            return self.locks[at]
                 .batches
                 .iter()
                 .find(|(_, real)| real.as_str() == s)
@@ -243,13 +365,16 @@ impl Run<'_> {
         for line in self.log.iter().rev().take(40).rev() {
             let _ = writeln!(msg, "  {line}");
         }
-        let _ = writeln!(msg, "model hash: {}", self.model);
+        for (at, lock) in self.locks.iter().enumerate() {
+            let _ = writeln!(msg, "model hash {}: {}", lock_name(at), lock.model);
+        }
         Stop::Mismatch(msg)
     }
 
-    /// Calls `script` with the common arguments and `args`, like src/backend/redis/scripts/mod.rs.
-    fn call(&mut self, script: &Script, args: &[String]) -> Result<Value, Stop> {
-        self.call_plain(script, &[&self.common_args()[..], args].concat())
+    /// Calls `script` on lock `at` with the common arguments and `args`, like
+    /// src/backend/redis/scripts/mod.rs.
+    fn call(&mut self, at: usize, script: &Script, args: &[String]) -> Result<Value, Stop> {
+        self.call_plain(&[at], script, &[&self.common_args()[..], args].concat())
     }
 
     fn common_args(&self) -> [String; 3] {
@@ -260,12 +385,12 @@ impl Run<'_> {
         ]
     }
 
-    /// Whether `operation` with `args` would go its fast path on the lock as it is
+    /// Whether `operation` with `args` would go its fast path on lock `at` as it is
     /// now: tried on a copy of the key (its messages go to the copy's channel).
-    fn goes_fast(&mut self, operation: &str, args: &[String]) -> Result<bool, Stop> {
-        let copy = format!("{}:fast-probe", self.key);
+    fn goes_fast(&mut self, at: usize, operation: &str, args: &[String]) -> Result<bool, Stop> {
+        let copy = format!("{}:fast-probe", self.locks[at].key);
         let exists: bool = redis::cmd("COPY")
-            .arg(&self.key)
+            .arg(&self.locks[at].key)
             .arg(&copy)
             .arg("REPLACE")
             .query(&mut self.conn)
@@ -285,9 +410,18 @@ impl Run<'_> {
         Ok(fast == 1)
     }
 
-    /// Calls a script with `args` only (the original design's take no common ones).
-    fn call_plain(&mut self, script: &Script, args: &[String]) -> Result<Value, Stop> {
-        let mut invocation = script.key(&self.key);
+    /// Calls a script on the locks `keys` (by number) with `args` only (the
+    /// original design's take no common ones).
+    fn call_plain(
+        &mut self,
+        keys: &[usize],
+        script: &Script,
+        args: &[String],
+    ) -> Result<Value, Stop> {
+        let mut invocation = script.prepare_invoke();
+        for &at in keys {
+            invocation.key(&self.locks[at].key);
+        }
         for a in args {
             invocation.arg(a);
         }
@@ -301,11 +435,18 @@ impl Run<'_> {
         Ok(reply)
     }
 
-    fn run_step(&mut self, step: Step, pubsub: &mut redis::PubSub<'_>) -> Result<(), Stop> {
+    /// Runs `step` on lock `at` (a set's on its members) on both sides and compares
+    /// everything.
+    fn run_step(
+        &mut self,
+        at: usize,
+        step: Step,
+        pubsub: &mut redis::PubSub<'_>,
+    ) -> Result<(), Stop> {
         let p = self.params;
         let now = self.now;
-        let before = lua::live_view(&self.model, &p, now);
-        let hash_before = self.model.clone();
+        let before = lua::live_view(&self.locks[at].model, &p, now);
+        let hash_before = self.locks[at].model.clone();
         self.fast = false;
         let (expected, real): (Option<Outcome>, Option<Value>) = match step {
             Step::Wait(ticks) => {
@@ -317,14 +458,16 @@ impl Run<'_> {
                 }
                 (None, None)
             }
+            Step::AcquireSet(set) => return self.run_set(set, pubsub),
             Step::OriginalAcquire(write) => {
                 // The original client's clock: 1 ms behind the tick, so its stamps
                 // never equal ours.
                 let caller = now - 1;
+                let lock = &mut self.locks[at];
                 let granted =
-                    lua::original_acquire(&mut self.model, &p, caller, write, ORIGINAL_KEY_TTL);
+                    lua::original_acquire(&mut lock.model, &p, caller, write, ORIGINAL_KEY_TTL);
                 if granted {
-                    self.original_stamps[usize::from(write)] = Some(caller);
+                    lock.original_stamps[usize::from(write)] = Some(caller);
                 }
                 let args = [
                     ORIGINAL_KEY_TTL.to_string(),
@@ -347,11 +490,12 @@ impl Run<'_> {
                     recalled: false,
                     evicted: false,
                 };
-                (Some(out), Some(self.call_plain(script, &args)?))
+                (Some(out), Some(self.call_plain(&[at], script, &args)?))
             }
             Step::OriginalRelease(write) => {
-                let stamp = self.original_stamps[usize::from(write)].unwrap_or(now - 1);
-                let released = lua::original_release(&mut self.model, now - 1, write, stamp);
+                let lock = &mut self.locks[at];
+                let stamp = lock.original_stamps[usize::from(write)].unwrap_or(now - 1);
+                let released = lua::original_release(&mut lock.model, now - 1, write, stamp);
                 let field = if write { "write" } else { "read" };
                 let args = [field.to_owned(), stamp.to_string()];
                 let s = self.scripts;
@@ -366,13 +510,13 @@ impl Run<'_> {
                 };
                 (
                     Some(out),
-                    Some(self.call_plain(&s.original_release, &args)?),
+                    Some(self.call_plain(&[at], &s.original_release, &args)?),
                 )
             }
             Step::AcquireRead(t, upgradable, wait) => {
                 let ttl = if wait { INTENT_TTL } else { 0 };
                 let out = lua::acquire_read(
-                    &mut self.model,
+                    &mut self.locks[at].model,
                     &p,
                     now,
                     tok(t),
@@ -388,78 +532,190 @@ impl Run<'_> {
                     flag(upgradable),
                     ttl.to_string(),
                 ];
-                self.fast = self.goes_fast("acquire_read", &args)?;
+                self.fast = self.goes_fast(at, "acquire_read", &args)?;
                 let s = self.scripts;
-                (Some(out), Some(self.call(&s.acquire_read, &args)?))
+                (Some(out), Some(self.call(at, &s.acquire_read, &args)?))
             }
             Step::AcquireWrite(t, wait) | Step::Upgrade(t, wait) => {
                 let upgrade = matches!(step, Step::Upgrade(..));
                 let ttl = if wait { INTENT_TTL } else { 0 };
-                let out =
-                    lua::acquire_write(&mut self.model, &p, now, tok(t), WRITE_LEASE, ttl, upgrade);
+                let out = lua::acquire_write(
+                    &mut self.locks[at].model,
+                    &p,
+                    now,
+                    tok(t),
+                    WRITE_LEASE,
+                    ttl,
+                    upgrade,
+                );
                 let args = [
                     self.tokens[t].clone(),
                     WRITE_LEASE.to_string(),
                     ttl.to_string(),
                     flag(upgrade),
                 ];
-                self.fast = self.goes_fast("acquire_write", &args)?;
+                self.fast = self.goes_fast(at, "acquire_write", &args)?;
                 let s = self.scripts;
-                (Some(out), Some(self.call(&s.acquire_write, &args)?))
+                (Some(out), Some(self.call(at, &s.acquire_write, &args)?))
             }
             Step::Release(t) => {
-                let out = lua::release(&mut self.model, &p, now, tok(t));
+                let out = lua::release(&mut self.locks[at].model, &p, now, tok(t));
                 let args = [self.tokens[t].clone()];
-                self.fast = self.goes_fast("release", &args)?;
+                self.fast = self.goes_fast(at, "release", &args)?;
                 let s = self.scripts;
-                (Some(out), Some(self.call(&s.release, &args)?))
+                (Some(out), Some(self.call(at, &s.release, &args)?))
             }
             Step::Renew(t, write) => {
                 let lease = if write { WRITE_LEASE } else { read_lease(t) };
-                let out = lua::renew(&mut self.model, &p, now, tok(t), lease, write);
+                let out = lua::renew(&mut self.locks[at].model, &p, now, tok(t), lease, write);
                 let mode = if write { "write" } else { "read" };
                 let args = [self.tokens[t].clone(), lease.to_string(), mode.into()];
-                self.fast = self.goes_fast("renew", &args)?;
+                self.fast = self.goes_fast(at, "renew", &args)?;
                 let s = self.scripts;
-                (Some(out), Some(self.call(&s.renew, &args)?))
+                (Some(out), Some(self.call(at, &s.renew, &args)?))
             }
             Step::Downgrade(t, from_write) => {
                 let lease = read_lease(t);
-                let out = lua::downgrade(&mut self.model, &p, now, tok(t), lease, from_write);
+                let model = &mut self.locks[at].model;
+                let out = lua::downgrade(model, &p, now, tok(t), lease, from_write);
                 let from = if from_write { "write" } else { "upgradable" };
                 let args = [self.tokens[t].clone(), lease.to_string(), from.into()];
                 let s = self.scripts;
-                (Some(out), Some(self.call(&s.downgrade, &args)?))
+                (Some(out), Some(self.call(at, &s.downgrade, &args)?))
             }
             Step::FencedWrite(t) => {
-                let out = lua::fenced_write(&mut self.model, &p, now, tok(t));
+                let out = lua::fenced_write(&mut self.locks[at].model, &p, now, tok(t));
                 let args = [self.tokens[t].clone()];
                 let s = self.scripts;
-                (Some(out), Some(self.call(&s.fenced_write, &args)?))
+                (Some(out), Some(self.call(at, &s.fenced_write, &args)?))
             }
             Step::ForceRelease => {
-                let out = lua::force_release(&mut self.model, &p, now);
+                let out = lua::force_release(&mut self.locks[at].model, &p, now);
                 let s = self.scripts;
-                (Some(out), Some(self.call(&s.force_release, &[])?))
+                (Some(out), Some(self.call(at, &s.force_release, &[])?))
             }
         };
         if let Some(out) = expected {
-            let after = lua::live_view(&self.model, &p, now);
+            let after = lua::live_view(&self.locks[at].model, &p, now);
             self.note(step, &before, &after, out);
-            for what in reached_in_hash(step, now, &hash_before, &self.model) {
+            for what in reached_in_hash(step, now, &hash_before, &self.locks[at].model) {
                 *self.reached.entry(what).or_default() += 1;
             }
         }
-        let mut line = format!("t={:>5} {step:?}", now - self.start);
+        let mut line = format!("t={:>5} {} {step:?}", now - self.start, lock_name(at));
         if let (Some(out), Some(real)) = (expected, real) {
             let _ = write!(line, " -> model {:?}, real {real:?}", out.reply);
             self.log.push(line);
-            self.compare_reply(step, out, &real)?;
-            self.compare_messages(out, pubsub)?;
+            self.compare_reply(at, step, out, &real)?;
+            self.compare_messages(&[(at, out)], pubsub)?;
+            self.compare_hashes([at])
         } else {
+            // Time passed: every lock (an expiry, or a stray write to a lock no step
+            // since touched).
             self.log.push(line);
+            self.compare_hashes(0..self.locks.len())
         }
-        self.compare_hash()
+    }
+
+    /// Runs acquire_set.lua over `set`'s members and `engine::acquire_set` on their
+    /// model hashes: the reply (each granted member's fence paired on its own lock),
+    /// the messages of every operation the set ran on each member, in order, and
+    /// every lock's fields must agree.
+    fn run_set(&mut self, set: SetStep, pubsub: &mut redis::PubSub<'_>) -> Result<(), Stop> {
+        let p = self.params;
+        let now = self.now;
+        let before: Vec<lua::View> = (self.locks.iter())
+            .map(|lock| lua::live_view(&lock.model, &p, now))
+            .collect();
+        let members: Vec<lua::SetMember> = (set.members().iter())
+            .map(|&(at, t, write)| lua::SetMember {
+                hash: at,
+                token: tok(t),
+                write,
+            })
+            .collect();
+        let mut hashes: Vec<Hash> = self.locks.iter().map(|l| l.model.clone()).collect();
+        let out = lua::acquire_set(
+            &mut hashes,
+            &p,
+            now,
+            &members,
+            set.writer_preferred,
+            set.read_lease(),
+            WRITE_LEASE,
+        );
+        for (lock, hash) in self.locks.iter_mut().zip(hashes) {
+            lock.model = hash;
+        }
+        let mut args = vec![
+            flag(set.writer_preferred),
+            set.read_lease().to_string(),
+            WRITE_LEASE.to_string(),
+        ];
+        for &(_, t, write) in set.members() {
+            args.push(if write { "w" } else { "r" }.to_owned());
+            args.push(self.tokens[t].clone());
+        }
+        let keys: Vec<usize> = set.members().iter().map(|&(at, _, _)| at).collect();
+        let s = self.scripts;
+        let args = [&self.common_args()[..], &args].concat();
+        let real = self.call_plain(&keys, &s.acquire_set, &args)?;
+        let runs: Vec<(char, lua::Reply)> = (out.runs.iter())
+            .map(|&(at, run)| (lock_name(at), run.reply))
+            .collect();
+        self.log.push(format!(
+            "t={:>5} AcquireSet({set:?}) -> model {:?} (runs {runs:?}), real {real:?}",
+            now - self.start,
+            out.reply
+        ));
+        self.note_set(set, &before, &out);
+        self.compare_set_reply(set, &out.reply, &real)?;
+        self.compare_messages(&out.runs, pubsub)?;
+        self.compare_hashes(keys)
+    }
+
+    /// Counts the states worth reaching that a set reached.
+    fn note_set(&mut self, set: SetStep, before: &[lua::View], out: &lua::SetOutcome) {
+        let reply = &out.reply;
+        let holds = |&(at, t, write): &(usize, usize, bool)| {
+            let view: &lua::View = &before[at];
+            if write {
+                view.writer.is_some_and(|(w, _)| w == tok(t))
+            } else {
+                view.readers.contains_key(&tok(t))
+            }
+        };
+        let what = match reply {
+            lua::SetReply::Granted(_) if set.members().iter().all(holds) => {
+                Some("a set resent while it holds, granted again")
+            }
+            lua::SetReply::Granted(_) if set.len > 1 => {
+                Some("a set of several locks granted whole")
+            }
+            lua::SetReply::Refused(i, _) if *i > 1 => {
+                Some("a set refused at a later member, the earlier ones released again")
+            }
+            _ => None,
+        };
+        // The releases back come after the refused member's run; only the messages
+        // they publish on their channels show in which order they ran.
+        let waking = |runs: &[(usize, Outcome)]| {
+            runs.iter()
+                .filter(|(_, run)| run.published.is_some() || run.granted.is_some())
+                .count()
+        };
+        let released_back = match reply {
+            lua::SetReply::Refused(i, _) => out.runs.get(*i..).unwrap_or_default(),
+            lua::SetReply::Granted(_) => &[],
+        };
+        let two_waking = (waking(released_back) >= 2)
+            .then_some("a set refused after releasing two members again, each waking others");
+        for what in what.into_iter().chain(two_waking) {
+            *self.reached.entry(what).or_default() += 1;
+        }
+        if matches!(reply, lua::SetReply::Granted(_)) {
+            self.last_set = Some(set);
+        }
     }
 
     /// Counts the states worth reaching that `step` reached.
@@ -629,14 +885,20 @@ fn reached(
 impl Run<'_> {
     /// The reply the script gave must be the model's (time-valued parts within
     /// `SLACK`; fencing tokens by their order).
-    fn compare_reply(&mut self, step: Step, out: Outcome, real: &Value) -> Result<(), Stop> {
+    fn compare_reply(
+        &mut self,
+        at: usize,
+        step: Step,
+        out: Outcome,
+        real: &Value,
+    ) -> Result<(), Stop> {
         // A reader's refusal: {0, ms, 0, batch}, batch '' when it does not wait in line.
         let in_line: Option<(i64, i64, i64, String)> = redis::from_redis_value(real.clone()).ok();
         if let Some((0, real_hint, 0, batch)) = in_line {
             let ok = match out.reply {
                 Reply::Refused(hint, 0) => batch.is_empty() && (hint - real_hint).abs() <= SLACK,
                 Reply::InLine(hint, model) => {
-                    (hint - real_hint).abs() <= SLACK && self.same_batch(model, &batch)?
+                    (hint - real_hint).abs() <= SLACK && self.same_batch(at, model, &batch)?
                 }
                 _ => false,
             };
@@ -657,7 +919,7 @@ impl Run<'_> {
                 n == real
             }
             (Reply::Granted(0), Some([1, 0]), _) => true,
-            (Reply::Granted(fence), Some(&[1, real]), _) => self.same_fence(fence, real)?,
+            (Reply::Granted(fence), Some(&[1, real]), _) => self.same_fence(at, fence, real)?,
             // Readers: no fence.
             (Reply::Refused(hint, 0), Some(&[0, real]), _) => (hint - real).abs() <= SLACK,
             (Reply::Refused(hint, 0), Some(&[0, real, 0]), _) => (hint - real).abs() <= SLACK,
@@ -666,7 +928,7 @@ impl Run<'_> {
             (Reply::Refused(hint, fence), Some(&[0, real, real_fence]), _) => {
                 let handed = matches!(out.published, Some(Wake::Handed(_, f)) if f == fence);
                 (hint - real).abs() <= SLACK
-                    && self.same_refusal_fence(fence, real_fence, handed)?
+                    && self.same_refusal_fence(at, fence, real_fence, handed)?
             }
             (Reply::Lost, Some([-1, 0]), _) => true,
             // downgrade: done, and how long ago the first writer in line queued.
@@ -681,7 +943,7 @@ impl Run<'_> {
             (Reply::Int(0), _, Some(0)) => true,
             (Reply::Int(n), _, Some(real)) if n <= 1 => n == real,
             // fenced_write returns the fence.
-            (Reply::Int(fence), _, Some(real)) => self.same_fence(fence, real)?,
+            (Reply::Int(fence), _, Some(real)) => self.same_fence(at, fence, real)?,
             _ => false,
         };
         if ok {
@@ -691,22 +953,59 @@ impl Run<'_> {
         }
     }
 
-    /// Model fence `model` and real fence `real` name the same grant: a new pair must
-    /// rise on both sides (tokens strictly increase), a known one must match.
-    fn same_fence(&mut self, model: i64, real: i64) -> Result<bool, Stop> {
-        if let Some(&seen) = self.fences.get(&model) {
+    /// acquire_set.lua's reply must be the model's: `{1, fence...}` with each
+    /// member's fence paired on its own lock (a reader's is 0), or `{0, i, ms}` with
+    /// the same member and the hint within `SLACK`.
+    fn compare_set_reply(
+        &mut self,
+        set: SetStep,
+        reply: &lua::SetReply,
+        real: &Value,
+    ) -> Result<(), Stop> {
+        let array: Vec<i64> = redis::from_redis_value(real.clone()).unwrap_or_default();
+        let ok = match (reply, array.as_slice()) {
+            (lua::SetReply::Granted(fences), [1, reals @ ..]) if reals.len() == fences.len() => {
+                let mut all = true;
+                for ((&(at, _, _), &model), &real) in set.members().iter().zip(fences).zip(reals) {
+                    all &= if model == 0 {
+                        real == 0
+                    } else {
+                        self.same_fence(at, model, real)?
+                    };
+                }
+                all
+            }
+            (&lua::SetReply::Refused(i, hint), &[0, real_i, real_hint]) => {
+                i64::try_from(i) == Ok(real_i) && (hint - real_hint).abs() <= SLACK
+            }
+            _ => false,
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(self.fail(format!("set reply: model {reply:?}, real {real:?}")))
+        }
+    }
+
+    /// Model fence `model` and real fence `real` of lock `at` name the same grant: a
+    /// new pair must rise on both sides (tokens strictly increase), a known one must
+    /// match.
+    fn same_fence(&mut self, at: usize, model: i64, real: i64) -> Result<bool, Stop> {
+        let lock = &self.locks[at];
+        if let Some(&seen) = lock.fences.get(&model) {
             return Ok(seen == real);
         }
-        let rises = self.fences.last_key_value().is_none_or(|(&m, _)| model > m)
-            && self.fences.values().all(|&r| real > r)
-            && real > self.refusal_floor;
+        let rises = lock.fences.last_key_value().is_none_or(|(&m, _)| model > m)
+            && lock.fences.values().all(|&r| real > r)
+            && real > lock.refusal_floor;
         if !rises {
             return Err(self.fail(format!(
-                "fencing token did not rise: model {model}, real {real}, seen {:?}",
-                self.fences
+                "fencing token of {} did not rise: model {model}, real {real}, seen {:?}",
+                lock_name(at),
+                lock.fences
             )));
         }
-        self.fences.insert(model, real);
+        self.locks[at].fences.insert(model, real);
         Ok(true)
     }
 
@@ -716,122 +1015,183 @@ impl Run<'_> {
     /// fence, the real one is that fence, or the real clock if it ran past it within
     /// the same model tick. `handed`: it is the fence of the hand-over this script
     /// made, paired like a grant's. Either way every later fence must exceed it.
-    fn same_refusal_fence(&mut self, model: i64, real: i64, handed: bool) -> Result<bool, Stop> {
+    fn same_refusal_fence(
+        &mut self,
+        at: usize,
+        model: i64,
+        real: i64,
+        handed: bool,
+    ) -> Result<bool, Stop> {
         let model_now_us = self.now * self.params.us_per_unit;
+        let fences = &self.locks[at].fences;
         let agrees = if handed {
-            self.same_fence(model, real)?
-        } else if model == model_now_us && !self.fences.contains_key(&model) {
-            self.fences.values().all(|&r| real >= r)
+            self.same_fence(at, model, real)?
+        } else if model == model_now_us && !fences.contains_key(&model) {
+            fences.values().all(|&r| real >= r)
         } else {
-            match self.fences.get(&model) {
+            match fences.get(&model) {
                 Some(&seen) => real >= seen,
-                None => self.same_fence(model, real)?,
+                None => self.same_fence(at, model, real)?,
             }
         };
-        self.refusal_floor = self.refusal_floor.max(real);
+        let lock = &mut self.locks[at];
+        lock.refusal_floor = lock.refusal_floor.max(real);
         Ok(agrees)
     }
 
-    /// The script published exactly what the model's `wake` did (a marker we
-    /// publish afterwards ends the script's messages).
+    /// The scripts published exactly what the model's operations did: `runs` are
+    /// the operations in order, each on its lock (by number). One subscriber gets
+    /// every channel's messages in the order they were published, so the runs'
+    /// messages must come in the runs' order, each on its own lock's channel, and
+    /// nothing else on any channel (a set's releases back, last member first, are
+    /// told from first member first so). A marker we publish afterwards ends the
+    /// script's messages.
     fn compare_messages(
         &mut self,
-        out: Outcome,
+        runs: &[(usize, Outcome)],
         pubsub: &mut redis::PubSub<'_>,
     ) -> Result<(), Stop> {
-        let expected = out.published;
         self.messages += 1;
         let marker = format!("#marker{}", self.messages);
         let _: i64 = redis::cmd("PUBLISH")
-            .arg(&self.channel)
+            .arg(&self.locks[0].channel)
             .arg(&marker)
             .query(&mut self.conn)
             .unwrap();
-        let mut got = Vec::new();
+        let mut got: Vec<(usize, String)> = Vec::new();
         loop {
             let msg = pubsub.get_message().unwrap();
             let payload: String = msg.get_payload().unwrap();
+            let channel = msg.get_channel_name();
+            let Some(on) = self.locks.iter().position(|l| l.channel == channel) else {
+                return Err(self.fail(format!("a message on {channel}: {payload}")));
+            };
             if payload == marker {
                 break;
             }
-            got.push(payload);
+            got.push((on, payload));
         }
-        // A forced release's `x` comes before everything else.
-        let evicted = got.first().is_some_and(|first| first == "x");
-        if evicted {
-            got.remove(0);
-        }
-        if evicted != out.evicted {
-            return Err(self.fail(format!("eviction: model {}, real {evicted}", out.evicted)));
-        }
-        // A batch's grant comes first; a batch seen for the first time pairs here.
-        if let Some(batch) = out.granted {
-            let Some(first) = (!got.is_empty()).then(|| got.remove(0)) else {
-                return Err(self.fail(format!("wake-ups: model grants {batch}, real none")));
-            };
-            if !self.same_batch(batch, &first)? {
-                return Err(self.fail(format!("wake-ups: model grants {batch}, real {first}")));
+        let mut got = got.into_iter();
+        for &(at, out) in runs {
+            let count = usize::from(out.evicted)
+                + usize::from(out.granted.is_some())
+                + usize::from(out.published.is_some())
+                + usize::from(out.recalled);
+            let mut mine = Vec::new();
+            for (on, message) in got.by_ref().take(count) {
+                if on != at {
+                    return Err(self.fail(format!(
+                        "wake-ups: the model's next on {}, real {message} on {}",
+                        lock_name(at),
+                        lock_name(on)
+                    )));
+                }
+                mine.push(message);
             }
+            self.compare_wakeups(at, out, &mut mine.into_iter())?;
         }
-        // A call-back to the readers comes last.
-        let recalled = got.last().is_some_and(|last| last == "w");
-        if recalled {
-            got.pop();
-        }
-        if recalled != out.recalled {
-            return Err(self.fail(format!(
-                "call-back: model {}, real {recalled}",
-                out.recalled
-            )));
-        }
-        // A hand-over names a new grant: its fence pairs like an acquire's.
-        if let (Some(Wake::Handed(t, fence)), [message]) = (expected, got.as_slice())
-            && let Some((named, real)) = message.split_once(':')
-            && named == self.tokens[t.client() as usize]
-            && let Ok(real) = real.parse()
-            && self.same_fence(fence, real)?
-        {
-            return Ok(());
-        }
-        let want: Vec<String> = expected
-            .map(|w| match w {
-                Wake::Handed(t, fence) => format!("{}:{fence}", self.tokens[t.client() as usize]),
-                Wake::All => "*".to_owned(),
-                Wake::Readers => "r".to_owned(),
-                Wake::Upgradable => "u".to_owned(),
-                Wake::Batch(b) => self.batches.get(&b).cloned().unwrap_or_default(),
-            })
-            .into_iter()
+        let rest: Vec<String> = got
+            .map(|(on, m)| format!("{} {m}", lock_name(on)))
             .collect();
-        if got == want {
+        if rest.is_empty() {
             Ok(())
         } else {
-            Err(self.fail(format!("wake-ups: model {want:?}, real {got:?}")))
+            Err(self.fail(format!("wake-ups: the model no more, real {rest:?}")))
         }
     }
 
-    /// Model batch `model` and real batch `real` are the same: a new pair is
+    /// The messages one run published on lock `at`, `got`, are the model's, in the
+    /// scripts' order: a forced release's `x`, a batch's grant (a batch seen for the
+    /// first time pairs here), the wake-up, the call-back `w`.
+    fn compare_wakeups(
+        &mut self,
+        at: usize,
+        out: Outcome,
+        got: &mut impl Iterator<Item = String>,
+    ) -> Result<(), Stop> {
+        let name = lock_name(at);
+        if out.evicted {
+            let next = got.next();
+            if next.as_deref() != Some("x") {
+                return Err(self.fail(format!("eviction on {name}: model x, real {next:?}")));
+            }
+        }
+        if let Some(batch) = out.granted {
+            let Some(first) = got.next() else {
+                return Err(self.fail(format!(
+                    "wake-ups on {name}: model grants {batch}, real none"
+                )));
+            };
+            if !self.same_batch(at, batch, &first)? {
+                return Err(self.fail(format!(
+                    "wake-ups on {name}: model grants {batch}, real {first}"
+                )));
+            }
+        }
+        if let Some(wake) = out.published {
+            let Some(message) = got.next() else {
+                return Err(self.fail(format!("wake-ups on {name}: model {wake:?}, real none")));
+            };
+            let ok = match wake {
+                // A hand-over names a new grant: its fence pairs like an acquire's.
+                Wake::Handed(t, fence) => match message.split_once(':') {
+                    Some((named, real)) if named == self.tokens[t.client() as usize] => {
+                        match real.parse() {
+                            Ok(real) => self.same_fence(at, fence, real)?,
+                            Err(_) => false,
+                        }
+                    }
+                    _ => false,
+                },
+                Wake::All => message == "*",
+                Wake::Readers => message == "r",
+                Wake::Upgradable => message == "u",
+                Wake::Batch(b) => self.locks[at].batches.get(&b) == Some(&message),
+            };
+            if !ok {
+                return Err(self.fail(format!(
+                    "wake-ups on {name}: model {wake:?}, real {message}"
+                )));
+            }
+        }
+        if out.recalled {
+            let next = got.next();
+            if next.as_deref() != Some("w") {
+                return Err(self.fail(format!("call-back on {name}: model w, real {next:?}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Model batch `model` and real batch `real` of lock `at` are the same: a new pair is
     /// recorded (each side's name once), a known one must match.
-    fn same_batch(&mut self, model: Tok, real: &str) -> Result<bool, Stop> {
-        if let Some(known) = self.batches.get(&model) {
+    fn same_batch(&mut self, at: usize, model: Tok, real: &str) -> Result<bool, Stop> {
+        let batches = &mut self.locks[at].batches;
+        if let Some(known) = batches.get(&model) {
             return Ok(known == real);
         }
-        if !real.starts_with("r#") || self.batches.values().any(|r| r == real) {
+        if !real.starts_with("r#") || batches.values().any(|r| r == real) {
             return Ok(false);
         }
-        self.batches.insert(model, real.to_owned());
+        batches.insert(model, real.to_owned());
         Ok(true)
     }
 
-    /// Every field of the real hash, and its TTL, match the model's.
-    fn compare_hash(&mut self) -> Result<(), Stop> {
-        self.model.expire_if_due(self.now);
-        let fields: Vec<(String, String)> = redis::cmd("HGETALL")
-            .arg(&self.key)
-            .query(&mut self.conn)
-            .unwrap();
-        let pttl: i64 = redis::cmd("PTTL")
-            .arg(&self.key)
+    /// The real hashes of `locks` match their models' ([`compare_hash`](Self::compare_hash)).
+    fn compare_hashes(&mut self, locks: impl IntoIterator<Item = usize>) -> Result<(), Stop> {
+        locks.into_iter().try_for_each(|at| self.compare_hash(at))
+    }
+
+    /// Every field of lock `at`'s real hash, and its TTL, match the model's.
+    fn compare_hash(&mut self, at: usize) -> Result<(), Stop> {
+        let now = self.now;
+        self.locks[at].model.expire_if_due(now);
+        let key = &self.locks[at].key;
+        let (fields, pttl): (Vec<(String, String)>, i64) = redis::pipe()
+            .cmd("HGETALL")
+            .arg(key)
+            .cmd("PTTL")
+            .arg(key)
             .query(&mut self.conn)
             .unwrap();
         let late = wall_ms() - self.now;
@@ -840,26 +1200,30 @@ impl Run<'_> {
         }
         let mut real = BTreeMap::new();
         for (name, value) in &fields {
-            let Some(field) = self.parse_field(name) else {
-                return Err(self.fail(format!("unknown field {name}={value}")));
+            let Some(field) = self.parse_field(at, name) else {
+                return Err(self.fail(format!("unknown field {name}={value} on {}", lock_name(at))));
             };
-            let Some(value) = self.parse_value(field, value) else {
-                return Err(self.fail(format!("bad value {name}={value}")));
+            let Some(value) = self.parse_value(at, field, value) else {
+                return Err(self.fail(format!("bad value {name}={value} on {}", lock_name(at))));
             };
             real.insert(field, value);
         }
-        let model = self.model.fields.clone();
+        let model = self.locks[at].model.fields.clone();
+        let name = lock_name(at);
         let keys = |m: &BTreeMap<Field, Val>| m.keys().copied().collect::<Vec<_>>();
         if keys(&model) != keys(&real) {
             return Err(self.fail(format!(
-                "fields: model {:?}\n  real {fields:?}",
+                "fields of {name}: model {:?}\n  real {fields:?}",
                 keys(&model)
             )));
         }
         for (field, want) in &model {
             let got = real[field];
             let ok = match (field, *want, got) {
-                (Field::Fence, Val::Int(m), Val::Int(r)) => self.fences.get(&m) == Some(&r),
+                // A fence only the hash shows pairs here: a set's member granted
+                // and released again in the same call (neither the reply nor a
+                // message names it).
+                (Field::Fence, Val::Int(m), Val::Int(r)) => self.same_fence(at, m, r)?,
                 // Batch numbers follow each side's clock in µs: compared by the names.
                 (Field::Rseq, Val::Int(_), Val::Int(_)) => true,
                 (Field::Rn(_), Val::Int(m), Val::Int(r)) => m == r,
@@ -873,10 +1237,13 @@ impl Run<'_> {
                 _ => false,
             };
             if !ok {
-                return Err(self.fail(format!("field {field:?}: model {want:?}, real {got:?}")));
+                return Err(self.fail(format!(
+                    "field {field:?} of {name}: model {want:?}, real {got:?}"
+                )));
             }
         }
-        let want_ttl = match (self.model.fields.is_empty(), self.model.expires) {
+        let model = &self.locks[at].model;
+        let want_ttl = match (model.fields.is_empty(), model.expires) {
             (true, _) => -2,
             (false, None) => -1,
             (false, Some(at)) => at - self.now,
@@ -887,12 +1254,13 @@ impl Run<'_> {
             (pttl - want_ttl).abs() <= 2 * SLACK
         };
         if !ttl_ok {
-            return Err(self.fail(format!("PTTL: model {want_ttl}, real {pttl}")));
+            return Err(self.fail(format!("PTTL of {name}: model {want_ttl}, real {pttl}")));
         }
         Ok(())
     }
 
-    fn parse_field(&self, name: &str) -> Option<Field> {
+    /// A field's name as lock `at`'s hash writes it.
+    fn parse_field(&self, at: usize, name: &str) -> Option<Field> {
         Some(match name {
             "w:owner" => Field::WOwner,
             "w:until" => Field::WUntil,
@@ -918,32 +1286,33 @@ impl Run<'_> {
             "layout" => Field::Layout,
             _ => {
                 if let Some(t) = name.strip_prefix("rw:") {
-                    Field::Rw(self.token_of(t)?)
+                    Field::Rw(self.token_of(at, t)?)
                 } else if let Some(b) = name.strip_prefix("rn:") {
-                    Field::Rn(self.token_of(b)?)
+                    Field::Rn(self.token_of(at, b)?)
                 } else if let Some(b) = name.strip_prefix("rg:") {
-                    Field::Rg(self.token_of(b)?)
+                    Field::Rg(self.token_of(at, b)?)
                 } else if let Some(t) = name.strip_prefix("r:") {
-                    Field::R(self.token_of(t)?)
+                    Field::R(self.token_of(at, t)?)
                 } else if let Some(t) = name.strip_prefix("wn:") {
-                    Field::Wn(self.token_of(t)?)
+                    Field::Wn(self.token_of(at, t)?)
                 } else if let Some(t) = name.strip_prefix("wq:") {
-                    Field::Wq(self.token_of(t)?)
+                    Field::Wq(self.token_of(at, t)?)
                 } else {
-                    Field::Wait(self.token_of(name.strip_prefix("wait:")?)?)
+                    Field::Wait(self.token_of(at, name.strip_prefix("wait:")?)?)
                 }
             }
         })
     }
 
-    fn parse_value(&self, field: Field, value: &str) -> Option<Val> {
+    /// A field's value as lock `at`'s hash writes it.
+    fn parse_value(&self, at: usize, field: Field, value: &str) -> Option<Val> {
         Some(match field {
             Field::WOwner | Field::QHead | Field::QTail | Field::Wn(_) | Field::UOwner => {
-                Val::Tok(self.token_of(value)?)
+                Val::Tok(self.token_of(at, value)?)
             }
             Field::Rw(_) => {
                 let (batch, deadline) = value.split_once(':')?;
-                Val::Member(self.token_of(batch)?, deadline.parse().ok()?)
+                Val::Member(self.token_of(at, batch)?, deadline.parse().ok()?)
             }
             // Its text does not matter, its length does.
             Field::Layout => (value.len() > 64).then_some(Val::Int(0))?,
@@ -968,14 +1337,30 @@ struct Ran {
     reached: BTreeMap<&'static str, usize>,
 }
 
-/// Runs one seed on a fresh key; `Err(Stop::Late)` when the machine was too slow.
+/// Runs one seed on fresh keys; `Err(Stop::Late)` when the machine was too slow.
 fn run_seed(url: &str, scripts: &Scripts, seed: u64) -> Result<Ran, Stop> {
     let client = redis::Client::open(url).unwrap();
-    let key = format!("rwlock:{{{}}}", common::unique_name("conformance"));
-    let channel = format!("{key}:released");
+    // One hash tag, so one slot: a set may take any of the locks.
+    let tag = common::unique_name("conformance");
+    let locks: Vec<Lock> = (0..LOCKS)
+        .map(|at| {
+            let key = format!("rwlock:{{{tag}}}{}", lock_name(at));
+            Lock {
+                channel: format!("{key}:released"),
+                key,
+                model: Hash::default(),
+                original_stamps: [None; 2],
+                fences: BTreeMap::new(),
+                refusal_floor: 0,
+                batches: BTreeMap::new(),
+            }
+        })
+        .collect();
     let mut sub = client.get_connection().unwrap();
     let mut pubsub = sub.as_pubsub();
-    pubsub.subscribe(&channel).unwrap();
+    for lock in &locks {
+        pubsub.subscribe(&lock.channel).unwrap();
+    }
     pubsub
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
@@ -986,12 +1371,10 @@ fn run_seed(url: &str, scripts: &Scripts, seed: u64) -> Result<Ran, Stop> {
     let start = (wall_ms() / TICK + 2) * TICK;
     let mut run = Run {
         seed,
-        key,
-        channel,
+        locks,
         conn: client.get_connection().unwrap(),
         scripts,
         tokens,
-        model: Hash::default(),
         params: Params {
             idle: IDLE,
             us_per_unit: 1000,
@@ -1000,28 +1383,42 @@ fn run_seed(url: &str, scripts: &Scripts, seed: u64) -> Result<Ran, Stop> {
         },
         now: start,
         start,
-        original_stamps: [None; 2],
-        fences: BTreeMap::new(),
-        refusal_floor: 0,
         log: Vec::new(),
         messages: 0,
         reached: BTreeMap::new(),
-        batches: BTreeMap::new(),
         fast: false,
+        last_set: None,
     };
-    run.run_step(Step::Wait(0), &mut pubsub)?;
+    run.run_step(0, Step::Wait(0), &mut pubsub)?;
     let mut calls = 0;
     for step in FIRST_STEPS {
         calls += usize::from(!matches!(step, Step::Wait(_)));
-        run.run_step(step, &mut pubsub)?;
+        run.run_step(0, step, &mut pubsub)?;
     }
+    // The steps in between: sets, and the other locks' steps.
+    let mut between = StdRng::seed_from_u64(seed.wrapping_add(1 << 32));
     for _ in 0..STEPS {
-        let view = lua::live_view(&run.model, &run.params, run.now);
+        let view = lua::live_view(&run.locks[0].model, &run.params, run.now);
         let step = random_step(&mut rng, &view);
         if !matches!(step, Step::Wait(_)) {
             calls += 1;
         }
-        run.run_step(step, &mut pubsub)?;
+        run.run_step(0, step, &mut pubsub)?;
+        let draw = between.random_range(0..100);
+        let (at, step) = if draw < SET_STEPS {
+            let set = random_set(&mut between, run.last_set);
+            (0, Step::AcquireSet(set))
+        } else if draw < SET_STEPS + OTHER_STEPS {
+            let at = between.random_range(1..LOCKS);
+            let view = lua::live_view(&run.locks[at].model, &run.params, run.now);
+            (at, random_step(&mut between, &view))
+        } else {
+            continue;
+        };
+        if !matches!(step, Step::Wait(_)) {
+            calls += 1;
+            run.run_step(at, step, &mut pubsub)?;
+        }
     }
     Ok(Ran {
         calls,
@@ -1029,7 +1426,7 @@ fn run_seed(url: &str, scripts: &Scripts, seed: u64) -> Result<Ran, Stop> {
     })
 }
 
-/// The steps every seed starts with, before its random ones, for what random steps
+/// The steps every seed starts with (on the first lock), before its random ones, for what random steps
 /// with few tokens rarely reach: a batch of two readers granted by a writer's
 /// release while another writer waits behind them, whose first reader's release
 /// goes the fast way (a share of a batch, the batch not the last of the readers);
@@ -1128,7 +1525,7 @@ fn step_token(step: Step) -> Option<Tok> {
 }
 
 /// The states the seeds together must reach, or the test proves less than it says.
-const MUST_REACH: [&str; 36] = [
+const MUST_REACH: [&str; 40] = [
     "readers called back by a waiting writer",
     "a read renewal says a writer waits",
     "readers called back by a waiting upgrade",
@@ -1165,6 +1562,10 @@ const MUST_REACH: [&str; 36] = [
     "an upgradable reader released the fast way",
     "a write renewed the fast way",
     "a read renewed the fast way",
+    "a set of several locks granted whole",
+    "a set refused at a later member, the earlier ones released again",
+    "a set resent while it holds, granted again",
+    "a set refused after releasing two members again, each waking others",
 ];
 
 /// The spans are far enough from multiples of a tick that a script running up to
