@@ -369,6 +369,16 @@ pub(crate) fn shared_read(lock: &LockLabel, how: Local) {
     let _ = (lock, how);
 }
 
+/// Hook for lock sets (`src/lock_set/`): a set's acquire returned `result` (its
+/// members count in the acquisitions of their own locks). Counts in
+/// `redis_rwlock_lock_set_acquisitions_total`, label `outcome`.
+pub(crate) fn lock_set_acquired<T>(result: &Result<T, Error>) {
+    #[cfg(feature = "metrics")]
+    record::LOCK_SETS.counter(&[Outcome::of(result) as usize], &LockLabel::default());
+    #[cfg(not(feature = "metrics"))]
+    let _ = result;
+}
+
 /// Hook for the waiting loop (`src/lock/waiting.rs`): the server refused an acquire
 /// attempt (someone else holds or is first in line), whether the caller then waits
 /// or gets `WouldBlock`. Counts in `redis_rwlock_refusals_total`.
@@ -452,6 +462,11 @@ pub fn describe_metrics() {
         Unit::Count,
         "Reads granted in this process with no request, by how (joined: a read hold other tasks hold; kept: a hold kept idle)"
     );
+    describe_counter!(
+        record::LOCK_SETS.name,
+        Unit::Count,
+        "Lock set acquisitions, by outcome (each member also counts as an acquisition of its lock)"
+    );
 }
 
 /// The one recording mechanism: each metric a [`Family`] of keys, one per
@@ -479,7 +494,7 @@ mod record {
         dimensions: Dimensions,
     }
 
-    const FAMILIES: usize = 13;
+    const FAMILIES: usize = 14;
 
     pub(super) static ACQUISITIONS: Family = Family {
         id: 0,
@@ -517,6 +532,7 @@ mod record {
         "fenced_write",
         "force_release",
         "state",
+        "acquire_set",
     ];
     pub(super) static SCRIPTS: Family = Family {
         id: 5,
@@ -559,6 +575,11 @@ mod record {
         id: 12,
         name: "redis_rwlock_shared_reads_total",
         dimensions: &[("how", Local::LABELS)],
+    };
+    pub(super) static LOCK_SETS: Family = Family {
+        id: 13,
+        name: "redis_rwlock_lock_set_acquisitions_total",
+        dimensions: &[("outcome", Outcome::LABELS)],
     };
 
     /// Every family's keys for one label set: without a `lock` label, or with one

@@ -263,6 +263,38 @@ mod recorded {
     }
 
     crate::on_both_backends! {
+    /// A lock set counts once by outcome, and each member counts in its own lock's
+    /// metrics, labelled with its name after `with_metrics_name()`.
+    async fn a_lock_set_counts_once_and_its_members_as_their_locks(backend: Backend) {
+        let _serial = SERIAL.lock().await;
+        let client = backend.client().await;
+        let recorded = Recorded::start();
+        const SETS: &str = "redis_rwlock_lock_set_acquisitions_total";
+        let tag = unique_name("metrics-set");
+        let (a, b) = (format!("{{{tag}}}:a"), format!("{{{tag}}}:b"));
+        let set = client.lock_set().read(a.as_str()).write(b.as_str()).with_metrics_name();
+        let count = |outcome| look(&recorded).counter(SETS, &[("outcome", outcome)]);
+        let (granted, blocked) = (count("granted"), count("would_block"));
+
+        set.acquire().await.unwrap().release().await.unwrap();
+        let blocker = client.rwlock(b.as_str()).write().await.unwrap();
+        assert!(matches!(set.try_acquire().await, Err(Error::WouldBlock)));
+        blocker.release().await.unwrap();
+
+        assert_eq!(count("granted"), granted + 1);
+        assert_eq!(count("would_block"), blocked + 1);
+        let seen = look(&recorded);
+        let member = |name: &'static str, mode: &'static str| {
+            vec![("lock", name), ("mode", mode), ("outcome", "granted")]
+        };
+        let (a, b): (&'static str, &'static str) = (a.leak(), b.leak());
+        assert_eq!(seen.counter(ACQUISITIONS, &member(a, "read")), 1, "{:?}", seen.all(ACQUISITIONS));
+        assert_eq!(seen.counter(ACQUISITIONS, &member(b, "write")), 1, "{:?}", seen.all(ACQUISITIONS));
+        assert_eq!(seen.gauge(GUARDS, &[("lock", a), ("mode", "read")]), 0.0);
+    }
+    }
+
+    crate::on_both_backends! {
     /// A `try_write` that would block, a write that times out, one that waits and
     /// is granted, and one cancelled while it waits: each outcome once, the waiters
     /// gauge up while they wait and back to zero, the wait as long as it was.

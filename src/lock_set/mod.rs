@@ -77,6 +77,8 @@ pub struct LockSet {
     client: LockClient,
     options: LockOptions,
     members: Arc<Vec<Member>>,
+    /// Members' metrics are labelled with their names ([`Self::with_metrics_name`]).
+    metrics_names: bool,
 }
 
 impl LockSet {
@@ -85,6 +87,7 @@ impl LockSet {
             client,
             options,
             members: Arc::default(),
+            metrics_names: false,
         }
     }
 
@@ -117,7 +120,10 @@ impl LockSet {
     }
 
     fn with(mut self, name: String, mode: LockMode) -> Self {
-        let lock = self.client.rwlock_with(name, self.options.clone());
+        let mut lock = self.client.rwlock_with(name, self.options.clone());
+        if self.metrics_names {
+            lock = lock.with_metrics_name();
+        }
         Arc::make_mut(&mut self.members).push(Member { mode, lock });
         self
     }
@@ -200,6 +206,29 @@ impl LockSet {
         tracing::debug_span!("lock_set", members = ?self.members().collect::<Vec<_>>(), wait)
     }
 
+    /// Labels each member's metrics with its lock's name, as
+    /// [`RwLock::with_metrics_name`](crate::RwLock::with_metrics_name) does for one
+    /// lock (the same advice holds: only for a few long-lived locks). The set's own
+    /// count, `redis_rwlock_lock_set_acquisitions_total`, has no lock label. Without
+    /// the feature `metrics`, it changes nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(client: redis_rwlock::LockClient) -> Result<(), redis_rwlock::Error> {
+    /// let set = client.lock_set().read("catalogue").write("prices").with_metrics_name();
+    /// set.acquire().await?.release().await?;
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn with_metrics_name(mut self) -> Self {
+        self.metrics_names = true;
+        for member in Arc::make_mut(&mut self.members) {
+            member.lock = member.lock.clone().with_metrics_name();
+        }
+        self
+    }
+
     /// The members, with the mode each is taken in, in the order the set takes
     /// them (see [What a set guarantees](Self#what-a-set-guarantees)).
     ///
@@ -250,6 +279,13 @@ impl LockSet {
     /// Takes the members in order, `wait`ing or not; on any failure releases what
     /// it took.
     async fn take(self, wait: bool) -> Result<LockSetGuard, Error> {
+        let taken = self.take_all(wait).await;
+        crate::metrics::lock_set_acquired(&taken);
+        taken
+    }
+
+    /// [`take`](Self::take) before the set's acquisition is counted.
+    async fn take_all(&self, wait: bool) -> Result<LockSetGuard, Error> {
         let members = self.ordered()?;
         let limit = self.options.wait_timeout.filter(|_| wait);
         let deadline = limit.map(|limit| Instant::now() + limit);
