@@ -13,8 +13,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
+use crate::backend::check_key_prefix;
 use crate::backend::{Backend, Scan, glob, split_lock_key};
-use crate::lock::options::check_key_prefix;
 use crate::protocol::state::{Holder, LockMode, LockState};
 use crate::{Error, LockClient, LockOptions, Operation};
 

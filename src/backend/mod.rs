@@ -51,7 +51,9 @@ use self::redis::connection::{Connection, Connections};
 use self::redis::scripts::ScriptConnection;
 #[cfg(test)]
 pub(crate) use self::target::lock_key;
-pub(crate) use self::target::{Target, hash_tag, split_lock_key};
+pub(crate) use self::target::{
+    Target, check_key_prefix, check_lock_name, hash_tag, split_lock_key,
+};
 use crate::protocol::token::Token;
 use crate::protocol::{
     Access, Acquired, Downgraded, LockMode, RawState, Renewed, Replicas, SetAcquired, Write,

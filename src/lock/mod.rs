@@ -20,11 +20,11 @@ use std::sync::Arc;
 
 use sync_wrapper::SyncFuture;
 
+use crate::backend::check_lock_name;
 use crate::backend::{Backend, Link, Target};
 use crate::client::{LockClient, UserHandle};
 use crate::error::Doing;
 use crate::guard::lease::Lease;
-use crate::lock::options::check_lock_name;
 use crate::lock::waiting::acquire;
 use crate::metrics::{Acquiring, LockLabel, Mode};
 use crate::protocol::Access;

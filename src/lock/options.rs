@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
+use crate::backend::check_key_prefix;
 
 /// The longest lease or original-client timeout accepted: one day.
 const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
@@ -396,81 +397,6 @@ fn check_span(what: &str, span: Duration, max: Duration) -> Result<(), Error> {
     Ok(())
 }
 
-/// The longest lock name or key prefix, in bytes of UTF-8. A name travels in every
-/// request for its lock (key, channel, wake-up messages), so a long one costs each
-/// of them; this bound is far above any name a person would choose.
-pub(crate) const MAX_NAME_LEN: usize = 1024;
-
-/// A lock name is non-empty, at most [`MAX_NAME_LEN`] bytes, and either free of
-/// `{`/`}` (the lock makes the whole name its key's hash tag) or a hash tag of its
-/// own followed by the rest of the name, `{tag}rest`, with a non-empty tag and rest
-/// and no other brace (the key is then the name as it is, after the prefix; see
-/// `lock_key` in `backend/target.rs`). Every name gives another key.
-pub(crate) fn check_lock_name(name: &str) -> Result<(), Error> {
-    check_length("lock name", name)?;
-    let Some(tagged) = name.strip_prefix('{') else {
-        if name.contains(['{', '}']) {
-            return Err(invalid(format!(
-                "lock name {name:?} has a brace that does not open a hash tag at its start; \
-                 drop the braces, or start the name with its tag, as in \"{{order:42}}:lines\""
-            )));
-        }
-        return Ok(());
-    };
-    let Some((tag, rest)) = tagged.split_once('}') else {
-        return Err(invalid(format!(
-            "lock name {name:?} opens a hash tag that is never closed; \
-             close it after the tag, as in \"{{order:42}}:lines\", or drop the brace"
-        )));
-    };
-    if tag.is_empty() {
-        return Err(invalid(format!(
-            "lock name {name:?} starts with an empty hash tag; \
-             put the tag between the braces, as in \"{{order:42}}:lines\""
-        )));
-    }
-    if tag.contains('{') || rest.contains(['{', '}']) {
-        return Err(invalid(format!(
-            "lock name {name:?} has a brace besides its leading hash tag; \
-             only the tag at the start may use braces, as in \"{{order:42}}:lines\""
-        )));
-    }
-    if rest.is_empty() {
-        return Err(invalid(format!(
-            "lock name {name:?} is a hash tag with nothing after it, which would give the \
-             key of the name {tag:?}; add the rest of the name after the tag, as in \
-             \"{{{tag}}}:lines\", or drop the braces"
-        )));
-    }
-    Ok(())
-}
-
-/// A key prefix is non-empty, at most [`MAX_NAME_LEN`] bytes and free of `{`/`}`,
-/// so the first brace of a lock's key opens the hash tag that the name brings.
-pub(crate) fn check_key_prefix(prefix: &str) -> Result<(), Error> {
-    check_length("key_prefix", prefix)?;
-    if prefix.contains(['{', '}']) {
-        return Err(invalid(format!(
-            "key_prefix {prefix:?} contains a brace; the lock adds its own hash tag"
-        )));
-    }
-    Ok(())
-}
-
-/// Names and prefixes are not empty and at most [`MAX_NAME_LEN`] bytes long.
-fn check_length(what: &str, name: &str) -> Result<(), Error> {
-    if name.is_empty() {
-        return Err(invalid(format!("{what} is empty")));
-    }
-    if name.len() > MAX_NAME_LEN {
-        return Err(invalid(format!(
-            "{what} is {} bytes long, longer than {MAX_NAME_LEN}",
-            name.len()
-        )));
-    }
-    Ok(())
-}
-
 /// A duration as configuration files write it: whole milliseconds (`1500`), a human
 /// string (`"1.5s"`, `"2m"`, `"500ms"`), or serde's own `{"secs", "nanos"}`.
 /// Durations are always written back as whole milliseconds.
@@ -630,88 +556,5 @@ mod tests {
             err.to_string().contains("\"soon\" is not a duration"),
             "{err}"
         );
-    }
-
-    #[test]
-    fn names_need_content_and_a_bounded_length() {
-        assert!(check_lock_name("inventory 2 ✓").is_ok());
-        assert!(check_lock_name("").is_err());
-        assert!(check_lock_name(&"n".repeat(MAX_NAME_LEN)).is_ok());
-        // Counted in bytes: 512 two-byte characters fit, one more does not.
-        assert!(check_lock_name(&"é".repeat(MAX_NAME_LEN / 2)).is_ok());
-        let err = check_lock_name(&"é".repeat(MAX_NAME_LEN / 2 + 1)).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "invalid options: lock name is 1026 bytes long, longer than 1024"
-        );
-        // A tagged name counts its braces too.
-        let tagged = format!("{{t}}{}", "r".repeat(MAX_NAME_LEN - 3));
-        assert!(check_lock_name(&tagged).is_ok());
-        assert!(check_lock_name(&format!("{tagged}r")).is_err());
-    }
-
-    #[test]
-    fn a_name_may_start_with_a_hash_tag_of_its_own() {
-        for name in [
-            "{order:42}:lines",
-            "{a}b",
-            "{ü ✓}/x",
-            "{ }:",
-            "{tag}rest with spaces",
-        ] {
-            assert!(check_lock_name(name).is_ok(), "{name:?} refused");
-        }
-    }
-
-    #[test]
-    fn braces_anywhere_but_a_leading_tag_are_refused_with_what_to_do() {
-        let refused = |name: &str| match check_lock_name(name) {
-            Err(Error::InvalidOptions(message)) => message,
-            other => panic!("{name:?}: {other:?}"),
-        };
-        let alone = refused("{a}");
-        assert!(
-            alone.contains("nothing after it") && alone.contains(r#"the name "a""#),
-            "{alone}"
-        );
-        assert!(refused("{}x").contains("empty hash tag"));
-        assert!(refused("{}").contains("empty hash tag"));
-        assert!(refused("{ab").contains("never closed"));
-        assert!(refused("{a{b").contains("never closed"));
-        for elsewhere in ["a{b}", "x}", "a}b", "a{b"] {
-            assert!(
-                refused(elsewhere).contains("does not open a hash tag at its start"),
-                "{elsewhere:?}"
-            );
-        }
-        for besides in ["{a}b}", "{a}{b}", "{a{b}c", "{a}}"] {
-            assert!(
-                refused(besides).contains("besides its leading hash tag"),
-                "{besides:?}"
-            );
-        }
-        // Every message is lowercase at its start and says what to do instead.
-        for name in ["{a}", "{}x", "{ab", "a{b}", "{a}{b}"] {
-            let message = refused(name);
-            assert!(message.starts_with("lock name "), "{message}");
-            assert!(message.contains("as in \"{"), "no example in: {message}");
-        }
-    }
-
-    #[test]
-    fn a_key_prefix_is_refused_with_any_brace() {
-        assert!(check_key_prefix("locks:v2").is_ok());
-        assert!(check_key_prefix("").is_err());
-        assert!(check_key_prefix(&"p".repeat(MAX_NAME_LEN + 1)).is_err());
-        for prefix in ["{a}", "{a}b", "a{", "}"] {
-            let err = check_key_prefix(prefix).unwrap_err();
-            assert_eq!(
-                err.to_string(),
-                format!(
-                    "invalid options: key_prefix {prefix:?} contains a brace; \
-                     the lock adds its own hash tag"
-                )
-            );
-        }
     }
 }
