@@ -1,11 +1,17 @@
 -- force_release.lua: an operator's break-glass: end every hold, whoever owns it.
--- Queued writers keep their places (the first is handed the lock) and the fencing
--- counter is kept, so tokens still rise. Holders learn of it from the message `x`,
--- published first (processes that listen on the lock: their shared or kept read
--- holds), or at their next renewal (their lease is lost).
+-- Queued writers keep their places and the fencing counter is kept, so tokens
+-- still rise. Holders learn of it from the message `x`, published first (processes
+-- that listen on the lock: their shared or kept read holds), or at their next
+-- renewal (their lease is lost).
+-- If read holds were ended, a reader no client is (FORCED_READER) holds for
+-- FORCED_FENCE: other readers enter at once, writers after it. The tasks of an
+-- evicted process may join its read hold until they hear of the release; they stop
+-- by then whatever happens to the message, so no such join is beside a writer.
+-- If only a writer was ended, the first queued writer is handed the lock.
 -- KEYS[1]  the lock's state hash
 -- ARGV[1..3] common (see helpers.lua)
--- Returns the number of holds removed (readers, the writer, original-design stamps).
+-- Returns the number of holds removed (readers, the writer, original-design stamps;
+-- not a fence).
 -- Every reader's `r:` field and every batch's grant (`rg:`, `rn:`) is deleted,
 -- counted or not, so no evicted reader can come back and no later reader is
 -- mistaken for one of them; batches still waiting in line keep their places. This
@@ -37,7 +43,12 @@ local function delete_all(pattern, also)
   until cursor == '0'
 end
 
-local removed = s.nreaders
+-- A fence an earlier forced release left is no client's hold: the reply does not
+-- count it (a new fence replaces it below).
+local fence = tonumber(redis.call('HGET', KEY, 'r:' .. FORCED_READER))
+local fenced = s.nreaders > 0 and fence ~= nil and fence > s.gone
+local readers_ended = s.nreaders > 0
+local removed = s.nreaders - (fenced and 1 or 0)
 delete_all('r:*')
 delete_all('rg:*', function(name)
   return 'rn:' .. sub(name, 4)
@@ -62,6 +73,10 @@ layout.clear_all(s)
 s.nreaders, s.readers_until, s.gone, s.writer, s.writer_until = 0, 0, 0, nil, nil
 s.original_writer_until, s.original_reader_until = nil, nil
 s.mine, s.leftover, s.grouped = nil, nil, nil
+if readers_ended then
+  s.token = FORCED_READER
+  hold_read(s, FORCED_FENCE)
+end
 publish('x')
 settle(s)
 return removed

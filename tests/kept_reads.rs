@@ -13,7 +13,7 @@ use redis_rwlock::{Error, LockClient, LockOptions, RwLock};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use common::{unique_name, wait_for};
+use common::{reader_tokens, unique_name, wait_for};
 
 /// Long enough that a test which passes did not wait for the bound.
 const LONG: Duration = Duration::from_secs(60);
@@ -52,9 +52,10 @@ async fn a_read_that_waits(lock: &RwLock) -> JoinHandle<Result<(Instant, bool), 
 /// The token of the lock's only reader.
 async fn only_reader(lock: &RwLock) -> String {
     let state = lock.state().await.unwrap();
-    assert_eq!(state.readers.len(), 1, "{state:?}");
+    let readers = reader_tokens(&state);
+    assert_eq!(readers.len(), 1, "{state:?}");
     assert!(state.writer.is_none(), "{state:?}");
-    state.readers[0].token.clone().unwrap()
+    readers[0].clone()
 }
 
 on_both_backends! {

@@ -244,6 +244,7 @@ fn random_step(rng: &mut StdRng, view: &lua::View) -> Step {
         .readers
         .keys()
         .chain(view.writer.as_ref().map(|(w, _)| w)))
+    .filter(|h| !h.is_stranger()) // a forced release's fence is no client's
     .map(|h| h.client() as usize)
     .filter(|&h| view.upgrade.is_none() || Some(h) != owner)
     .collect();
@@ -353,6 +354,9 @@ impl Run<'_> {
                 .iter()
                 .find(|(_, real)| real.as_str() == s)
                 .map(|(&b, _)| b);
+        }
+        if s == Tok::FORCED_READER.to_string() {
+            return Some(Tok::FORCED_READER);
         }
         self.tokens.iter().position(|t| t == s).map(tok)
     }
@@ -1256,6 +1260,12 @@ impl Run<'_> {
         if !ttl_ok {
             return Err(self.fail(format!("PTTL of {name}: model {want_ttl}, real {pttl}")));
         }
+        // The model goes on from the real TTL: a script refreshes it only below a
+        // threshold, and the real one runs a few ms after the model's `now`, which
+        // shifts its TTL and its threshold alike, but not the model's TTL.
+        if want_ttl >= 0 {
+            self.locks[at].model.expires = Some(self.now + pttl);
+        }
         Ok(())
     }
 
@@ -1380,6 +1390,7 @@ fn run_seed(url: &str, scripts: &Scripts, seed: u64) -> Result<Ran, Stop> {
             us_per_unit: 1000,
             original_read: ORIGINAL_READ,
             original_write: ORIGINAL_WRITE,
+            forced_fence: 3000,
         },
         now: start,
         start,

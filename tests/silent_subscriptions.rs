@@ -5,9 +5,10 @@
 //! writer on another client must still be granted within a bound that rests on no
 //! message: the next renewal of the readers' hold, then a re-check.
 //!
-//! With the default options (10 s read lease, renewed every third of it) that bound
-//! is one renewal period and a re-check period, about 3.3 s + 1 s: the tests ask for
-//! [`RENEWAL_BOUND`], 5 s.
+//! With the default options (10 s read lease; a read hold renews every second) that
+//! bound is one renewal period and a re-check period, about 1 s + 1 s: the tests
+//! ask for [`RENEWAL_BOUND`], 5 s, the bound the renewals had when they came every
+//! third of the lease.
 //!
 //! Redis only (a private standalone server, the readers' client behind a relay that
 //! silences its subscription, the writer's client straight to the server): the
@@ -26,8 +27,8 @@ use tokio::time::{Instant, timeout};
 use common::{HoldChecker, LocalRedis, Proxied, unique_name, wait_for};
 
 /// What a writer waits at most behind a process's shared or kept read hold whose
-/// subscription is silent, with the default options: one renewal period (a third
-/// of the 10 s lease) and a re-check period (about a second), 4.3 s, rounded up.
+/// subscription is silent, with the default options: one renewal period (a second)
+/// and a re-check period (about a second), with a generous margin.
 const RENEWAL_BOUND: Duration = Duration::from_secs(5);
 
 /// How long a test gives the writer before it reports it as not granted (longer
@@ -250,4 +251,65 @@ async fn a_writer_behind_sparse_kept_reads_is_granted_within_the_bounds_when_the
         waited < RENEWAL_BOUND,
         "the writer waited {waited:?}, more than the renewal bound {RENEWAL_BOUND:?}"
     );
+}
+
+/// Two tasks of the readers' client share a read hold; its subscription is silenced,
+/// so the forced release's message never reaches it. An operator forces the lock
+/// free, a writer on another client takes it (after the release's fence) and holds
+/// it for two seconds, while the readers' client calls `try_read()` every 10 ms. No
+/// read is granted while the writer holds: the client lets tasks join a hold only
+/// within two seconds of its last answered renewal, and the release keeps writers
+/// out for longer than that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_read_of_a_silenced_client_evicted_by_force_release_is_granted_beside_the_next_writer() {
+    const WRITER_HOLDS: Duration = Duration::from_secs(2);
+    let setup = Setup::start().await;
+    let name = unique_name("silent-forced");
+    let lock = setup.readers.rwlock(&name);
+    let first = lock.read().await.unwrap();
+    let second = lock.read().await.unwrap();
+    wait_for(&lock, |s| s.readers.len() == 1).await;
+    setup.silence_once_subscribed(&lock).await;
+    let forced = setup.writers.rwlock(&name).force_release().await.unwrap();
+    assert_eq!(forced, 1, "the shared hold ended");
+
+    let writer = timeout(GIVE_UP, setup.writers.rwlock(&name).write())
+        .await
+        .expect("the writer is granted once the forced release's fence ends")
+        .unwrap();
+    let granted = Instant::now();
+    let (mut joined, mut refused) = (Vec::new(), 0u32);
+    while granted.elapsed() < WRITER_HOLDS {
+        match lock.try_read().await {
+            Ok(read) => {
+                joined.push(granted.elapsed());
+                drop(read);
+            }
+            Err(_) => refused += 1,
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let writer_held = writer.is_held();
+    writer.release().await.unwrap();
+    let swallowed = setup.swallowed().await;
+    println!(
+        "{} of the evicted client's try_read() calls granted while the writer held (first \
+         {:?}), {refused} refused; {swallowed} reads of the server's stream swallowed",
+        joined.len(),
+        joined.first()
+    );
+    assert_swallowed(swallowed);
+    assert!(writer_held, "the writer lost its hold");
+    assert!(
+        joined.is_empty(),
+        "{} reads of the evicted client were granted beside the writer, the first {:?} \
+         after its grant",
+        joined.len(),
+        joined[0]
+    );
+    for share in [&first, &second] {
+        timeout(GIVE_UP, share.lost())
+            .await
+            .expect("an evicted share learns at a renewal that its hold is gone");
+    }
 }

@@ -25,6 +25,13 @@ use crate::protocol::token::Token;
 use crate::protocol::{Access, Downgraded, LockMode, Renewed};
 use crate::{Error, FencedWrites, Operation, RwLock};
 
+/// How long after sending a hold's last answered acquire or renewal the client's
+/// tasks may still join it without asking the server. A forced release that ends
+/// read holds keeps writers out for longer (`FORCED_FENCE`, 3 s, in
+/// lua/helpers.lua), so a task that joins before its process hears of the release
+/// never reads beside the next writer, even if the release's message is lost.
+pub(crate) const JOIN_TRUST: Duration = Duration::from_secs(2);
+
 /// A hold on the lock: its token, renewed from the client's renewal queue.
 pub(crate) struct Lease {
     /// `None` once released (explicitly or by Drop).
@@ -177,13 +184,15 @@ impl Hold {
     }
 
     /// Whether the client is sure the server has the hold, as far as a client can
-    /// be without asking: held, its last renewal answered, and renewed within the
-    /// last half of the time it counts (renewals come every third of it).
+    /// be without asking: held, its last renewal answered, and that renewal (or the
+    /// acquire) sent less than [`JOIN_TRUST`] ago, and within the first half of the
+    /// time the hold counts (read holds renew every half of `JOIN_TRUST` at most).
     pub(crate) fn is_confirmed(&self) -> bool {
         let counts = self.lock.held_for(self.mode);
+        let trusted = (counts / 2).min(JOIN_TRUST);
         self.is_held()
             && !self.doubted.load(Ordering::Relaxed)
-            && Instant::now() + counts / 2 < self.deadline()
+            && Instant::now() + (counts - trusted) < self.deadline()
     }
 
     /// Whether a renewal found a writer or an upgrade waiting (see `recalled`).
@@ -313,7 +322,8 @@ impl Lease {
             token,
         });
         // A hold that counts less than usual (handed over) renews sooner the first time.
-        let first = (sent + lasts / 3).max(Instant::now());
+        let period = lock.renew_period(access.mode()).min(lasts / 3);
+        let first = (sent + period).max(Instant::now());
         let renewal = hold.lock.client().inner.renewals.start(hold.clone(), first);
         let end = {
             let (hold, renewal) = (hold.clone(), renewal.clone());

@@ -455,8 +455,14 @@ impl RwLock {
     /// rising. The evicted holders find out at their next renewal (their guards
     /// report the lease lost, and never hold again); until then they may still act,
     /// so use this only when the holders are known to be gone or stuck. Readers
-    /// that come afterwards hold like any others. It deletes every reader's entry,
-    /// so its work grows with the number of readers. Returns how many holds ended.
+    /// that come afterwards hold like any others. If it ended read holds, writers
+    /// are kept out for 3 s more: the tasks of an evicted client may join its read
+    /// hold until they hear of the release (at once, by a message), and they stop
+    /// within 2 s of that hold's last renewal even if the message is lost, so none of
+    /// them reads beside the next writer. Meanwhile [`state`](Self::state) shows
+    /// that fence as a reader with the token `ffffffffffffffff0000000000000004`,
+    /// which no client has. It deletes every reader's entry, so its work grows with
+    /// the number of readers. Returns how many holds ended (the fence is not one).
     ///
     /// # Errors
     ///

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use crate::backend::{Acquire, Backend, Fenced, Held};
 use crate::error::{Doing, ErrorChain};
+use crate::guard::lease::JOIN_TRUST;
 use crate::lock::waiting::intent_ttl;
 use crate::lock::wakeups::{Interest, Listener};
 use crate::protocol::token::Token;
@@ -43,9 +44,14 @@ impl RwLock {
 
     /// How often a hold in `mode` renews: every third of the time it counts as held
     /// ([`held_for`](Self::held_for)), so original clients never judge its stamp stale
-    /// while renewals succeed.
+    /// while renewals succeed; a read hold at least every half of [`JOIN_TRUST`], so
+    /// its client's tasks may go on joining it.
     pub(crate) fn renew_period(&self, mode: LockMode) -> Duration {
-        (self.held_for(mode) / 3).max(Duration::from_millis(1))
+        let period = match mode {
+            LockMode::Read => (self.held_for(mode) / 3).min(JOIN_TRUST / 2),
+            LockMode::Write => self.held_for(mode) / 3,
+        };
+        period.max(Duration::from_millis(1))
     }
 
     /// One acquire attempt. `wait`: the caller waits if refused, so a refused writer

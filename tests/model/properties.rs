@@ -6,8 +6,8 @@ use stateright::Property;
 use super::lua::{self, Reply, Tok};
 use super::system::{
     Access, DOWNGRADED_AHEAD_OF_WRITER, EVICTED_CAME_BACK, FENCE_NOT_RISING,
-    FENCED_WRITE_WENT_BACK, HANDED_PAST_PLACE, JOINED_AFTER_EVICTION, Lock, Mode, Phase,
-    READ_PASSED_QUEUED_WRITER, READER_PASSED_WAITING_WRITER, READS_HELD_BACK,
+    FENCED_WRITE_WENT_BACK, HANDED_PAST_PLACE, JOINED_AFTER_EVICTION, JOINED_BESIDE_WRITER, Lock,
+    Mode, Phase, READ_PASSED_QUEUED_WRITER, READER_PASSED_WAITING_WRITER, READS_HELD_BACK,
     STRAY_RELEASE_CHANGED, State, WRITER_BEFORE_UPGRADE, WRITER_JUMPED_QUEUE,
 };
 
@@ -70,6 +70,10 @@ impl Lock {
             Property::always(
                 "no task joins a read hold after its process heard of a forced release",
                 |_: &Lock, s: &State| s.violations & JOINED_AFTER_EVICTION == 0,
+            ),
+            Property::always(
+                "no task joins a read hold a forced release ended while a writer holds",
+                |_: &Lock, s: &State| s.violations & JOINED_BESIDE_WRITER == 0,
             ),
             Property::always(
                 "a dropped client's kept read hold ends within a tick",

@@ -7,9 +7,10 @@ use super::ModelTok as _;
 use super::lua::{self, Outcome, Reply, Time, Tok, Wake};
 use super::system::{
     Access, Action, Client, DOWNGRADED_AHEAD_OF_WRITER, EVICTED_CAME_BACK, FENCE_NOT_RISING,
-    FENCED_WRITE_WENT_BACK, HANDED_PAST_PLACE, Inflight, JOINED_AFTER_EVICTION, Late, Lock, Mode,
-    Op, Phase, READ_PASSED_QUEUED_WRITER, READER_PASSED_WAITING_WRITER, READS_HELD_BACK,
-    STRAY_RELEASE_CHANGED, State, Upgradable, WRITER_BEFORE_UPGRADE, WRITER_JUMPED_QUEUE, Wait,
+    FENCED_WRITE_WENT_BACK, HANDED_PAST_PLACE, Inflight, JOINED_AFTER_EVICTION,
+    JOINED_BESIDE_WRITER, Late, Lock, Mode, Op, Phase, READ_PASSED_QUEUED_WRITER,
+    READER_PASSED_WAITING_WRITER, READS_HELD_BACK, STRAY_RELEASE_CHANGED, State, Upgradable,
+    WRITER_BEFORE_UPGRADE, WRITER_JUMPED_QUEUE, Wait,
 };
 use super::traces::describe;
 
@@ -70,6 +71,19 @@ impl Lock {
                 }
             )
             && c.believes(s.now).is_some()
+            && self.confirmed(s, i)
+    }
+
+    /// The process is sure enough of its hold to let a task join it: the hold's
+    /// last acquire or renewal the server answered was sent less than `trust` ago
+    /// (`Hold::is_confirmed`).
+    fn confirmed(&self, s: &State, i: usize) -> bool {
+        let c = &s.clients[i];
+        let Phase::Holding { until, mode, .. } = c.phase else {
+            return false;
+        };
+        let sent = until - self.cfg.lease(i, mode);
+        s.now < sent + self.cfg.trust
     }
 
     /// Another task may join the process's read hold: it is shared while a share
@@ -811,6 +825,13 @@ impl Lock {
             Action::Join(i) => {
                 if s.clients[i as usize].told_evicted {
                     s.violations |= JOINED_AFTER_EVICTION;
+                }
+                let beside_writer = s
+                    .clients
+                    .iter()
+                    .any(|w| w.believes_unevicted(now) == Some(Mode::Write));
+                if s.clients[i as usize].evicted && beside_writer {
+                    s.violations |= JOINED_BESIDE_WRITER;
                 }
                 let c = &mut s.clients[i as usize];
                 if let Phase::Holding { since, .. } = &mut c.phase {

@@ -131,6 +131,12 @@ pub struct Config {
     /// join its plain read hold, this many times over the run; a join needs no
     /// script, and the hold lasts until the newest share ends. 0: no sharing.
     pub shares: u8,
+    /// A process's tasks join its read hold only within this many ticks of sending
+    /// the hold's last acquire or renewal that the server answered (the client's
+    /// `JOIN_TRUST`, src/guard/lease.rs). A forced release's fence
+    /// (`Params::forced_fence`) at least this long keeps every such join away from
+    /// the next writer.
+    pub trust: Time,
     /// Kept reads: after its last share a reader process may keep the hold idle for
     /// up to this many ticks, until a writer calls it back.
     pub keep: Option<Time>,
@@ -402,6 +408,9 @@ pub const READ_PASSED_QUEUED_WRITER: u16 = 512;
 /// A write hold's downgrade kept back its client's reads that came before every
 /// writer that waits in line queued (the line's head is such a writer's place).
 pub const READS_HELD_BACK: u16 = 1024;
+/// A task joined a read hold that a forced release had ended while a writer that
+/// no forced release ended held (its process had not heard of the release yet).
+pub const JOINED_BESIDE_WRITER: u16 = 2048;
 
 /// Events a configuration's examples ask to reach (bits of `State::events`, kept
 /// only when the configuration names the example, so as not to split states).

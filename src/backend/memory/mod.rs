@@ -28,6 +28,9 @@ use crate::protocol::engine::{self, Time};
 /// How long an idle lock hash outlives its last deadline (the scripts' `+ 1000` ms of
 /// `set_expiry`), in the store's microseconds.
 const IDLE_US: Time = 1_000_000;
+/// `FORCED_FENCE` of helpers.lua: how long a forced release that ended read holds
+/// keeps writers out.
+const FORCED_FENCE_US: Time = 3_000_000;
 
 /// Locks that live in this process instead of in Redis: a stand-in for a server in
 /// tests, with the same semantics.
@@ -239,6 +242,7 @@ impl State {
             us_per_unit: 1,
             original_read: original.0,
             original_write: original.1,
+            forced_fence: FORCED_FENCE_US,
         }
     }
 

@@ -48,6 +48,10 @@ impl Tok {
         Tok::Holder(STRANGER, n)
     }
 
+    /// The reader that stands for a forced release's fence (`FORCED_READER` of
+    /// helpers.lua): writers wait for it, other readers enter beside it.
+    pub const FORCED_READER: Tok = Tok::Holder(STRANGER, 4);
+
     /// A token that [`stranger`](Self::stranger) made.
     pub fn is_stranger(self) -> bool {
         matches!(self, Tok::Holder(STRANGER, _))
@@ -181,6 +185,9 @@ pub struct Params {
     /// `ARGV[2]`, `ARGV[3]`: leases of original-design readers and writers after their stamp.
     pub original_read: Time,
     pub original_write: Time,
+    /// `FORCED_FENCE`: how long a forced release that ended read holds keeps
+    /// writers out.
+    pub forced_fence: Time,
 }
 
 /// What a message on the lock's channel says (`settle` in holds.lua).

@@ -185,7 +185,11 @@ pub fn release(h: &mut Hash, p: &Params, now: Time, token: Tok) -> Outcome {
 pub fn force_release(h: &mut Hash, p: &Params, now: Time) -> Outcome {
     let operator = Tok::stranger(3);
     let mut s = load_as(h, p, now, operator, false);
-    let removed = s.nreaders;
+    // A fence an earlier forced release left is no client's hold: not counted.
+    let fence = h.int(Field::R(Tok::FORCED_READER));
+    let fenced = s.nreaders > 0 && fence.is_some_and(|fence| fence > s.gone);
+    let readers_ended = s.nreaders > 0;
+    let removed = s.nreaders - i64::from(fenced);
     // Every `r:` field and every batch's grant goes, counted or not (the HSCAN pages).
     let readers: Vec<Field> = h
         .fields
@@ -220,6 +224,10 @@ pub fn force_release(h: &mut Hash, p: &Params, now: Time) -> Outcome {
     (s.nreaders, s.readers_until, s.gone, s.writer) = (0, 0, 0, None);
     (s.mine, s.leftover, s.grouped) = (None, false, None);
     (s.original_writer_until, s.original_reader_until) = (None, None);
+    if readers_ended {
+        s.token = Tok::FORCED_READER;
+        hold_read(h, &mut s, p.forced_fence);
+    }
     let published = settle(h, &mut s, p);
     Outcome {
         evicted: true,
