@@ -67,18 +67,7 @@ on_both_backends! {
 /// one; in memory: the store stops answering), so a fast typed error proves nothing
 /// was sent.
 async fn invalid_options_and_names_fail_before_any_io(backend: Backend) {
-    let (client, server) = match backend.store() {
-        Some(store) => {
-            store.stop_answering(Duration::from_secs(60));
-            (backend.client().await, None)
-        }
-        None => {
-            let server = LocalRedis::standalone();
-            let client = LockClient::standalone(server.url()).await.unwrap();
-            pause(server.nodes[0].pid);
-            (client, Some(server))
-        }
-    };
+    let (client, server) = backend.unanswered_client().await;
     let mut cases: Vec<_> = bad_options()
         .into_iter()
         .map(|(what, options)| (what, client.rwlock_with("fine", options)))

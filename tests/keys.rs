@@ -12,8 +12,8 @@ use redis::AsyncCommands;
 use redis_rwlock::{Error, ListOptions, LockClient, LockMode, LockOptions, LockSummary};
 
 use common::{
-    LocalRedis, assert_entered_when_the_lease_ended, cluster_client, pause, raw_cluster, resume,
-    shared_cluster, unique_name,
+    assert_entered_when_the_lease_ended, cluster_client, raw_cluster, resume, shared_cluster,
+    unique_name,
 };
 use tokio::time::{Instant, timeout};
 
@@ -121,18 +121,7 @@ on_both_backends! {
 /// memory: the store stops answering), so a fast `InvalidOptions` proves nothing
 /// was sent.
 async fn names_with_braces_out_of_place_or_empty_are_invalid_before_any_io(backend: Backend) {
-    let (client, server) = match backend.store() {
-        Some(store) => {
-            store.stop_answering(Duration::from_secs(60));
-            (backend.client().await, None)
-        }
-        None => {
-            let server = LocalRedis::standalone();
-            let client = LockClient::standalone(server.url()).await.unwrap();
-            pause(server.nodes[0].pid);
-            (client, Some(server))
-        }
-    };
+    let (client, server) = backend.unanswered_client().await;
     let refused = [
         "",
         // A tag alone: its key would be the plain name `tag`'s.

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use redis_rwlock::{Error, FencedWrites, LockClient, LockOptions, MemoryStore};
+use redis_rwlock::{Error, FencedWrites, LockClient, LockOptions, MemoryStore, RwLockWriteGuard};
 use tokio::time::timeout;
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -74,20 +74,21 @@ async fn lost_holds_are_noticed_and_fencing_tokens_still_rise() {
     new.release().await.unwrap();
 }
 
-/// Lost holds wake the lock's waiters at once, as a failover's dropped subscription
-/// does on Redis, rather than at their next re-check (a lease away).
-#[tokio::test(start_paused = true)]
-async fn lost_holds_wake_the_waiters_at_once() {
-    let store = MemoryStore::new();
-    let holder = LockClient::in_memory(&store).rwlock_with("cache", options());
-    let held = holder.write().await.unwrap();
-    let waiter = LockClient::in_memory(&store).rwlock_with("cache", options());
+/// A writer of another client waits for lock `name` (held by `held`); its holds are
+/// lost (`lose_holds`): the writer is granted at once, with a higher fencing token.
+async fn writer_woken_by_lost_holds(
+    store: &MemoryStore,
+    name: &str,
+    held: &RwLockWriteGuard,
+) -> RwLockWriteGuard {
+    let waiter = LockClient::in_memory(store).rwlock_with(name, options());
+    let channel = format!("{}:released", waiter.key().unwrap());
     let waiting = tokio::spawn(async move { waiter.write().await });
-    while store.subscribers("rwlock:{cache}:released") == 0 {
+    while store.subscribers(&channel) == 0 {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let lost_at = tokio::time::Instant::now();
-    store.lose_holds("cache");
+    store.lose_holds(name);
     let granted = waiting.await.unwrap().unwrap();
     assert!(
         lost_at.elapsed() < Duration::from_secs(1),
@@ -95,6 +96,17 @@ async fn lost_holds_wake_the_waiters_at_once() {
         lost_at.elapsed()
     );
     assert!(granted.fencing_token() > held.fencing_token());
+    granted
+}
+
+/// Lost holds wake the lock's waiters at once, as a failover's dropped subscription
+/// does on Redis, rather than at their next re-check (a lease away).
+#[tokio::test(start_paused = true)]
+async fn lost_holds_wake_the_waiters_at_once() {
+    let store = MemoryStore::new();
+    let holder = LockClient::in_memory(&store).rwlock_with("cache", options());
+    let held = holder.write().await.unwrap();
+    let granted = writer_woken_by_lost_holds(&store, "cache", &held).await;
     granted.release().await.unwrap();
 }
 
@@ -111,21 +123,7 @@ async fn lost_holds_of_a_tagged_lock_are_its_own() {
     let held = lines.write().await.unwrap();
     let totals = lock("{order}:totals").write().await.unwrap();
     let plain = lock("order").write().await.unwrap();
-    let waiter = LockClient::in_memory(&store).rwlock_with("{order}:lines", options());
-    let waiting = tokio::spawn(async move { waiter.write().await });
-    while store.subscribers("rwlock:{order}:lines:released") == 0 {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-
-    let lost_at = tokio::time::Instant::now();
-    store.lose_holds("{order}:lines");
-    let granted = waiting.await.unwrap().unwrap();
-    assert!(
-        lost_at.elapsed() < Duration::from_secs(1),
-        "the waiter got in {:?} after the holds were lost",
-        lost_at.elapsed()
-    );
-    assert!(granted.fencing_token() > held.fencing_token());
+    let granted = writer_woken_by_lost_holds(&store, "{order}:lines", &held).await;
     timeout(LEASE, held.lost())
         .await
         .expect("the old holder learns it at its next renewal");

@@ -61,6 +61,80 @@ fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
+/// What one side of an interleaved timing acquires.
+enum Side<'a> {
+    /// The set, at once.
+    Set(&'a LockSet),
+    /// One lock's `write()`.
+    Write(&'a RwLock),
+    /// These locks one by one, in order: the first failure stops it.
+    ByHand(&'a [(RwLock, LockMode)]),
+}
+
+impl Side<'_> {
+    /// One timed acquire: how long it took (us; the releases after it are not
+    /// timed), or `None` if it failed, and how many acquires and releases failed.
+    async fn time(&self) -> (Option<f64>, u64) {
+        let t0 = Instant::now();
+        let mut held = Vec::new();
+        let mut failed = false;
+        match self {
+            Side::Set(set) => match set.acquire().await {
+                Ok(h) => held.push(Held::Set(h)),
+                Err(_) => failed = true,
+            },
+            Side::Write(lock) => match lock.write().await {
+                Ok(h) => held.push(Held::Write(h)),
+                Err(_) => failed = true,
+            },
+            Side::ByHand(locks) => {
+                for (lock, mode) in locks.iter() {
+                    let taken = match mode {
+                        LockMode::Read => lock.read().await.map(Held::Read),
+                        LockMode::Write => lock.write().await.map(Held::Write),
+                    };
+                    match taken {
+                        Ok(h) => held.push(h),
+                        Err(_) => {
+                            failed = true;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        let took = us(t0.elapsed());
+        let mut failures = u64::from(failed);
+        for h in held {
+            failures += u64::from(h.release().await.is_err());
+        }
+        (Some(took).filter(|_| !failed), failures)
+    }
+}
+
+/// Runs `a` and `b` in turns, [`WARM_UP`] untimed rounds and then `iters` timed
+/// ones, which of the two goes first alternating: the times of each, and the
+/// failures of both.
+async fn interleaved(iters: usize, a: Side<'_>, b: Side<'_>) -> (Vec<f64>, Vec<f64>, u64) {
+    let (mut times_a, mut times_b, mut failures) = (Vec::new(), Vec::new(), 0);
+    for i in 0..iters + WARM_UP {
+        for a_first in [i % 2 == 0, i % 2 == 1] {
+            let (took, failed) = if a_first {
+                a.time().await
+            } else {
+                b.time().await
+            };
+            failures += failed;
+            match took {
+                Some(took) if i >= WARM_UP && a_first => times_a.push(took),
+                Some(took) if i >= WARM_UP => times_b.push(took),
+                _ => {}
+            }
+        }
+    }
+    (times_a, times_b, failures)
+}
+
 /// What one client's loop in the opposite-orders part did.
 #[derive(Default)]
 struct Looped {
@@ -174,37 +248,12 @@ impl Bench {
             .clients
             .ours
             .rwlock_with(format!("{{{tag}}}:single"), Self::set_options());
-        let mut sets = Vec::new();
-        let mut writes = Vec::new();
-        let mut failures = 0u64;
-        for i in 0..self.cfg.uncontended_iters + WARM_UP {
-            for first in [i % 2 == 0, i % 2 == 1] {
-                let t0 = Instant::now();
-                if first {
-                    match set.acquire().await {
-                        Ok(held) => {
-                            let took = us(t0.elapsed());
-                            failures += u64::from(held.release().await.is_err());
-                            if i >= WARM_UP {
-                                sets.push(took);
-                            }
-                        }
-                        Err(_) => failures += 1,
-                    }
-                } else {
-                    match single.write().await {
-                        Ok(held) => {
-                            let took = us(t0.elapsed());
-                            failures += u64::from(held.release().await.is_err());
-                            if i >= WARM_UP {
-                                writes.push(took);
-                            }
-                        }
-                        Err(_) => failures += 1,
-                    }
-                }
-            }
-        }
+        let (mut sets, mut writes, mut failures) = interleaved(
+            self.cfg.uncontended_iters,
+            Side::Set(&set),
+            Side::Write(&single),
+        )
+        .await;
         // Script calls per acquire: COUNTED sets of their own tags on the master,
         // acquired and kept between two readings of its counters; the same for
         // single writes.
@@ -352,51 +401,12 @@ impl Bench {
                 "lock sets, three masters: the members are on masters {masters_used:?} only"
             ));
         }
-        let mut sets = Vec::new();
-        let mut hands = Vec::new();
-        let mut failures = 0u64;
-        for i in 0..self.cfg.uncontended_iters + WARM_UP {
-            for first in [i % 2 == 0, i % 2 == 1] {
-                let t0 = Instant::now();
-                if first {
-                    match set.acquire().await {
-                        Ok(held) => {
-                            let took = us(t0.elapsed());
-                            failures += u64::from(held.release().await.is_err());
-                            if i >= WARM_UP {
-                                sets.push(took);
-                            }
-                        }
-                        Err(_) => failures += 1,
-                    }
-                } else {
-                    let mut held = Vec::with_capacity(by_hand.len());
-                    let mut failed = false;
-                    for (lock, mode) in &by_hand {
-                        let taken = match mode {
-                            LockMode::Read => lock.read().await.map(Held::Read),
-                            LockMode::Write => lock.write().await.map(Held::Write),
-                        };
-                        match taken {
-                            Ok(h) => held.push(h),
-                            Err(_) => {
-                                failed = true;
-                                break;
-                            }
-                        }
-                    }
-                    let took = us(t0.elapsed());
-                    for h in held {
-                        failures += u64::from(h.release().await.is_err());
-                    }
-                    if failed {
-                        failures += 1;
-                    } else if i >= WARM_UP {
-                        hands.push(took);
-                    }
-                }
-            }
-        }
+        let (mut sets, mut hands, failures) = interleaved(
+            self.cfg.uncontended_iters,
+            Side::Set(&set),
+            Side::ByHand(&by_hand),
+        )
+        .await;
         if failures > 0 {
             self.note(format!(
                 "lock sets, three masters: {failures} acquires or releases failed"

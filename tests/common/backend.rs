@@ -2,9 +2,11 @@
 //! runs once against the shared Redis Cluster and once against an in-memory store
 //! of its own, with clients from its [`Backend`].
 
+use std::time::Duration;
+
 use redis_rwlock::{LockClient, MemoryStore, RwLock};
 
-use super::{cluster_client, raw_cluster, until_counted, until_subscribers};
+use super::{LocalRedis, cluster_client, pause, raw_cluster, until_counted, until_subscribers};
 
 /// Where a test's clients connect: each client of a test is a process of its own,
 /// and they all share the test's backend.
@@ -62,6 +64,25 @@ impl Backend {
                     .expect("DEL the lock");
             }
             Backend::Memory(store) => store.lose_holds(lock.name()),
+        }
+    }
+
+    /// A client none of whose requests is ever answered (on Redis: a private
+    /// standalone server, paused with SIGSTOP, returned to be kept while the test
+    /// runs; in memory: the store stops answering for a minute), so a fast error
+    /// proves that nothing was sent.
+    pub async fn unanswered_client(&self) -> (LockClient, Option<LocalRedis>) {
+        match self.store() {
+            Some(store) => {
+                store.stop_answering(Duration::from_secs(60));
+                (self.client().await, None)
+            }
+            None => {
+                let server = LocalRedis::standalone();
+                let client = LockClient::standalone(server.url()).await.unwrap();
+                pause(server.nodes[0].pid);
+                (client, Some(server))
+            }
         }
     }
 
