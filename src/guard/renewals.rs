@@ -1,7 +1,8 @@
 //! Renewals: one timer queue per client renews every hold that lives long enough.
 //!
-//! A hold joins the queue when it is granted, due a third of the time it counts
-//! after its grant was sent (one renewal period; sooner for a hold handed over by
+//! A hold joins the queue when it is granted, due one renewal period after its
+//! grant was sent (a third of the time it counts, a read hold's at most a second:
+//! `RwLock::renew_period`; sooner for a hold handed over by
 //! another client's release), or with `auto_renew` off at its deadline, to be marked
 //! lost then. Most holds are released long before that: joining and leaving are a
 //! map insertion and removal, so such a hold starts no task and arms no timer of its

@@ -161,7 +161,7 @@ impl LockOptions {
     }
 
     /// Whether guards renew their lease in the background (default `true`, every
-    /// third of the lease). Without it a hold simply ends when its lease does.
+    /// third of the lease; a read hold at least every second). Without it a hold simply ends when its lease does.
     ///
     /// # Examples
     ///
@@ -198,8 +198,8 @@ impl LockOptions {
     /// `bound` after the last task left it (default: released at once). A `read`
     /// in that window joins the kept hold with no request. A writer or upgrade that
     /// waits elsewhere calls the hold back and the client releases it at once; if
-    /// that call-back is lost, the hold's next renewal (a third of the read lease)
-    /// or `bound`, whichever comes first, ends it all the same (`bound` counts from
+    /// that call-back is lost, the hold's next renewal (a third of the read lease,
+    /// at most a second) or `bound`, whichever comes first, ends it all the same (`bound` counts from
     /// the first time the hold was kept, however often reads take it up; 1 ms to 10
     /// minutes). A `write()` on this client gives the client's idle kept hold back
     /// before it asks, and the release of its write hold keeps a read hold in its
