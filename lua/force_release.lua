@@ -18,6 +18,13 @@
 -- is the one script whose work grows with the number of readers (a page of fields
 -- at a time); it is meant for rare manual use.
 bind(KEYS, ARGV)
+-- How long (ms) the fence keeps writers out: longer than a process's tasks may go
+-- on joining a read hold after sending its last answered renewal (`JOIN_TRUST`,
+-- two seconds, src/guard/lease.rs).
+local FORCED_FENCE = 3000
+-- The reader that stands for the fence: a token no client has (the high half all
+-- ones, like the engine's strangers; `Tok::FORCED_READER`).
+local FORCED_READER = 'ffffffffffffffff0000000000000004'
 local s = load('', true) -- batches waiting in line are served after, not before
 
 -- One page of `r:` fields per HSCAN call, deleted as it comes (an HDEL per page

@@ -29,14 +29,6 @@ local FIRST_USER_KEY = 2
 -- How long (ms) a key outlives its last deadline: an idle lock keeps its fencing
 -- counter that much longer, then disappears.
 local IDLE = 1000
--- How long (ms) a forced release that ended read holds keeps writers out: longer
--- than a process's tasks may go on joining a read hold after its last confirmed
--- renewal (two seconds, src/guard/lease.rs), so none joins beside the next writer
--- even if the release's message never reaches it.
-local FORCED_FENCE = 3000
--- The reader that stands for that fence: a token no client has (the high half all
--- ones, like the engine's strangers).
-local FORCED_READER = 'ffffffffffffffff0000000000000004'
 
 local function bind(keys, argv)
   if not tonumber then

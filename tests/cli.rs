@@ -637,6 +637,13 @@ async fn release_force_ends_every_hold() {
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(stdout.trim(), format!("lock \"{name}\": ended 2 holds"));
     assert!(held_by_nobody(&lock.state().await.unwrap()));
+    // What is left keeps writers out for a while, and says so.
+    let (code, stdout, stderr) = run(cli(&["status", &name])).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("forced release's fence (no client; writers wait for it)"),
+        "{stdout}"
+    );
     // The evicted holders learn it at their next renewal.
     timeout(Duration::from_secs(5), first.lost()).await.unwrap();
     timeout(Duration::from_secs(5), second.lost())

@@ -28,7 +28,7 @@ use crate::{Error, FencedWrites, Operation, RwLock};
 /// How long after sending a hold's last answered acquire or renewal the client's
 /// tasks may still join it without asking the server. A forced release that ends
 /// read holds keeps writers out for longer (`FORCED_FENCE`, 3 s, in
-/// lua/helpers.lua), so a task that joins before its process hears of the release
+/// lua/force_release.lua), so a task that joins before its process hears of the release
 /// never reads beside the next writer, even if the release's message is lost.
 pub(crate) const JOIN_TRUST: Duration = Duration::from_secs(2);
 

@@ -460,8 +460,8 @@ impl RwLock {
     /// hold until they hear of the release (at once, by a message), and they stop
     /// within 2 s of that hold's last renewal even if the message is lost, so none of
     /// them reads beside the next writer. Meanwhile [`state`](Self::state) shows
-    /// that fence as a reader with the token `ffffffffffffffff0000000000000004`,
-    /// which no client has. It deletes every reader's entry, so its work grows with
+    /// that fence as a reader no client is
+    /// ([`Holder::is_forced_release_fence`](crate::Holder::is_forced_release_fence)). It deletes every reader's entry, so its work grows with
     /// the number of readers. Returns how many holds ended (the fence is not one).
     ///
     /// # Errors

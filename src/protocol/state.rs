@@ -50,6 +50,29 @@ pub struct Holder {
     pub kept_idle: bool,
 }
 
+impl Holder {
+    /// Whether this reader is no client but the fence a forced release left
+    /// ([`RwLock::force_release`](crate::RwLock::force_release)): it keeps writers
+    /// out for 3 s after the release ended read holds, and ends by itself.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redis_rwlock::RwLock) -> Result<(), redis_rwlock::Error> {
+    /// let state = lock.state().await?;
+    /// let clients = state.readers.iter().filter(|r| !r.is_forced_release_fence());
+    /// println!("{} readers", clients.count());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_forced_release_fence(&self) -> bool {
+        self.token.as_deref() == Some(FORCED_READER)
+    }
+}
+
+/// The token of a forced release's fence (`FORCED_READER` of lua/force_release.lua, the
+/// engine's `Tok::FORCED_READER`).
+const FORCED_READER: &str = "ffffffffffffffff0000000000000004";
+
 /// Who holds a lock at one instant, as returned by [`RwLock::state`](crate::RwLock::state).
 ///
 /// # Examples
@@ -201,6 +224,14 @@ fn wall_clock(ms: i64) -> DateTime<Utc> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fence_token_is_the_engines() {
+        assert_eq!(
+            crate::protocol::engine::Tok::FORCED_READER.to_string(),
+            FORCED_READER
+        );
+    }
 
     #[test]
     fn a_raw_state_decodes_with_original_clients_as_tokenless_holders() {

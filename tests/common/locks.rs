@@ -304,19 +304,12 @@ pub fn assert_entered_when_the_lease_ended(waited: Duration, lease: Duration) {
     );
 }
 
-/// The token of the reader that stands for a forced release's fence in `state()`:
-/// a release that ended read holds keeps writers out for 3 s with it.
-pub const FENCE_READER: &str = "ffffffffffffffff0000000000000004";
-
 /// Whether no client holds the lock: free, or only a forced release's fence is
 /// left (which keeps writers out for a while, and no one holds).
 pub fn held_by_nobody(state: &LockState) -> bool {
     state.writer.is_none()
         && state.upgradable.is_none()
-        && state
-            .readers
-            .iter()
-            .all(|r| r.token.as_deref() == Some(FENCE_READER))
+        && state.readers.iter().all(|r| r.is_forced_release_fence())
 }
 
 /// The tokens of the lock's readers, a forced release's fence left out.
@@ -324,7 +317,7 @@ pub fn reader_tokens(state: &LockState) -> Vec<String> {
     state
         .readers
         .iter()
+        .filter(|r| !r.is_forced_release_fence())
         .filter_map(|r| r.token.clone())
-        .filter(|token| token != FENCE_READER)
         .collect()
 }

@@ -28,7 +28,7 @@ use crate::protocol::engine::{self, Time};
 /// How long an idle lock hash outlives its last deadline (the scripts' `+ 1000` ms of
 /// `set_expiry`), in the store's microseconds.
 const IDLE_US: Time = 1_000_000;
-/// `FORCED_FENCE` of helpers.lua: how long a forced release that ended read holds
+/// `FORCED_FENCE` of force_release.lua: how long a forced release that ended read holds
 /// keeps writers out.
 const FORCED_FENCE_US: Time = 3_000_000;
 

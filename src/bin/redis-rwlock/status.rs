@@ -76,6 +76,8 @@ struct HolderView {
     remaining_ms: i64,
     /// A read hold its process keeps while no task uses it (`keep_reads`).
     kept_idle: bool,
+    /// No client's: the fence a forced release left, which keeps writers out.
+    forced_release_fence: bool,
 }
 
 impl StatusView {
@@ -86,6 +88,7 @@ impl StatusView {
             until_ms: holder.until.timestamp_millis(),
             remaining_ms: (holder.until - state.server_time).num_milliseconds(),
             kept_idle: holder.kept_idle,
+            forced_release_fence: holder.is_forced_release_fence(),
         };
         StatusView {
             lock: name.to_owned(),
@@ -121,6 +124,8 @@ impl StatusView {
                 "upgradable reader"
             } else if reader.kept_idle {
                 "reader (kept, idle)"
+            } else if reader.forced_release_fence {
+                "forced release's fence (no client; writers wait for it)"
             } else {
                 "reader"
             };
