@@ -52,7 +52,7 @@ end
 
 -- A fence an earlier forced release left is no client's hold: the reply does not
 -- count it (a new fence replaces it below).
-local fence = tonumber(redis.call('HGET', KEY, 'r:' .. FORCED_READER))
+local fence = tonumber(redis.call('HMGET', KEY, 'r:' .. FORCED_READER)[1])
 local fenced = s.nreaders > 0 and fence ~= nil and fence > s.gone
 local readers_ended = s.nreaders > 0
 local removed = s.nreaders - (fenced and 1 or 0)
