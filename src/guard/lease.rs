@@ -52,6 +52,8 @@ pub(crate) struct Hold {
     pub(crate) lock: RwLock,
     pub(crate) token: Token,
     pub(crate) mode: LockMode,
+    /// How long after a renewal the next one is due ([`RwLock::renew_period`]).
+    pub(crate) renew_every: Duration,
     /// The runtime the hold was acquired on: its renewals and its drop-release run
     /// there.
     pub(crate) runtime: Handle,
@@ -186,7 +188,8 @@ impl Hold {
     /// Whether the client is sure the server has the hold, as far as a client can
     /// be without asking: held, its last renewal answered, and that renewal (or the
     /// acquire) sent less than [`JOIN_TRUST`] ago, and within the first half of the
-    /// time the hold counts (read holds renew every half of `JOIN_TRUST` at most).
+    /// time the hold counts (shared read holds renew every half of `JOIN_TRUST` at
+    /// most).
     pub(crate) fn is_confirmed(&self) -> bool {
         let counts = self.lock.held_for(self.mode);
         let trusted = (counts / 2).min(JOIN_TRUST);
@@ -317,13 +320,13 @@ impl Lease {
             holding: Holding::start(lock.metrics_label(), kind),
             span,
             mode: access.mode(),
+            renew_every: lock.renew_period(access),
             // The crate's own copy: a hold keeps no handle of the application's.
             lock: lock.internal(),
             token,
         });
         // A hold that counts less than usual (handed over) renews sooner the first time.
-        let period = lock.renew_period(access.mode()).min(lasts / 3);
-        let first = (sent + period).max(Instant::now());
+        let first = (sent + hold.renew_every.min(lasts / 3)).max(Instant::now());
         let renewal = hold.lock.client().inner.renewals.start(hold.clone(), first);
         let end = {
             let (hold, renewal) = (hold.clone(), renewal.clone());

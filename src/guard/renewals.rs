@@ -1,8 +1,9 @@
 //! Renewals: one timer queue per client renews every hold that lives long enough.
 //!
 //! A hold joins the queue when it is granted, due one renewal period after its
-//! grant was sent (a third of the time it counts, a read hold's at most a second:
-//! `RwLock::renew_period`; sooner for a hold handed over by
+//! grant was sent (a third of the time it counts, at most a second for a read hold
+//! its client's tasks may join: `RwLock::renew_period`; sooner for a hold handed
+//! over by
 //! another client's release), or with `auto_renew` off at its deadline, to be marked
 //! lost then. Most holds are released long before that: joining and leaving are a
 //! map insertion and removal, so such a hold starts no task and arms no timer of its
@@ -310,7 +311,7 @@ async fn renew(entry: Arc<Entry>, shared: Arc<Shared>) {
             }
         }
     }
-    let due = Instant::now() + hold.lock.renew_period(hold.mode);
+    let due = Instant::now() + hold.renew_every;
     let mut state = entry.state();
     // Queued again only if its guard has not stopped it meanwhile.
     if matches!(*state, State::Running(_)) {

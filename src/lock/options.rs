@@ -161,7 +161,8 @@ impl LockOptions {
     }
 
     /// Whether guards renew their lease in the background (default `true`, every
-    /// third of the lease; a read hold at least every second). Without it a hold simply ends when its lease does.
+    /// third of the lease; a shared read hold at least every second). Without it a
+    /// hold simply ends when its lease does.
     ///
     /// # Examples
     ///

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use crate::backend::{Acquire, Backend, Fenced, Held};
 use crate::error::{Doing, ErrorChain};
 use crate::guard::lease::JOIN_TRUST;
+use crate::lock::shared_reads;
 use crate::lock::waiting::intent_ttl;
 use crate::lock::wakeups::{Interest, Listener};
 use crate::protocol::token::Token;
@@ -42,15 +43,16 @@ impl RwLock {
         }
     }
 
-    /// How often a hold in `mode` renews: every third of the time it counts as held
-    /// ([`held_for`](Self::held_for)), so original clients never judge its stamp stale
-    /// while renewals succeed; a read hold at least every half of [`JOIN_TRUST`], so
-    /// its client's tasks may go on joining it.
-    pub(crate) fn renew_period(&self, mode: LockMode) -> Duration {
-        let period = match mode {
-            LockMode::Read => (self.held_for(mode) / 3).min(JOIN_TRUST / 2),
-            LockMode::Write => self.held_for(mode) / 3,
-        };
+    /// How often a hold taken for `access` renews: every third of the time it counts
+    /// as held ([`held_for`](Self::held_for)), so original clients never judge its
+    /// stamp stale while renewals succeed; a read hold that the client's tasks may
+    /// join (shared reads) at least every half of [`JOIN_TRUST`], so they may go on
+    /// joining it.
+    pub(crate) fn renew_period(&self, access: Access) -> Duration {
+        let mut period = self.held_for(access.mode()) / 3;
+        if matches!(access, Access::Read) && shared_reads::shareable(self) {
+            period = period.min(JOIN_TRUST / 2);
+        }
         period.max(Duration::from_millis(1))
     }
 

@@ -268,7 +268,7 @@ async fn alone(lock: &RwLock, wait: bool) -> Result<Share, Error> {
 }
 
 /// Whether the lock's plain reads may be shared (see the module's docs).
-fn shareable(lock: &RwLock) -> bool {
+pub(crate) fn shareable(lock: &RwLock) -> bool {
     let options = lock.options();
     options.share_reads
         && options.auto_renew
