@@ -28,8 +28,9 @@ use crate::{Error, FencedWrites, Operation, RwLock};
 /// How long after sending a hold's last answered acquire or renewal the client's
 /// tasks may still join it without asking the server. A forced release that ends
 /// read holds keeps writers out for longer (`FORCED_FENCE`, 3 s, in
-/// lua/force_release.lua), so a task that joins before its process hears of the release
-/// never reads beside the next writer, even if the release's message is lost.
+/// lua/force_release.lua), so a task that joins before its process hears of the
+/// release never reads beside the next writer, even if the release's message is
+/// lost (`join_trust_ends_before_the_forced_release_fence` checks the two).
 pub(crate) const JOIN_TRUST: Duration = Duration::from_secs(2);
 
 /// A hold on the lock: its token, renewed from the client's renewal queue.
@@ -710,5 +711,29 @@ impl Drop for Lease {
         if let Some(held) = self.held.take() {
             held.release_in_background();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::JOIN_TRUST;
+
+    /// The fence of lua/force_release.lua outlasts the join window, with margin for
+    /// the server's and the client's clocks: else an evicted process that never
+    /// hears the release could let a task join beside the next writer.
+    #[test]
+    fn join_trust_ends_before_the_forced_release_fence() {
+        let script = include_str!("../../lua/force_release.lua");
+        let fence_ms: u128 = script
+            .lines()
+            .find_map(|line| line.strip_prefix("local FORCED_FENCE = "))
+            .expect("force_release.lua sets FORCED_FENCE")
+            .trim()
+            .parse()
+            .expect("FORCED_FENCE is a number of ms");
+        assert!(
+            JOIN_TRUST.as_millis() + 500 <= fence_ms,
+            "JOIN_TRUST {JOIN_TRUST:?} against a {fence_ms} ms fence"
+        );
     }
 }

@@ -3,9 +3,8 @@
 //! A hold joins the queue when it is granted, due one renewal period after its
 //! grant was sent (a third of the time it counts, at most a second for a read hold
 //! its client's tasks may join: `RwLock::renew_period`; sooner for a hold handed
-//! over by
-//! another client's release), or with `auto_renew` off at its deadline, to be marked
-//! lost then. Most holds are released long before that: joining and leaving are a
+//! over by another client's release), or with `auto_renew` off at its deadline, to
+//! be marked lost then. Most holds are released long before that: joining and leaving are a
 //! map insertion and removal, so such a hold starts no task and arms no timer of its
 //! own. One driver task per client sleeps until the earliest entry is due; a new
 //! entry wakes it only when it is due earlier than the driver's timer, or the driver

@@ -461,8 +461,9 @@ impl RwLock {
     /// within 2 s of that hold's last renewal even if the message is lost, so none of
     /// them reads beside the next writer. Meanwhile [`state`](Self::state) shows
     /// that fence as a reader no client is
-    /// ([`Holder::is_forced_release_fence`](crate::Holder::is_forced_release_fence)). It deletes every reader's entry, so its work grows with
-    /// the number of readers. Returns how many holds ended (the fence is not one).
+    /// ([`Holder::is_forced_release_fence`](crate::Holder::is_forced_release_fence)).
+    /// It deletes every reader's entry, so its work grows with the number of
+    /// readers. Returns how many holds ended (the fence is not one).
     ///
     /// # Errors
     ///

@@ -200,9 +200,9 @@ impl LockOptions {
     /// in that window joins the kept hold with no request. A writer or upgrade that
     /// waits elsewhere calls the hold back and the client releases it at once; if
     /// that call-back is lost, the hold's next renewal (a third of the read lease,
-    /// at most a second) or `bound`, whichever comes first, ends it all the same (`bound` counts from
-    /// the first time the hold was kept, however often reads take it up; 1 ms to 10
-    /// minutes). A `write()` on this client gives the client's idle kept hold back
+    /// at most a second) or `bound`, whichever comes first, ends it all the same
+    /// (`bound` counts from the first time the hold was kept, however often reads
+    /// take it up; 1 ms to 10 minutes). A `write()` on this client gives the client's idle kept hold back
     /// before it asks, and the release of its write hold keeps a read hold in its
     /// place (unless a writer waits behind it); dropping the client's last handle
     /// gives every kept hold back.

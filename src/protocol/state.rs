@@ -4,6 +4,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::RawState;
+use super::engine::Tok;
 
 /// Read or write.
 ///
@@ -65,13 +66,9 @@ impl Holder {
     /// # Ok(()) }
     /// ```
     pub fn is_forced_release_fence(&self) -> bool {
-        self.token.as_deref() == Some(FORCED_READER)
+        self.token.as_deref() == Some(Tok::FORCED_READER.to_string().as_str())
     }
 }
-
-/// The token of a forced release's fence (`FORCED_READER` of lua/force_release.lua, the
-/// engine's `Tok::FORCED_READER`).
-const FORCED_READER: &str = "ffffffffffffffff0000000000000004";
 
 /// Who holds a lock at one instant, as returned by [`RwLock::state`](crate::RwLock::state).
 ///
@@ -224,14 +221,6 @@ fn wall_clock(ms: i64) -> DateTime<Utc> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_fence_token_is_the_engines() {
-        assert_eq!(
-            crate::protocol::engine::Tok::FORCED_READER.to_string(),
-            FORCED_READER
-        );
-    }
 
     #[test]
     fn a_raw_state_decodes_with_original_clients_as_tokenless_holders() {

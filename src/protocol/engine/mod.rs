@@ -49,7 +49,7 @@ impl Tok {
     }
 
     /// The reader that stands for a forced release's fence (`FORCED_READER` of
-    /// helpers.lua): writers wait for it, other readers enter beside it.
+    /// force_release.lua): writers wait for it, other readers enter beside it.
     pub const FORCED_READER: Tok = Tok::Holder(STRANGER, 4);
 
     /// A token that [`stranger`](Self::stranger) made.
